@@ -1,0 +1,56 @@
+"""Named errors mapped to JSON HTTP responses in one place: `{"error": code, "message": text}`."""
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str | None = None, *, code: str | None = None, status_code: int | None = None) -> None:
+        super().__init__(message or self.code)
+        self.message = message or self.code.replace("_", " ")
+        if code:
+            self.code = code
+        if status_code:
+            self.status_code = status_code
+
+    def body(self) -> dict:
+        return {"error": self.code, "message": self.message}
+
+
+class BadRequest(ServiceError):
+    status_code = 400
+    code = "bad_request"
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(ServiceError):
+    status_code = 404
+    code = "not_found"
+
+
+class DependencyUnavailable(ServiceError):
+    """A dependency (redis, rabbitmq, retrieval, llm, ...) did not answer in time: 503 naming it."""
+
+    status_code = 503
+
+    def __init__(self, dependency: str, message: str | None = None) -> None:
+        super().__init__(message or f"{dependency} is unavailable", code=f"{dependency}_unavailable")
+        self.dependency = dependency
+
+
+class UpstreamTimeout(ServiceError):
+    status_code = 504
+
+    def __init__(self, dependency: str) -> None:
+        super().__init__(f"{dependency} did not answer in time", code=f"{dependency}_timeout")
+        self.dependency = dependency

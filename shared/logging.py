@@ -1,0 +1,39 @@
+"""JSON logs, one object per line, each carrying the request_id and trace_id of the request in hand."""
+from __future__ import annotations
+
+import logging
+import sys
+
+from pythonjsonlogger.json import JsonFormatter
+
+from shared.context import request_id_var, trace_id_of, traceparent_var
+
+
+class _RequestContextFilter(logging.Filter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.service = self.service
+        record.request_id = request_id_var.get()
+        record.trace_id = trace_id_of(traceparent_var.get())
+        return True
+
+
+def configure_logging(service: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(_RequestContextFilter(service))
+    handler.setFormatter(
+        JsonFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s %(service)s %(request_id)s %(trace_id)s",
+            rename_fields={"asctime": "ts", "levelname": "level", "name": "logger"},
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # uvicorn's access log would repeat our own per-request line without the request id.
+    logging.getLogger("uvicorn.access").disabled = True
+    for noisy in ("httpx", "httpx2", "httpcore", "aio_pika", "aiormq", "chromadb", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -1,0 +1,183 @@
+"""What every Cairn FastAPI app has: request context, per-request log line and metrics,
+JSON errors, /healthz, /readyz, /metrics, and the internal service-token guard."""
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from shared.context import child_traceparent, new_request_id, request_id_var, traceparent_var
+from shared.errors import ServiceError, Unauthorized
+from shared.settings import CommonSettings
+
+log = logging.getLogger("cairn.http")
+
+REQUESTS = Counter("cairn_http_requests_total", "HTTP requests", ["service", "method", "route", "status"])
+LATENCY = Histogram(
+    "cairn_http_request_duration_seconds",
+    "HTTP request latency",
+    ["service", "method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+SERVICE_TOKEN_HEADER = "X-Service-Token"
+
+
+class RequestContextMiddleware:
+    """Sets request id and traceparent for the request, echoes X-Request-ID, logs and counts it.
+
+    Pure ASGI so that streamed responses (SSE) pass through unbuffered.
+    """
+
+    def __init__(self, app: ASGIApp, service: str) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        incoming = headers.get("x-request-id", "")
+        request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else new_request_id()
+        rid_token = request_id_var.set(request_id)
+        tp_token = traceparent_var.set(child_traceparent(headers.get("traceparent")))
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_request_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"].append((b"x-request-id", request_id.encode()))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_request_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"]
+            REQUESTS.labels(self.service, method, route, str(status)).inc()
+            LATENCY.labels(self.service, method, route).observe(elapsed)
+            if route not in ("/healthz", "/readyz", "/metrics"):
+                log.info(
+                    "request",
+                    extra={
+                        "method": method,
+                        "route": route,
+                        "status": status,
+                        "latency_ms": round(elapsed * 1000, 1),
+                        "user_id": headers.get("x-user-id"),
+                    },
+                )
+            request_id_var.reset(rid_token)
+            traceparent_var.reset(tp_token)
+
+
+def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return JSONResponse({"error": "malformed_json", "message": "request body is not valid JSON"}, status_code=400)
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors]
+    first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(p) for p in first["loc"] if p != "body")
+    message = f"{where}: {first['msg']}" if where else first["msg"]
+    return JSONResponse({"error": "invalid_request", "message": message, "detail": detail}, status_code=422)
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    codes = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+    code = codes.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else code
+    return JSONResponse({"error": code, "message": message}, status_code=exc.status_code, headers=exc.headers)
+
+
+def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+    if exc.status_code >= 500:
+        log.warning("request failed", extra={"error": exc.code, "detail": exc.message})
+    return JSONResponse(exc.body(), status_code=exc.status_code)
+
+
+def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error")
+    return JSONResponse({"error": "internal_error", "message": "internal error"}, status_code=500)
+
+
+ReadinessCheck = Callable[[], Awaitable[dict[str, bool]]]
+
+
+def create_service_app(
+    *, service: str, title: str, lifespan: Any = None, readiness: ReadinessCheck | None = None, **kwargs: Any
+) -> FastAPI:
+    app = FastAPI(
+        title=title,
+        lifespan=lifespan,
+        responses={400: {"description": "Malformed JSON"}, 422: {"description": "Invalid request"}},
+        **kwargs,
+    )
+    app.add_middleware(RequestContextMiddleware, service=service)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict:
+        return {"status": "ok", "service": service}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz() -> JSONResponse:
+        checks = await readiness() if readiness else {}
+        ready = all(checks.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
+        )
+
+    @app.get("/metrics", tags=["ops"], include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def service_token_guard(settings: CommonSettings) -> Callable[[Request], None]:
+    """A dependency that admits only callers presenting the internal service token."""
+    expected = settings.service_token.get_secret_value().encode()
+
+    def guard(request: Request) -> None:
+        given = request.headers.get(SERVICE_TOKEN_HEADER, "").encode()
+        if not secrets.compare_digest(given, expected):
+            raise Unauthorized("missing or wrong service token")
+
+    return guard
+
+
+def internal_headers(settings: CommonSettings, **identity: str | None) -> dict[str, str]:
+    """Headers for a call to another Cairn service: service token, request id, trace, caller identity."""
+    headers = {SERVICE_TOKEN_HEADER: settings.service_token.get_secret_value()}
+    if request_id := request_id_var.get():
+        headers["X-Request-ID"] = request_id
+    headers["traceparent"] = child_traceparent(traceparent_var.get())
+    for name, value in identity.items():
+        if value:
+            headers[f"X-{name.replace('_', '-').title()}"] = value
+    return headers
+
+
+def serve(app_path: str, settings: CommonSettings) -> None:
+    import uvicorn
+
+    uvicorn.run(app_path, factory=True, host=settings.host, port=settings.port, log_config=None, access_log=False)
