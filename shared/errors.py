@@ -17,6 +17,9 @@ class ServiceError(Exception):
     def body(self) -> dict:
         return {"error": self.code, "message": self.message}
 
+    def headers(self) -> dict[str, str] | None:
+        return None
+
 
 class BadRequest(ServiceError):
     status_code = 400
@@ -26,6 +29,9 @@ class BadRequest(ServiceError):
 class Unauthorized(ServiceError):
     status_code = 401
     code = "unauthorized"
+
+    def headers(self) -> dict[str, str] | None:
+        return {"WWW-Authenticate": "Bearer"}
 
 
 class Forbidden(ServiceError):

@@ -108,7 +108,7 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
     if exc.status_code >= 500:
         log.warning("request failed", extra={"error": exc.code, "detail": exc.message})
-    return JSONResponse(exc.body(), status_code=exc.status_code)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
 
 def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

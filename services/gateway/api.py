@@ -1,0 +1,100 @@
+"""Public routes: authentication, and the /api/* routes forwarded to internal services under a role."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from services.gateway import auth
+from services.gateway.adapters.upstream import Upstream
+from services.gateway.deps import (
+    AdminSession,
+    AnalystSession,
+    AnalyticsUpstream,
+    ChatUpstream,
+    CurrentSession,
+    RetrievalUpstream,
+    SessionsDep,
+    SettingsDep,
+    UserSession,
+    UsersDep,
+)
+from services.gateway.domain import Session
+from services.gateway.models import LoginRequest, LoginResponse, MeResponse, UserOut
+from services.gateway.settings import Settings
+from shared.web import internal_headers
+
+auth_router = APIRouter(prefix="/auth", tags=["auth"])
+api_router = APIRouter(prefix="/api", tags=["api"])
+
+
+@auth_router.post("/login", response_model=LoginResponse)
+async def login(body: LoginRequest, users: UsersDep, sessions: SessionsDep, settings: SettingsDep) -> LoginResponse:
+    token, session, user = await auth.login(
+        users=users,
+        sessions=sessions,
+        username=body.username,
+        password=body.password,
+        ttl_s=settings.session_ttl_seconds,
+    )
+    return LoginResponse(
+        token=token, expires_at=session.expires_at, user=UserOut(id=user.id, username=user.username, roles=list(user.roles))
+    )
+
+
+@auth_router.post("/logout", status_code=204)
+async def logout(session: CurrentSession, sessions: SessionsDep) -> Response:
+    await auth.logout(sessions=sessions, session=session)
+    return Response(status_code=204)
+
+
+@auth_router.get("/me", response_model=MeResponse)
+async def me(session: CurrentSession) -> MeResponse:
+    return MeResponse(
+        user=UserOut(id=session.user_id, username=session.username, roles=list(session.roles)),
+        session_created_at=session.created_at,
+        expires_at=session.expires_at,
+    )
+
+
+async def _forward(
+    upstream: Upstream, request: Request, session: Session, settings: Settings, *, path: str
+) -> Response:
+    headers = internal_headers(
+        settings, user_id=session.user_id, user_roles=",".join(session.roles), session_id=session.public_id
+    )
+    if content_type := request.headers.get("content-type"):
+        headers["Content-Type"] = content_type
+    body = await request.body() if request.method in ("POST", "PUT", "PATCH") else None
+    return await upstream.forward(
+        method=request.method, path=path, headers=headers, body=body, params=list(request.query_params.multi_items())
+    )
+
+
+@api_router.post("/chat", summary="Ask a question; see the chat service's /docs for the body")
+async def chat(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
+    return await _forward(chat, request, session, settings, path="/chat")
+
+
+@api_router.post("/search", summary="Search the collection; see the retrieval service's /docs for the body")
+async def search(request: Request, session: UserSession, settings: SettingsDep, retrieval: RetrievalUpstream) -> Response:
+    return await _forward(retrieval, request, session, settings, path="/search")
+
+
+@api_router.api_route("/documents", methods=["GET", "POST"], summary="List or add documents (admin)")
+async def documents(
+    request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
+) -> Response:
+    return await _forward(retrieval, request, session, settings, path="/documents")
+
+
+@api_router.delete("/documents/{doc_id:path}", summary="Delete a document (admin)")
+async def delete_document(
+    doc_id: str, request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
+) -> Response:
+    return await _forward(retrieval, request, session, settings, path=f"/documents/{doc_id}")
+
+
+@api_router.get("/analytics/{report}", summary="Analytics reports (analyst)")
+async def analytics(
+    report: str, request: Request, session: AnalystSession, settings: SettingsDep, analytics: AnalyticsUpstream
+) -> Response:
+    return await _forward(analytics, request, session, settings, path=f"/analytics/{report}")

@@ -1,0 +1,47 @@
+"""Wires the gateway: Redis-backed users and sessions, pooled clients to the internal services, routes."""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
+from services.gateway.adapters.upstream import open_upstream
+from services.gateway.api import api_router, auth_router
+from services.gateway.settings import Settings
+from shared.web import create_service_app
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        redis = connect(settings.redis_url, timeout_s=settings.redis_timeout_s)
+        store_args = {"prefix": settings.redis_prefix, "timeout_s": settings.redis_timeout_s}
+        app.state.users = RedisUserStore(redis, **store_args)
+        app.state.sessions = RedisSessionStore(redis, **store_args)
+        app.state.upstreams = {
+            name: open_upstream(name=name, base_url=url, timeout_s=settings.upstream_timeout_s)
+            for name, url in (
+                ("chat", settings.chat_url),
+                ("retrieval", settings.retrieval_url),
+                ("analytics", settings.analytics_url),
+            )
+        }
+        yield
+        for upstream in app.state.upstreams.values():
+            await upstream.aclose()
+        await redis.aclose()
+
+    async def readiness() -> dict[str, bool]:
+        checks = {"redis": await app.state.sessions.ping()}
+        for name, upstream in app.state.upstreams.items():
+            checks[name] = await upstream.healthy()
+        return checks
+
+    app = create_service_app(service="gateway", title="Cairn gateway", lifespan=lifespan, readiness=readiness)
+    app.state.settings = settings
+    app.include_router(auth_router)
+    app.include_router(api_router)
+    return app

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class LoginRequest(BaseModel):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class UserOut(BaseModel):
+    id: str
+    username: str
+    roles: list[str]
+
+
+class LoginResponse(BaseModel):
+    token: str
+    token_type: str = "bearer"
+    expires_at: datetime
+    user: UserOut
+
+
+class MeResponse(BaseModel):
+    user: UserOut
+    session_created_at: datetime
+    expires_at: datetime

@@ -1,0 +1,152 @@
+"""The gateway against the real Redis, and a real HTTP upstream standing in for chat."""
+import asyncio
+import hashlib
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from services.gateway.adapters.redis_store import RedisUserStore, connect
+from services.gateway.main import create_app
+from services.gateway.settings import Settings
+from services.gateway.users import add_user
+from tests.support import free_port, serve_in_thread
+
+pytestmark = pytest.mark.integration
+PASSWORD = "correct horse battery"
+
+
+def _echo_upstream() -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.post("/chat")
+    async def chat(request: Request) -> dict:
+        return {"headers": dict(request.headers), "body": (await request.json())}
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def upstream_url():
+    with serve_in_thread(_echo_upstream()) as url:
+        yield url
+
+
+@pytest.fixture
+def settings(redis_url, unique, upstream_url) -> Settings:
+    asyncio.run(_seed_users(redis_url, unique))
+    return Settings(redis_url=redis_url, redis_prefix=unique, session_ttl_seconds=600, chat_url=upstream_url)
+
+
+@pytest.fixture
+def client(settings):
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def _login(client, username="ann") -> dict:
+    response = client.post("/auth/login", json={"username": username, "password": PASSWORD})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_login_me_logout(client, settings, redis_url):
+    body = _login(client)
+    token = body["token"]
+    assert body["user"]["username"] == "ann" and body["user"]["roles"] == ["user"]
+    auth = {"Authorization": f"Bearer {token}"}
+    assert client.get("/auth/me", headers=auth).json()["user"]["username"] == "ann"
+
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    keys = redis.keys(f"{settings.redis_prefix}:session:*")
+    assert keys == [f"{settings.redis_prefix}:session:{hashlib.sha256(token.encode()).hexdigest()}"]
+    assert all(token not in str(redis.hgetall(k)) for k in keys)
+    assert 590 <= redis.ttl(keys[0]) <= 600
+
+    redis.expire(keys[0], 30)  # activity slides the expiry back to the full TTL
+    client.get("/auth/me", headers=auth)
+    assert redis.ttl(keys[0]) > 590
+
+    assert client.post("/auth/logout", headers=auth).status_code == 204
+    response = client.get("/auth/me", headers=auth)
+    assert response.status_code == 401 and response.json()["error"] == "unauthorized"
+    assert redis.keys(f"{settings.redis_prefix}:session:*") == []
+
+
+@pytest.mark.parametrize("header", [None, "Bearer nonsense", "Basic YW5uOnB3", "Bearer "])
+def test_missing_or_bad_token_is_401(client, header):
+    headers = {"Authorization": header} if header else {}
+    for method, path in (("get", "/auth/me"), ("post", "/api/chat"), ("get", "/api/analytics/summary")):
+        response = getattr(client, method)(path, headers=headers)
+        assert response.status_code == 401, (path, response.text)
+        assert response.json()["error"] == "unauthorized"
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_wrong_password_and_bad_bodies(client):
+    response = client.post("/auth/login", json={"username": "ann", "password": "nope"})
+    assert response.status_code == 401 and response.json()["message"] == "invalid username or password"
+    response = client.post("/auth/login", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"] == "malformed_json"
+    response = client.post("/auth/login", json={"username": "ann"})
+    assert response.status_code == 422 and "password" in response.json()["message"]
+
+
+def test_chat_is_forwarded_with_identity_service_token_and_request_id(client, settings):
+    login = _login(client)
+    response = client.post(
+        "/api/chat",
+        json={"query": "hello?"},
+        headers={"Authorization": f"Bearer {login['token']}", "X-Request-ID": "req-123"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["x-request-id"] == "req-123"
+    seen = response.json()
+    assert seen["body"] == {"query": "hello?"}
+    assert seen["headers"]["x-service-token"] == settings.service_token.get_secret_value()
+    assert seen["headers"]["x-user-id"] == login["user"]["id"]
+    assert seen["headers"]["x-user-roles"] == "user"
+    assert seen["headers"]["x-request-id"] == "req-123"
+    assert seen["headers"]["traceparent"].startswith("00-")
+    assert login["token"] not in str(seen["headers"])
+
+
+def test_roles_are_enforced_per_route(client):
+    user = {"Authorization": f"Bearer {_login(client, 'ann')['token']}"}
+    response = client.get("/api/analytics/summary", headers=user)
+    assert response.status_code == 403 and response.json()["error"] == "forbidden"
+    assert client.get("/api/documents", headers=user).status_code == 403
+
+
+def test_upstream_down_is_503_naming_it(redis_url, unique):
+    settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=f"http://127.0.0.1:{free_port()}")
+    asyncio.run(_seed_users(redis_url, unique))
+    with TestClient(create_app(settings)) as client:
+        token = _login(client)["token"]
+        response = client.post("/api/chat", json={"query": "hi"}, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 503 and response.json()["error"] == "chat_unavailable"
+
+
+def test_redis_down_fails_closed_with_503(unique):
+    settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_prefix=unique, redis_timeout_s=1)
+    with TestClient(create_app(settings)) as client:
+        login = client.post("/auth/login", json={"username": "ann", "password": PASSWORD})
+        me = client.get("/auth/me", headers={"Authorization": "Bearer anything"})
+        ready = client.get("/readyz")
+    for response in (login, me):
+        assert response.status_code == 503
+        assert response.json()["error"] == "session_store_unavailable"
+    assert ready.status_code == 503 and ready.json()["checks"]["redis"] is False
+
+
+async def _seed_users(redis_url: str, prefix: str) -> None:
+    redis = connect(redis_url, timeout_s=2)
+    users = RedisUserStore(redis, prefix=prefix, timeout_s=2)
+    await add_user(users=users, username="ann", password=PASSWORD, roles=["user"])
+    await add_user(users=users, username="ada", password=PASSWORD, roles=["admin"])
+    await redis.aclose()
