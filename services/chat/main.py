@@ -1,0 +1,70 @@
+"""The chat app: wiring of the concrete adapters, opened and closed in the lifespan."""
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import Depends, FastAPI
+
+from services.chat.adapters.generator import build_generator
+from services.chat.adapters.retrieval_client import HttpRetrievalClient
+from services.chat.api import router
+from services.chat.pipeline import ChatPipeline, PipelineConfig
+from services.chat.ports import Generator, Retriever
+from services.chat.settings import Settings
+from shared.broker import EventPublisher, RabbitEventPublisher
+from shared.web import create_service_app, service_token_guard
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    retriever: Retriever | None = None,
+    generator: Generator | None = None,
+    publisher: EventPublisher | None = None,
+) -> FastAPI:
+    """Build the app; tests may pass their own retriever, generator or publisher."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        owned_generator = None if generator else build_generator(settings)
+        events = publisher or RabbitEventPublisher(
+            amqp_url=settings.amqp_url, exchange=settings.events_exchange, queue=settings.analytics_queue
+        )
+        app.state.pipeline = ChatPipeline(
+            retriever=retriever
+            or HttpRetrievalClient(
+                client=http, settings=settings, base_url=settings.retrieval_url, timeout_s=settings.retrieval_timeout_s
+            ),
+            generator=generator or owned_generator,
+            publisher=events,
+            config=PipelineConfig.from_settings(settings),
+        )
+        await events.start()
+        log.info(
+            "chat ready",
+            extra={"llm": settings.llm_base_url or "offline", "model": settings.llm_model, "retrieval": settings.retrieval_url},
+        )
+        try:
+            yield
+        finally:
+            await events.close()
+            if owned_generator:
+                await owned_generator.close()
+            await http.aclose()
+
+    async def readiness() -> dict[str, bool]:
+        pipeline: ChatPipeline = app.state.pipeline
+        if getattr(pipeline.publisher, "connected", True) is False:  # not a readiness condition: requests never wait on it
+            log.warning("events broker not connected", extra={"backlog": pipeline.publisher.backlog})
+        return {"retrieval": await pipeline.retriever.ping(), "llm": await pipeline.generator.ping()}
+
+    app = create_service_app(service="chat", title="Cairn chat", lifespan=lifespan, readiness=readiness)
+    app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
+    return app

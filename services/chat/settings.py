@@ -1,0 +1,74 @@
+"""Chat settings: where retrieval and the LLM are, which models callers may pick, how answers are built."""
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import NoDecode
+
+from shared.settings import CommonSettings, aliases
+
+OFFLINE_MODEL = "cairn-extractive"
+
+
+class Settings(CommonSettings):
+    host: str = Field("127.0.0.1", validation_alias=aliases("CHAT_HOST", "host"))
+    port: int = Field(8001, validation_alias=aliases("CHAT_PORT", "port"))
+    retrieval_url: str = Field("http://127.0.0.1:8002", validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"))
+    retrieval_timeout_s: float = Field(
+        10.0, gt=0, validation_alias=aliases("RETRIEVAL_TIMEOUT_S", "retrieval_timeout_s")
+    )
+    llm_base_url: str | None = Field(
+        None,
+        validation_alias=aliases("LLM_BASE_URL", "llm_base_url"),
+        description="An OpenAI-compatible endpoint (…/v1); unset = the built-in offline extractive generator.",
+    )
+    llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY", "llm_api_key"))
+    llm_model: str = Field(
+        "", validation_alias=aliases("LLM_MODEL", "llm_model"), description="Default model; required with LLM_BASE_URL."
+    )
+    chat_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=aliases("CHAT_MODELS", "chat_models"),
+        description="Models a request may name as model_id (comma-separated or a JSON list); LLM_MODEL is always allowed.",
+    )
+    llm_timeout_s: float = Field(60.0, gt=0, validation_alias=aliases("LLM_TIMEOUT_S", "llm_timeout_s"))
+    llm_max_retries: int = Field(2, ge=0, le=10, validation_alias=aliases("LLM_MAX_RETRIES", "llm_max_retries"))
+    llm_temperature: float = Field(0.1, ge=0, le=2, validation_alias=aliases("LLM_TEMPERATURE", "llm_temperature"))
+    llm_max_tokens: int = Field(512, ge=1, validation_alias=aliases("LLM_MAX_TOKENS", "llm_max_tokens"))
+    # all-MiniLM-L6-v2 cosine similarity: on-topic passages usually score 0.35-0.75, unrelated text 0.0-0.2.
+    relevance_threshold: float = Field(
+        0.25, ge=-1, le=1, validation_alias=aliases("RELEVANCE_THRESHOLD", "relevance_threshold")
+    )
+    default_top_k: int = Field(8, ge=1, le=50, validation_alias=aliases("DEFAULT_TOP_K", "default_top_k"))
+    context_token_budget: int = Field(
+        3500,
+        ge=100,
+        validation_alias=aliases("CONTEXT_TOKEN_BUDGET", "context_token_budget"),
+        description="Tokens of retrieved text put in the prompt, approximated as characters / 4.",
+    )
+
+    @field_validator("chat_models", mode="before")
+    @classmethod
+    def _split_models(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _default_model(self) -> "Settings":
+        if not self.llm_model:
+            if self.llm_base_url:
+                raise ValueError("LLM_MODEL is required when LLM_BASE_URL is set")
+            self.llm_model = OFFLINE_MODEL
+        if self.llm_model not in self.chat_models:
+            self.chat_models = [self.llm_model, *self.chat_models]
+        return self
+
+    @property
+    def offline(self) -> bool:
+        return not self.llm_base_url
