@@ -1,0 +1,7 @@
+from services.analytics.settings import Settings
+from shared.logging import configure_logging
+from shared.web import serve
+
+settings = Settings()
+configure_logging("analytics", settings.log_level)
+serve("services.analytics.main:create_app", settings)

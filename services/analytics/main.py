@@ -1,0 +1,53 @@
+"""Wires analytics: the SQL event store, the queue consumer feeding it, and the read API."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from services.analytics.adapters.consumer import EventConsumer
+from services.analytics.adapters.sql_store import SqlEventStore
+from services.analytics.api import router
+from services.analytics.settings import Settings
+from shared.errors import DependencyUnavailable
+from shared.web import create_service_app, service_token_guard
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        store = SqlEventStore.from_url(settings.database_url, timeout_s=settings.db_timeout_s)
+        try:
+            await asyncio.to_thread(store.create_schema)
+        except DependencyUnavailable:
+            log.warning("database unavailable at start; tables are created on first use")
+        consumer = EventConsumer(
+            amqp_url=settings.amqp_url,
+            exchange=settings.events_exchange,
+            queue=settings.analytics_queue,
+            store=store,
+            prefetch=settings.prefetch,
+        )
+        await consumer.start()
+        app.state.store, app.state.consumer = store, consumer
+        yield
+        await consumer.close()
+        await asyncio.to_thread(store.close)
+
+    async def readiness() -> dict[str, bool]:
+        store, consumer = getattr(app.state, "store", None), getattr(app.state, "consumer", None)
+        return {
+            "database": store is not None and await asyncio.to_thread(store.ping),
+            "broker": consumer is not None and consumer.connected,
+        }
+
+    app = create_service_app(service="analytics", title="Cairn analytics", lifespan=lifespan, readiness=readiness)
+    app.state.settings = settings
+    app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
+    return app

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.settings import CommonSettings, aliases
+
+
+class Settings(CommonSettings):
+    host: str = Field("127.0.0.1", validation_alias=aliases("ANALYTICS_HOST", "host"))
+    port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT", "port"))
+    db_url: str | None = Field(
+        None,
+        validation_alias=aliases("ANALYTICS_DB_URL", "db_url"),
+        description="SQLAlchemy URL; default a SQLite file under the data directory. "
+        "PostgreSQL: postgresql+psycopg://user:password@host:5432/db",
+    )
+    db_timeout_s: float = Field(5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S", "db_timeout_s"))
+    prefetch: int = Field(50, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH", "prefetch"))
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{(self.data_dir / 'analytics.db').resolve()}"
