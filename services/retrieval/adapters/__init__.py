@@ -1,0 +1,1 @@
+"""Concrete adapters for the Protocols in services.retrieval.ports."""

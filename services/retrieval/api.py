@@ -1,0 +1,106 @@
+"""Retrieval routes: documents in, ranked chunks out. Thin: the work is in ingestion and search."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+
+from fastapi import APIRouter
+
+from services.retrieval import ingestion
+from services.retrieval.deps import EmbedderDep, SettingsDep, StoreDep
+from services.retrieval.models import (
+    ChunkMetadata,
+    DeletedDocument,
+    DocumentIn,
+    DocumentList,
+    DocumentOut,
+    DocumentSummary,
+    ErrorBody,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
+from services.retrieval.search import search as dense_search
+from shared.errors import NotFound
+
+log = logging.getLogger("cairn.retrieval")
+
+router = APIRouter(
+    responses={
+        401: {"model": ErrorBody, "description": "Missing or wrong service token"},
+        503: {"model": ErrorBody, "description": "Chroma is unavailable"},
+    }
+)
+
+
+@router.post("/documents", response_model=DocumentOut, tags=["documents"])
+async def add_document(body: DocumentIn, settings: SettingsDep, embedder: EmbedderDep, store: StoreDep) -> DocumentOut:
+    started = time.perf_counter()
+    result = await ingestion.ingest_document(
+        ingestion.NewDocument(**body.model_dump()),
+        embedder=embedder,
+        store=store,
+        chunk_size=settings.chunk_size_tokens,
+        chunk_overlap=settings.chunk_overlap_tokens,
+    )
+    log.info(
+        "document ingested",
+        extra={**asdict(result), "chars": len(body.text), "took_ms": round((time.perf_counter() - started) * 1000, 1)},
+    )
+    return DocumentOut(**asdict(result))
+
+
+@router.get("/documents", response_model=DocumentList, tags=["documents"])
+async def list_documents(store: StoreDep) -> DocumentList:
+    documents = await store.list_documents()
+    return DocumentList(
+        documents=[DocumentSummary(doc_id=d.doc_id, chunks=d.chunks, **d.metadata) for d in documents]
+    )
+
+
+@router.delete(
+    "/documents/{doc_id:path}",
+    response_model=DeletedDocument,
+    tags=["documents"],
+    responses={404: {"model": ErrorBody, "description": "No such document"}},
+)
+async def delete_document(doc_id: str, store: StoreDep) -> DeletedDocument:
+    deleted = await store.delete(doc_id=doc_id)
+    if not deleted:
+        raise NotFound(f"no document {doc_id!r}")
+    log.info("document deleted", extra={"doc_id": doc_id, "deleted_chunks": deleted})
+    return DeletedDocument(doc_id=doc_id, deleted_chunks=deleted)
+
+
+@router.post("/search", response_model=SearchResponse, tags=["search"])
+async def search(body: SearchRequest, embedder: EmbedderDep, store: StoreDep) -> SearchResponse:
+    started = time.perf_counter()
+    hits = await dense_search(
+        query=body.query,
+        top_k=body.top_k,
+        threshold=body.threshold,
+        mode=body.mode,
+        filters=body.filters,
+        embedder=embedder,
+        store=store,
+    )
+    took_ms = round((time.perf_counter() - started) * 1000, 2)
+    log.info("search", extra={"mode": body.mode, "top_k": body.top_k, "results": len(hits), "took_ms": took_ms})
+    return SearchResponse(
+        query=body.query,
+        mode=body.mode,
+        took_ms=took_ms,
+        results=[
+            SearchResult(
+                chunk_id=hit.chunk_id,
+                doc_id=hit.doc_id,
+                content=hit.content,
+                score=hit.score,
+                dense_score=hit.dense_score,
+                keyword_score=hit.keyword_score,
+                metadata=ChunkMetadata.model_validate(hit.metadata),
+            )
+            for hit in hits
+        ],
+    )

@@ -1,0 +1,151 @@
+"""Cut a document into overlapping chunks measured in model tokens, keeping the heading path and
+the exact character span of each chunk in the original text."""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+CountTokens = Callable[[str], int]
+
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+# Coarse to fine; a span still over budget after the last one is cut by characters.
+_SEPARATORS = (
+    re.compile(r"\n[ \t]*\n\s*"),  # paragraphs
+    re.compile(r"\n\s*"),  # lines
+    re.compile(r"(?<=[.!?;:])\s+"),  # sentences
+    re.compile(r"\s+"),  # words
+)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    chunk_index: int
+    section: str
+    char_start: int
+    char_end: int
+
+
+@dataclass(frozen=True)
+class _Heading:
+    level: int
+    title: str
+    start: int  # offset of the heading line
+    body_start: int  # offset just after the heading line
+
+
+@dataclass(frozen=True)
+class _Piece:
+    start: int
+    end: int
+    tokens: int
+
+
+def _headings(text: str) -> list[_Heading]:
+    found, offset, in_fence = [], 0, False
+    for line in text.splitlines(keepends=True):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and (m := _HEADING.match(line.rstrip("\r\n"))):
+            found.append(_Heading(len(m.group(1)), m.group(2).strip(), offset, offset + len(line)))
+        offset += len(line)
+    return found
+
+
+def document_title(text: str, *, fallback: str, markdown: bool = True) -> str:
+    """The first level-1 heading of a markdown text, else `fallback`."""
+    if markdown:
+        for heading in _headings(text):
+            if heading.level == 1:
+                return heading.title
+    return fallback
+
+
+def _sections(text: str, *, markdown: bool) -> list[tuple[str, int, int]]:
+    """(heading path, start, end) spans covering the text; the title heading is left out of paths.
+
+    A heading with nothing under it but sub-headings opens the same span as its first sub-heading,
+    so it never becomes a chunk of its own.
+    """
+    headings = _headings(text) if markdown else []
+    title_heading = next((h for h in headings if h.level == 1), None)
+    spans: list[tuple[str, int, int]] = []
+    stack: list[_Heading] = []
+    start, body_from, path = 0, 0, ""
+    for heading in headings:
+        if text[body_from : heading.start].strip():
+            spans.append((path, start, heading.start))
+            start = heading.start
+        while stack and stack[-1].level >= heading.level:
+            stack.pop()
+        stack.append(heading)
+        path = " > ".join(h.title for h in stack if h is not title_heading)
+        body_from = heading.body_start
+    spans.append((path, start, len(text)))
+    return [(p, s, e) for p, s, e in spans if text[s:e].strip()]
+
+
+def _split(text: str, start: int, end: int, level: int, count: CountTokens, budget: int) -> list[_Piece]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    if start >= end:
+        return []
+    tokens = count(text[start:end])
+    if tokens <= budget:
+        return [_Piece(start, end, tokens)]
+    if level == len(_SEPARATORS):
+        return _hard_split(text, start, end, tokens, count, budget)
+    pieces, pos = [], start
+    for match in _SEPARATORS[level].finditer(text, start, end):
+        pieces += _split(text, pos, match.start(), level + 1, count, budget)
+        pos = match.end()
+    pieces += _split(text, pos, end, level + 1, count, budget)
+    return pieces
+
+
+def _hard_split(text: str, start: int, end: int, tokens: int, count: CountTokens, budget: int) -> list[_Piece]:
+    pieces = []
+    while start < end:
+        stop, n = end, tokens
+        while n > budget:
+            stop = start + max(1, (stop - start) * budget // n)
+            n = count(text[start:stop])
+        pieces.append(_Piece(start, stop, n))
+        start, tokens = stop, count(text[stop:end]) if stop < end else 0
+    return pieces
+
+
+def _merge(pieces: list[_Piece], *, budget: int, overlap: int) -> list[tuple[int, int]]:
+    """Greedily pack pieces up to `budget` tokens; each next chunk repeats up to `overlap` tokens."""
+    spans: list[tuple[int, int]] = []
+    window: list[_Piece] = []
+    total = 0
+    for piece in pieces:
+        if window and total + piece.tokens > budget:
+            spans.append((window[0].start, window[-1].end))
+            while window and (total > overlap or total + piece.tokens > budget):
+                total -= window.pop(0).tokens
+        window.append(piece)
+        total += piece.tokens
+    if window:
+        spans.append((window[0].start, window[-1].end))
+    return spans
+
+
+def chunk_text(
+    text: str, *, count_tokens: CountTokens, chunk_size: int, chunk_overlap: int, markdown: bool = True
+) -> list[Chunk]:
+    """Chunks of at most `chunk_size` tokens (as counted by `count_tokens`), consecutive chunks of a
+    section sharing up to `chunk_overlap` tokens; markdown headings start new sections."""
+    if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
+        raise ValueError("need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size")
+    chunks: list[Chunk] = []
+    for section, start, end in _sections(text, markdown=markdown):
+        pieces = _split(text, start, end, 0, count_tokens, chunk_size)
+        for span_start, span_end in _merge(pieces, budget=chunk_size, overlap=chunk_overlap):
+            chunks.append(Chunk(text[span_start:span_end], len(chunks), section, span_start, span_end))
+    return chunks

@@ -1,0 +1,26 @@
+"""The retrieval service's dependencies, each named once."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from services.retrieval.ports import Embedder, VectorStore
+from services.retrieval.settings import Settings
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def _embedder(request: Request) -> Embedder:
+    return request.app.state.embedder
+
+
+def _store(request: Request) -> VectorStore:
+    return request.app.state.store
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+EmbedderDep = Annotated[Embedder, Depends(_embedder)]
+StoreDep = Annotated[VectorStore, Depends(_store)]

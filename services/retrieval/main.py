@@ -1,0 +1,74 @@
+"""The retrieval app: wires the embedder and the vector store, opened in the lifespan."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from services.retrieval.adapters.chroma_store import ChromaStore
+from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.api import router
+from services.retrieval.ports import Embedder, VectorStore
+from services.retrieval.settings import Settings
+from shared.web import create_service_app, service_token_guard
+
+log = logging.getLogger("cairn.retrieval")
+
+
+def create_app(
+    settings: Settings | None = None, *, embedder: Embedder | None = None, store: VectorStore | None = None
+) -> FastAPI:
+    """The retrieval service. `embedder` / `store` replace the configured adapters (tests share one model)."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.settings = settings
+        if store is None:
+            chroma = ChromaStore(
+                collection=settings.chroma_collection,
+                path=None if settings.chroma_url else settings.chroma_path,
+                url=settings.chroma_url,
+                timeout_s=settings.chroma_timeout_s,
+            )
+            await chroma.open()
+            app.state.store = chroma
+        else:
+            app.state.store = store
+        owned = None
+        if embedder is None:
+            owned = await asyncio.to_thread(
+                SentenceTransformerEmbedder,
+                settings.model_path(),
+                threads=settings.torch_threads,
+                batch_size=settings.embed_batch_size,
+                cache_size=settings.query_cache_size,
+            )
+        app.state.embedder = embedder or owned
+        log.info(
+            "retrieval ready",
+            extra={
+                "chroma": settings.chroma_url or str(settings.chroma_path),
+                # Chunks never exceed what the model embeds without truncation.
+                "chunk_size_tokens": min(settings.chunk_size_tokens, app.state.embedder.max_tokens),
+            },
+        )
+        try:
+            yield
+        finally:
+            if owned is not None:
+                owned.close()
+
+    async def readiness() -> dict[str, bool]:
+        current_store = getattr(app.state, "store", None)
+        return {
+            "chroma": current_store is not None and await current_store.heartbeat(),
+            "embedder": getattr(app.state, "embedder", None) is not None,
+        }
+
+    app = create_service_app(service="retrieval", title="Cairn retrieval", lifespan=lifespan, readiness=readiness)
+    app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
+    return app
