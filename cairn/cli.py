@@ -1,0 +1,64 @@
+"""`cairn`: run Cairn on one machine, manage users, add documents, ask a question."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cairn import commands
+from cairn.settings import CliSettings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cairn", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start the four services (and Redis/RabbitMQ if needed); Ctrl-C stops")
+    up.add_argument("--no-demo-docs", action="store_true", help="do not add docs/ on the first run")
+    sub.add_parser("down", help="stop a Cairn started by `cairn up` in another shell")
+    sub.add_parser("status", help="show whether each service is up and its dependencies answer")
+
+    user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
+    add = user.add_parser("add", help="add a user")
+    add.add_argument("username")
+    add.add_argument("--role", action="append", choices=["user", "analyst", "admin"], required=True,
+                     help="repeat for several roles")
+    add.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    user.add_parser("list", help="list users")
+
+    ingest = sub.add_parser("ingest", help="add .md/.txt files or folders (recursive) to the collection")
+    ingest.add_argument("paths", nargs="+", type=Path)
+
+    ask = sub.add_parser("ask", help="log in and ask a question; prints the cited answer")
+    ask.add_argument("question")
+    ask.add_argument("--user", default="demo", help="username (default: demo)")
+    ask.add_argument("--password-stdin", action="store_true",
+                     help="read the password from standard input (else $CAIRN_PASSWORD, the demo password, or a prompt)")
+    ask.add_argument("--top-k", type=int, default=8)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = CliSettings()
+    match args.command:
+        case "up":
+            return commands.up(settings, ingest_demo=not args.no_demo_docs)
+        case "down":
+            return commands.down(settings)
+        case "status":
+            return commands.status(settings)
+        case "user" if args.user_command == "add":
+            return commands.user_add(settings, username=args.username, roles=args.role, password_stdin=args.password_stdin)
+        case "user":
+            return commands.user_list(settings)
+        case "ingest":
+            return commands.ingest(settings, paths=args.paths)
+        case "ask":
+            return commands.ask(
+                settings, question=args.question, username=args.user, password_stdin=args.password_stdin, top_k=args.top_k
+            )
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

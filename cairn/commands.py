@@ -1,0 +1,202 @@
+"""The bodies of the `cairn` sub-commands; cli.py only parses arguments and calls these."""
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from cairn import demo
+from cairn.engines import EngineMissing, engines_for, ensure
+from cairn.settings import SERVICES, CliSettings
+from cairn.supervisor import StartFailed, Supervisor, pid_alive, read_state, state_file
+from services.gateway.adapters.redis_store import RedisUserStore, connect
+from services.gateway.users import UserError, add_user
+
+
+def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    state = read_state(settings)
+    if state and pid_alive(state["supervisor"]):
+        print(f"Cairn is already running (pid {state['supervisor']}); `cairn status` or `cairn down`.", file=sys.stderr)
+        return 1
+    try:
+        for engine in engines_for(redis_url=settings.redis_url, amqp_url=settings.amqp_url):
+            ensure(engine)
+    except EngineMissing as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 1
+
+    stopping = False
+
+    def request_stop(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+    supervisor = Supervisor(settings)
+    print("starting gateway, chat, retrieval and analytics ...", flush=True)
+    try:
+        supervisor.start_all()
+        if ingest_demo and demo.collection_is_empty(settings):
+            from cairn.ingest import ingest_paths
+
+            print(f"first run: adding the demo collection ({demo.DOCS_DIR.name}/) ...", flush=True)
+            ingest_paths(
+                [demo.DOCS_DIR],
+                retrieval_url=settings.url_of("retrieval"),
+                service_token=settings.service_token.get_secret_value(),
+            )
+        password = demo.create_demo_user(settings)
+        _print_welcome(settings, password)
+        supervisor.watch(lambda: stopping)
+    except (StartFailed, httpx.HTTPError, OSError) as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        print("stopping Cairn ...", flush=True)
+        supervisor.stop_all()
+    return 0
+
+
+def _print_welcome(settings: CliSettings, password: str) -> None:
+    url = settings.url_of("gateway")
+    print(
+        f"\nCairn is up at {url}\n"
+        f"  user: {demo.DEMO_USER}\n"
+        f"  password: {password}\n"
+        f"  ask:  cairn ask \"How do I add a user?\"\n"
+        f"  curl: curl -s {url}/auth/login -H 'Content-Type: application/json' "
+        f"-d '{{\"username\":\"{demo.DEMO_USER}\",\"password\":\"{password}\"}}'\n"
+        f"  logs: {settings.log_dir}/    stop: Ctrl-C or `cairn down`\n",
+        flush=True,
+    )
+
+
+def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
+    state = read_state(settings)
+    if not state:
+        print("Cairn is not running (no state file in the data directory).")
+        return 0
+    supervisor = state["supervisor"]
+    if pid_alive(supervisor):
+        os.kill(supervisor, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    pids = [supervisor, *state["services"].values()]
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in pids:  # whatever ignored SIGTERM, or was orphaned by a killed supervisor
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    state_file(settings).unlink(missing_ok=True)
+    print("Cairn stopped.")
+    return 0
+
+
+def status(settings: CliSettings) -> int:
+    all_ready = True
+    for name in SERVICES:
+        url = settings.url_of(name)
+        try:
+            response = httpx.get(f"{url}/readyz", timeout=3)
+            checks = response.json().get("checks", {})
+            ready = response.status_code == 200
+            detail = ", ".join(f"{k}={'ok' if v else 'DOWN'}" for k, v in checks.items())
+            line = f"{'ready' if ready else 'NOT READY'}  {detail}"
+        except httpx.HTTPError:
+            ready, line = False, "not answering"
+        all_ready &= ready
+        print(f"{name:<10} {url:<24} {line}")
+    return 0 if all_ready else 1
+
+
+def user_add(settings: CliSettings, *, username: str, roles: list[str], password_stdin: bool) -> int:
+    password = _read_password(password_stdin, confirm=True)
+    try:
+        user = asyncio.run(_with_users(settings, lambda users: add_user(users=users, username=username, password=password, roles=roles)))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"added {user.username} ({', '.join(user.roles)})")
+    return 0
+
+
+def user_list(settings: CliSettings) -> int:
+    for user in asyncio.run(_with_users(settings, lambda users: users.list())):
+        flag = "  (disabled)" if user.disabled else ""
+        print(f"{user.username:<24} {','.join(user.roles)}{flag}")
+    return 0
+
+
+async def _with_users(settings: CliSettings, action):
+    redis = connect(settings.redis_url, timeout_s=5)
+    try:
+        return await action(RedisUserStore(redis, prefix=settings.redis_prefix, timeout_s=5))
+    finally:
+        await redis.aclose()
+
+
+def _read_password(from_stdin: bool, *, confirm: bool = False) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    password = getpass.getpass("password: ")
+    if confirm and getpass.getpass("again: ") != password:
+        raise SystemExit("error: the passwords differ")
+    return password
+
+
+def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
+    from cairn.ingest import ingest_paths
+
+    summary = ingest_paths(
+        paths, retrieval_url=settings.url_of("retrieval"), service_token=settings.service_token.get_secret_value()
+    )
+    return 1 if summary.failed else 0
+
+
+def ask(settings: CliSettings, *, question: str, username: str, password_stdin: bool, top_k: int) -> int:
+    if password_stdin:
+        password = _read_password(True)
+    elif os.environ.get("CAIRN_PASSWORD"):
+        password = os.environ["CAIRN_PASSWORD"]
+    elif username == demo.DEMO_USER:
+        password = demo.demo_password(settings)
+    else:
+        password = _read_password(False)
+    url = settings.url_of("gateway")
+    with httpx.Client(base_url=url, timeout=120) as client:
+        try:
+            login = client.post("/auth/login", json={"username": username, "password": password})
+            if login.status_code != 200:
+                print(f"login failed: {login.json().get('message', login.text)}", file=sys.stderr)
+                return 1
+            headers = {"Authorization": f"Bearer {login.json()['token']}"}
+            answer = client.post("/api/chat", json={"query": question, "top_k": top_k}, headers=headers)
+            client.post("/auth/logout", headers=headers)
+        except httpx.HTTPError as exc:
+            print(f"cannot reach Cairn at {url}: {exc}", file=sys.stderr)
+            return 1
+    if answer.status_code != 200:
+        print(f"error {answer.status_code}: {answer.json().get('message', answer.text)}", file=sys.stderr)
+        return 1
+    _print_answer(answer.json())
+    return 0
+
+
+def _print_answer(body: dict) -> None:
+    print(body["answer"].strip())
+    if body.get("citations"):
+        print()
+        for citation in body["citations"]:
+            where = " > ".join(p for p in (citation.get("title"), citation.get("section")) if p)
+            print(f"[{citation['number']}] {where}  ({citation['doc_id']})")
+    confidence = body.get("confidence") or {}
+    if confidence:
+        print(f"\nconfidence: {confidence.get('level')} — {confidence.get('reason')}")

@@ -1,0 +1,55 @@
+"""First-run set-up for `cairn up`: the demo collection (docs/) and the demo user."""
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+
+import httpx
+
+from cairn.settings import CliSettings
+from services.gateway.adapters.redis_store import RedisUserStore, connect
+from services.gateway.users import ensure_user
+
+DEMO_USER = "demo"
+DEMO_ROLES = ["user", "analyst", "admin"]
+DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
+
+
+def demo_password(settings: CliSettings) -> str:
+    """CAIRN_DEMO_PASSWORD, else the one generated on the first run and kept in the data directory."""
+    if settings.demo_password:
+        return settings.demo_password
+    saved = settings.data_dir / "demo-password"
+    if saved.exists():
+        return saved.read_text().strip()
+    password = secrets.token_urlsafe(12)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.touch(mode=0o600)
+    saved.write_text(password + "\n")
+    return password
+
+
+def create_demo_user(settings: CliSettings) -> str:
+    password = demo_password(settings)
+
+    async def upsert() -> None:
+        redis = connect(settings.redis_url, timeout_s=5)
+        try:
+            users = RedisUserStore(redis, prefix=settings.redis_prefix, timeout_s=5)
+            await ensure_user(users=users, username=DEMO_USER, password=password, roles=DEMO_ROLES)
+        finally:
+            await redis.aclose()
+
+    asyncio.run(upsert())
+    return password
+
+
+def collection_is_empty(settings: CliSettings) -> bool:
+    response = httpx.get(
+        f"{settings.url_of('retrieval')}/documents",
+        headers={"X-Service-Token": settings.service_token.get_secret_value()},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return not response.json()["documents"]
