@@ -67,8 +67,13 @@ class SqlEventStore:
         with self._unavailable_as_503(), self._engine.begin() as conn:
             if self.dialect in ("sqlite", "postgresql"):
                 dialect_insert = sqlite.insert if self.dialect == "sqlite" else postgresql.insert
-                stmt = dialect_insert(events).values(row).on_conflict_do_nothing(index_elements=["event_id"])
-                return conn.execute(stmt).rowcount == 1
+                stmt = (
+                    dialect_insert(events)
+                    .values(row)
+                    .on_conflict_do_nothing(index_elements=["event_id"])
+                    .returning(events.c.event_id)  # rowcount is -1 under psycopg 3; a returned row is certain
+                )
+                return conn.execute(stmt).first() is not None
             try:
                 with conn.begin_nested():
                     conn.execute(insert(events).values(row))
