@@ -27,7 +27,9 @@ def block_header(number: int, heading: str, page: int | None = None) -> str:
 
 
 def format_block(number: int, heading: str, text: str, page: int | None = None) -> str:
-    return f"{block_header(number, heading, page)}\n{text.strip()}"
+    # Passage lines that look like a header are indented one space so the parser never splits on them.
+    body = _HEADER.sub(lambda m: " " + m.group(0), text.strip())
+    return f"{block_header(number, heading, page)}\n{body}"
 
 
 def wrap_context(blocks: list[str]) -> str:
@@ -37,8 +39,8 @@ def wrap_context(blocks: list[str]) -> str:
 def parse_context(message: str) -> list[ContextBlock]:
     """The numbered blocks of the context found in `message` (empty when there is none).
 
-    Only a header carrying the next expected number starts a new block, so passage text that
-    happens to contain `[k] ...` lines is not mistaken for a header.
+    Only a header carrying the next expected number starts a new block, and the writer indents
+    passage lines that look like headers, so passage text is never mistaken for one.
     """
     start = message.find(CONTEXT_START)
     end = message.rfind(CONTEXT_END)

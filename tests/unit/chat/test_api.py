@@ -1,0 +1,122 @@
+"""The HTTP surface: contract, bad input, service token, dependency errors (fakes behind the app)."""
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from services.chat.errors import LLMUnavailable
+from services.chat.main import create_app
+from services.chat.settings import Settings
+from shared.errors import DependencyUnavailable
+from tests.unit.chat.fakes import FakeRetriever, ListPublisher, RecordingGenerator
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "unit-test-token"
+HEADERS = {"X-Service-Token": TOKEN, "X-User-Id": "u7", "X-User-Roles": "user,analyst", "X-Session-Id": "s7"}
+
+
+@asynccontextmanager
+async def chat_client(retriever=None, generator=None, publisher=None):
+    settings = Settings(service_token=TOKEN, chat_models="cairn-extractive,other")
+    app = create_app(settings, retriever=retriever or FakeRetriever(), generator=generator, publisher=publisher or ListPublisher())
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://chat") as client:
+            yield client
+
+
+async def test_chat_returns_the_contract_shape_with_the_offline_generator():
+    publisher, retriever = ListPublisher(), FakeRetriever()
+    async with chat_client(retriever=retriever, publisher=publisher) as client:
+        response = await client.post("/chat", json={"query": "How do I add a user?"}, headers=HEADERS)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"query", "answer", "citations", "sources", "related_docs", "confidence", "metadata"}
+    assert set(body["citations"][0]) == {"number", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet"}
+    assert set(body["confidence"]) == {"level", "score", "reason"}
+    assert set(body["metadata"]["timings_ms"]) == {"reformulate", "retrieval", "generation", "citations", "total"}
+    assert body["metadata"]["request_id"] == response.headers["x-request-id"]
+    assert "[1]" in body["answer"]
+    caller = retriever.calls[0]["caller"]
+    assert (caller.user_id, caller.roles, caller.session_id) == ("u7", ("user", "analyst"), "s7")
+    assert publisher.started and publisher.closed
+    assert publisher.types() == ["QuerySubmitted", "ResponseGenerated"]
+
+
+@pytest.mark.parametrize(
+    "payload,where",
+    [
+        ({"query": ""}, "query"),
+        ({"query": "   "}, "query"),
+        ({"query": "x" * 1001}, "query"),
+        ({"query": 42}, "query"),
+        ({"query": ["a"]}, "query"),
+        ({}, "query"),
+        ({"query": "ok", "top_k": 0}, "top_k"),
+        ({"query": "ok", "top_k": 51}, "top_k"),
+        ({"query": "ok", "top_k": "five"}, "top_k"),
+        ({"query": "ok", "top_k": 2.5}, "top_k"),
+        ({"query": "ok", "filters": "category=guide"}, "filters"),
+    ],
+)
+async def test_bad_input_is_422_invalid_request(payload, where):
+    async with chat_client() as client:
+        response = await client.post("/chat", json=payload, headers=HEADERS)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "invalid_request" and body["message"].startswith(where)
+
+
+async def test_a_query_of_exactly_1000_characters_after_trimming_is_accepted():
+    async with chat_client() as client:
+        response = await client.post("/chat", json={"query": "  " + "a" * 1000 + "  "}, headers=HEADERS)
+    assert response.status_code == 200
+
+
+async def test_unknown_model_is_422_unknown_model():
+    async with chat_client() as client:
+        refused = await client.post("/chat", json={"query": "add user", "model_id": "gpt-9"}, headers=HEADERS)
+        allowed = await client.post("/chat", json={"query": "add user", "model_id": "other"}, headers=HEADERS)
+    assert refused.status_code == 422 and refused.json()["error"] == "unknown_model"
+    assert "other" in refused.json()["message"]
+    assert allowed.status_code == 200
+
+
+async def test_malformed_json_is_400():
+    async with chat_client() as client:
+        response = await client.post(
+            "/chat", content=b'{"query": "unterminated', headers={**HEADERS, "Content-Type": "application/json"}
+        )
+    assert response.status_code == 400 and response.json()["error"] == "malformed_json"
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+async def test_calls_without_the_service_token_are_401(token):
+    headers = {"X-Service-Token": token} if token else {}
+    retriever = FakeRetriever()
+    async with chat_client(retriever=retriever) as client:
+        response = await client.post("/chat", json={"query": "add user"}, headers=headers)
+    assert response.status_code == 401 and response.json()["error"] == "unauthorized"
+    assert retriever.calls == []
+
+
+async def test_retrieval_down_is_503_retrieval_unavailable():
+    async with chat_client(retriever=FakeRetriever(error=DependencyUnavailable("retrieval"))) as client:
+        response = await client.post("/chat", json={"query": "add user"}, headers=HEADERS)
+    assert response.status_code == 503 and response.json()["error"] == "retrieval_unavailable"
+
+
+async def test_llm_failure_is_502_llm_unavailable():
+    async with chat_client(generator=RecordingGenerator(error=LLMUnavailable("boom"))) as client:
+        response = await client.post("/chat", json={"query": "add user"}, headers=HEADERS)
+    assert response.status_code == 502 and response.json()["error"] == "llm_unavailable"
+
+
+async def test_readiness_reports_retrieval_and_llm():
+    retriever = FakeRetriever()
+    async with chat_client(retriever=retriever) as client:
+        ready = await client.get("/readyz")
+        retriever.healthy = False
+        not_ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["checks"] == {"retrieval": True, "llm": True}
+    assert not_ready.status_code == 503 and not_ready.json()["checks"]["retrieval"] is False

@@ -1,0 +1,56 @@
+import pytest
+
+from services.chat.context_format import CONTEXT_END, CONTEXT_START, parse_context
+from services.chat.prompt import build_prompt, estimate_tokens, system_template
+from tests.unit.chat.fakes import make_chunk
+
+pytestmark = pytest.mark.unit
+
+
+def test_chunks_are_numbered_in_rank_order_with_title_and_section():
+    chunks = [make_chunk(1, "Alpha text.", title="Guide", section="Install"), make_chunk(2, "Beta text.", page=4)]
+    prompt = build_prompt(query="what?", chunks=chunks, token_budget=3500)
+    system, user = prompt.messages
+    assert system["role"] == "system" and user == {"role": "user", "content": "what?"}
+    assert "[1] Guide > Install\nAlpha text." in system["content"]
+    assert "[2] Doc 2 > Intro (page 4)\nBeta text." in system["content"]
+    assert system["content"].index("[1]") < system["content"].index("[2]")
+    assert prompt.chunks == chunks
+
+
+def test_system_prompt_comes_from_the_template_and_instructs_citing():
+    prompt = build_prompt(query="q", chunks=[make_chunk(1, "x y z")], token_budget=3500)
+    before_slot = system_template().split("{context}")[0]
+    assert prompt.messages[0]["content"].startswith(before_slot)
+    assert "only" in before_slot.lower() and "[1]" in before_slot
+
+
+def test_budget_stops_adding_chunks_once_full():
+    chunks = [make_chunk(n, "word " * 200) for n in range(1, 6)]  # ~250 tokens per block
+    prompt = build_prompt(query="q", chunks=chunks, token_budget=600)
+    assert [c.chunk_id for c in prompt.chunks] == ["chunk-1", "chunk-2"]
+    assert "[3]" not in prompt.messages[0]["content"]
+
+
+def test_a_single_oversized_first_chunk_is_cut_not_dropped():
+    prompt = build_prompt(query="q", chunks=[make_chunk(1, "word " * 1000)], token_budget=100)
+    assert len(prompt.chunks) == 1
+    context = prompt.messages[0]["content"].split(CONTEXT_START)[1]
+    assert estimate_tokens(context) <= 110
+
+
+def test_parser_reads_back_what_the_writer_wrote():
+    chunks = [
+        make_chunk(1, "First passage.\n\n[2] not a header: it is inside passage one"),
+        make_chunk(2, "Second passage.", page=9),
+    ]
+    prompt = build_prompt(query="q", chunks=chunks, token_budget=3500)
+    blocks = parse_context(prompt.messages[0]["content"])
+    assert [(b.number, b.heading) for b in blocks] == [(1, "Doc 1 > Intro"), (2, "Doc 2 > Intro (page 9)")]
+    assert blocks[1].text == "Second passage."
+    assert "inside passage one" in blocks[0].text
+
+
+def test_parser_finds_nothing_without_a_context():
+    assert parse_context("no context here") == []
+    assert parse_context(f"{CONTEXT_START}\n{CONTEXT_END}") == []
