@@ -1,0 +1,99 @@
+"""Hand-written stand-ins for the embedding model and Chroma."""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+from services.retrieval.ports import ChunkHit, DocumentInfo, MetadataValue, StoredChunk
+from shared.errors import DependencyUnavailable
+
+_WORD = re.compile(r"\w+")
+DIMENSIONS = 64
+
+
+def bag_of_words(text: str) -> list[float]:
+    vector = [0.0] * DIMENSIONS
+    for word in _WORD.findall(text.lower()):
+        vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % DIMENSIONS] += 1.0
+    norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+    return [v / norm for v in vector]
+
+
+class FakeEmbedder:
+    """Words are tokens; vectors are hashed bags of words, so shared words mean similar vectors."""
+
+    def __init__(self, max_tokens: int = 512) -> None:
+        self.max_tokens = max_tokens
+        self.embedded_texts: list[str] = []
+
+    async def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.embedded_texts += texts
+        return [bag_of_words(t) for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return bag_of_words(text)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+class FakeStore:
+    """An in-memory VectorStore; set `available = False` to play a Chroma that does not answer."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[str, StoredChunk] = {}
+        self.available = True
+
+    def _check(self) -> None:
+        if not self.available:
+            raise DependencyUnavailable("chroma")
+
+    async def upsert(self, chunks: list[StoredChunk]) -> None:
+        self._check()
+        for chunk in chunks:
+            self.chunks[chunk.chunk_id] = chunk
+
+    async def delete(self, *, doc_id: str, from_chunk_index: int = 0) -> int:
+        self._check()
+        doomed = [
+            cid for cid, c in self.chunks.items() if c.doc_id == doc_id and int(c.metadata["chunk_index"]) >= from_chunk_index
+        ]
+        for cid in doomed:
+            del self.chunks[cid]
+        return len(doomed)
+
+    async def query(
+        self, *, embedding: list[float], top_k: int, where: dict[str, MetadataValue] | None = None
+    ) -> list[ChunkHit]:
+        self._check()
+        hits = [
+            ChunkHit(c.chunk_id, c.doc_id, c.content, 1.0 - sum(a * b for a, b in zip(embedding, c.embedding)), dict(c.metadata) | {"doc_id": c.doc_id})
+            for c in self.chunks.values()
+            if all((c.metadata | {"doc_id": c.doc_id}).get(k) == v for k, v in (where or {}).items())
+        ]
+        return sorted(hits, key=lambda h: h.distance)[:top_k]
+
+    async def get_document(self, doc_id: str) -> DocumentInfo | None:
+        return next((d for d in await self.list_documents() if d.doc_id == doc_id), None)
+
+    async def list_documents(self) -> list[DocumentInfo]:
+        self._check()
+        by_doc: dict[str, list[StoredChunk]] = {}
+        for chunk in self.chunks.values():
+            by_doc.setdefault(chunk.doc_id, []).append(chunk)
+        documents = []
+        for doc_id in sorted(by_doc):
+            first = min(by_doc[doc_id], key=lambda c: c.metadata["chunk_index"])
+            documents.append(
+                DocumentInfo(
+                    doc_id=doc_id,
+                    chunks=len(by_doc[doc_id]),
+                    content_hashes=frozenset(str(c.metadata["content_hash"]) for c in by_doc[doc_id]),
+                    metadata={k: first.metadata[k] for k in ("title", "source", "url", "category", "content_hash") if k in first.metadata},
+                )
+            )
+        return documents
+
+    async def heartbeat(self) -> bool:
+        return self.available

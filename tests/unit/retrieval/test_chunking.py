@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import pytest
+
+from services.retrieval.chunking import Chunk, chunk_text, document_title
+
+pytestmark = pytest.mark.unit
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def numbered(n: int, start: int = 0) -> str:
+    return " ".join(f"w{i}." if i % 7 == 6 else f"w{i}" for i in range(start, start + n))
+
+
+GUIDE = f"""# Cairn guide
+
+Cairn answers questions from your documents.
+
+## Operations
+
+### Starting
+
+Run make up. {numbered(60)}
+
+### Stopping
+
+Press Ctrl-C in the shell that runs cairn up.
+
+## Users
+
+{numbered(30, 1000)}
+
+{numbered(30, 2000)}
+"""
+
+
+def test_chunk_text_is_the_exact_span_of_the_original() -> None:
+    for chunk in chunk_text(GUIDE, count_tokens=words, chunk_size=20, chunk_overlap=5):
+        assert GUIDE[chunk.char_start : chunk.char_end] == chunk.text
+        assert chunk.text == chunk.text.strip() and chunk.text
+
+
+def test_chunks_stay_within_the_token_budget_and_cover_every_word() -> None:
+    chunks = chunk_text(GUIDE, count_tokens=words, chunk_size=20, chunk_overlap=5)
+    assert all(words(c.text) <= 20 for c in chunks)
+    covered = " ".join(c.text for c in chunks).split()
+    assert set(GUIDE.split()) <= set(covered)
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
+
+
+def test_consecutive_chunks_of_a_section_overlap() -> None:
+    text = numbered(200)
+    chunks = chunk_text(text, count_tokens=words, chunk_size=40, chunk_overlap=8)
+    assert len(chunks) >= 5
+    for before, after in zip(chunks, chunks[1:]):
+        assert after.char_start < before.char_end, "the next chunk should start inside the previous one"
+        shared = words(text[after.char_start : before.char_end])
+        assert 1 <= shared <= 8
+
+
+def test_no_overlap_when_asked_for_none() -> None:
+    chunks = chunk_text(numbered(100), count_tokens=words, chunk_size=30, chunk_overlap=0)
+    assert all(after.char_start >= before.char_end for before, after in zip(chunks, chunks[1:]))
+
+
+def test_sections_carry_the_heading_path_without_the_title() -> None:
+    chunks = chunk_text(GUIDE, count_tokens=words, chunk_size=200, chunk_overlap=10)
+    by_section = {c.section: c for c in chunks}
+    assert set(by_section) == {"", "Operations > Starting", "Operations > Stopping", "Users"}
+    assert by_section["Operations > Stopping"].text.startswith("### Stopping")
+    # "## Operations" has nothing under it but sub-headings: it opens the Starting chunk, not a chunk of its own.
+    assert by_section["Operations > Starting"].text.startswith("## Operations\n\n### Starting")
+
+
+def test_a_heading_inside_a_code_fence_is_not_a_section() -> None:
+    text = "# T\n\n## Real\n\n```sh\n# not a heading\necho hi\n```\n"
+    (chunk,) = chunk_text(text, count_tokens=words, chunk_size=100, chunk_overlap=0)
+    assert chunk.section == "Real"
+    assert "# not a heading" in chunk.text
+
+
+def test_plain_text_has_no_sections() -> None:
+    text = "# looks like a heading\n\nbut this is a .txt file"
+    chunks = chunk_text(text, count_tokens=words, chunk_size=100, chunk_overlap=0, markdown=False)
+    assert [c.section for c in chunks] == [""]
+    assert document_title(text, fallback="notes", markdown=False) == "notes"
+
+
+def test_a_word_longer_than_the_budget_is_cut_by_characters() -> None:
+    def chars(text: str) -> int:  # one token per 4 characters, like a sub-word tokenizer
+        return sum(-(-len(w) // 4) for w in text.split())
+
+    blob = "x" * 1000
+    chunks = chunk_text(f"before {blob} after", count_tokens=chars, chunk_size=50, chunk_overlap=0)
+    assert all(chars(c.text) <= 50 for c in chunks)
+    assert "".join(c.text for c in chunks if c.text.startswith("x")).count("x") >= 1000 - 8
+
+
+def test_paragraphs_are_kept_whole_when_they_fit() -> None:
+    paragraphs = [numbered(12, i * 100) for i in range(6)]
+    chunks = chunk_text("\n\n".join(paragraphs), count_tokens=words, chunk_size=30, chunk_overlap=0)
+    assert len(chunks) == 3
+    for chunk in chunks:
+        assert all(part in paragraphs for part in chunk.text.split("\n\n"))
+
+
+def test_title_is_the_first_level_one_heading_else_the_fallback() -> None:
+    assert document_title(GUIDE, fallback="x") == "Cairn guide"
+    assert document_title("## Only a subheading\ntext", fallback="guide") == "guide"
+
+
+def test_blank_text_has_no_chunks() -> None:
+    assert chunk_text(" \n\n\t", count_tokens=words, chunk_size=10, chunk_overlap=0) == []
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(0, 0), (10, 10), (10, -1)])
+def test_impossible_sizes_are_refused(size: int, overlap: int) -> None:
+    with pytest.raises(ValueError):
+        chunk_text("text", count_tokens=words, chunk_size=size, chunk_overlap=overlap)
+
+
+def test_chunk_records_are_plain_data() -> None:
+    (chunk,) = chunk_text("hello world", count_tokens=words, chunk_size=10, chunk_overlap=0)
+    assert chunk == Chunk("hello world", 0, "", 0, 11)

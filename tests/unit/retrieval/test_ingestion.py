@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+
+from services.retrieval.ingestion import NewDocument, content_hash, ingest_document
+from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
+
+pytestmark = pytest.mark.unit
+
+GUIDE = "# Guide\n\n## Install\n\nRun make install first.\n\n## Start\n\nRun make up to start every service.\n"
+
+
+@pytest.fixture
+def embedder() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+@pytest.fixture
+def store() -> FakeStore:
+    return FakeStore()
+
+
+async def ingest(document: NewDocument, embedder: FakeEmbedder, store: FakeStore, chunk_size: int = 50):
+    return await ingest_document(document, embedder=embedder, store=store, chunk_size=chunk_size, chunk_overlap=2)
+
+
+async def test_a_new_document_is_added_with_stable_chunk_ids_and_metadata(embedder, store) -> None:
+    result = await ingest(NewDocument(text=GUIDE, source="docs/guide.md", category="guide"), embedder, store)
+    assert (result.doc_id, result.title, result.status, result.chunks) == ("docs/guide.md", "Guide", "added", 2)
+    assert sorted(store.chunks) == ["docs/guide.md#0", "docs/guide.md#1"]
+    meta = store.chunks["docs/guide.md#1"].metadata
+    assert meta["section"] == "Start" and meta["category"] == "guide" and meta["source"] == "docs/guide.md"
+    assert meta["content_hash"] == content_hash(GUIDE)
+    assert GUIDE[meta["char_start"] : meta["char_end"]] == store.chunks["docs/guide.md#1"].content
+    assert "url" not in meta, "None values are not stored"
+
+
+async def test_the_same_content_again_is_a_no_op(embedder, store) -> None:
+    await ingest(NewDocument(text=GUIDE, doc_id="g"), embedder, store)
+    embedded = len(embedder.embedded_texts)
+    again = await ingest(NewDocument(text=GUIDE, doc_id="g"), embedder, store)
+    assert (again.status, again.chunks) == ("unchanged", 2)
+    assert len(embedder.embedded_texts) == embedded
+
+
+async def test_changed_content_replaces_every_old_chunk(embedder, store) -> None:
+    long_text = "# Guide\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 40 for i in range(5))
+    first = await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store)
+    assert first.chunks == 5
+    second = await ingest(NewDocument(text="# Guide\n\nNow it is short.", doc_id="g"), embedder, store)
+    assert (second.status, second.chunks) == ("replaced", 1)
+    assert list(store.chunks) == ["g#0"]
+    assert store.chunks["g#0"].content == "# Guide\n\nNow it is short."
+
+
+async def test_new_metadata_for_the_same_text_replaces(embedder, store) -> None:
+    await ingest(NewDocument(text=GUIDE, doc_id="g", category="old"), embedder, store)
+    result = await ingest(NewDocument(text=GUIDE, doc_id="g", category="new"), embedder, store)
+    assert result.status == "replaced"
+    assert {c.metadata["category"] for c in store.chunks.values()} == {"new"}
+
+
+async def test_doc_id_is_derived_from_the_source_else_the_content(embedder, store) -> None:
+    from_source = await ingest(NewDocument(text="hello", source="notes\\todo.txt"), embedder, store)
+    from_text = await ingest(NewDocument(text="hello there"), embedder, store)
+    assert from_source.doc_id == "notes/todo.txt" and from_source.title == "todo"
+    assert from_text.doc_id == f"doc-{content_hash('hello there')[:16]}"
+
+
+async def test_a_txt_source_is_plain_text(embedder, store) -> None:
+    result = await ingest(NewDocument(text="# not a title\n\nplain", source="a.txt"), embedder, store)
+    assert result.title == "a"
+    assert store.chunks["a.txt#0"].metadata["section"] == ""
+
+
+async def test_chunks_never_exceed_what_the_model_embeds(store) -> None:
+    small_model = FakeEmbedder(max_tokens=10)
+    result = await ingest(NewDocument(text="word " * 100, doc_id="d"), small_model, store, chunk_size=256)
+    assert result.chunks >= 10
+    assert all(len(c.content.split()) <= 10 for c in store.chunks.values())
+
+
+async def test_blank_text_is_refused(embedder, store) -> None:
+    with pytest.raises(ValueError):
+        await ingest(NewDocument(text="  \n"), embedder, store)

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from services.retrieval.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults_work_on_one_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RETRIEVAL_PORT", "RETRIEVAL_HOST", "CHROMA_URL", "EMBEDDING_MODEL_PATH", "CAIRN_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings()
+    assert (settings.host, settings.port, settings.chroma_url) == ("127.0.0.1", 8002, None)
+    assert settings.chroma_path == Path("data") / "chroma"
+    assert (settings.model_path() / "config.json").is_file(), "the packaged MiniLM is installed"
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RETRIEVAL_PORT", "9102")
+    monkeypatch.setenv("CHROMA_URL", "http://127.0.0.1:8999")
+    monkeypatch.setenv("EMBEDDING_MODEL_PATH", str(tmp_path))
+    monkeypatch.setenv("CHUNK_SIZE_TOKENS", "128")
+    settings = Settings()
+    assert (settings.port, settings.chroma_url, settings.chunk_size_tokens) == (9102, "http://127.0.0.1:8999", 128)
+    assert settings.model_path() == tmp_path
+
+
+def test_overlap_must_be_smaller_than_the_chunk() -> None:
+    with pytest.raises(ValidationError):
+        Settings(chunk_size_tokens=64, chunk_overlap_tokens=64)
