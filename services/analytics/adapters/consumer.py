@@ -49,7 +49,9 @@ class EventConsumer:
     @property
     def connected(self) -> bool:
         return (
-            self._messages is not None
+            self._task is not None
+            and not self._task.done()
+            and self._messages is not None
             and self._connection is not None
             and not self._connection.is_closed
             and self._connection.connected.is_set()
@@ -101,7 +103,10 @@ class EventConsumer:
             if self._stop.is_set():  # close() came while we were subscribing
                 return
             async for message in messages:
-                await settle(message, store=self._store, stop=self._stop)
+                try:
+                    await settle(message, store=self._store, stop=self._stop)
+                except Exception as exc:  # channel lost mid-message: the broker redelivers it, keep consuming
+                    log.warning("settling a message failed", extra={"error": repr(exc)})
 
     async def _subscribe(self) -> aio_pika.abc.AbstractQueue:
         self._connection = await aio_pika.connect_robust(self._amqp_url, timeout=self._connect_timeout_s)
