@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import Engine, case, create_engine, event, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from services.analytics.adapters.schema import events, metadata
 from services.analytics.domain import EventRecord, Summary
@@ -58,7 +58,11 @@ class SqlEventStore:
 
     def create_schema(self) -> None:
         with self._unavailable_as_503():
-            metadata.create_all(self._engine)
+            try:
+                metadata.create_all(self._engine)
+            except (IntegrityError, ProgrammingError):
+                # Another replica created the tables between our check and our CREATE: look again.
+                metadata.create_all(self._engine)
         self._schema_ready = True
 
     def add(self, record: EventRecord) -> bool:
