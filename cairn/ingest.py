@@ -69,9 +69,9 @@ def collect_files(paths: Iterable[Path]) -> tuple[list[Path], list[tuple[str, st
             if path.suffix.lower() in SUFFIXES:
                 files.append(path)
             else:
-                refused.append((str(path), f"unsupported file type {path.suffix or '(none)'}; use .md or .txt"))
+                refused.append((source_name(path), f"unsupported file type {path.suffix or '(none)'}; use .md or .txt"))
         else:
-            refused.append((str(path), "no such file or folder"))
+            refused.append((source_name(path), "no such file or folder"))
     return list(dict.fromkeys(files)), refused
 
 

@@ -1,0 +1,61 @@
+"""`cairn ingest` against a live retrieval service on a real port."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cairn.ingest import IngestError, ingest_paths
+from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.main import create_app
+from services.retrieval.settings import Settings
+from tests.support import free_port, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "ingest-token"
+
+
+@pytest.fixture
+def retrieval_url(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[str]:
+    settings = Settings(service_token=TOKEN, data_dir=tmp_path / "data")
+    with serve_in_thread(create_app(settings, embedder=embedder)) as url:
+        yield url
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "notes"
+    (root / "deep" / "deeper").mkdir(parents=True)
+    (root / ".hidden").mkdir()
+    (root / "intro.md").write_text("# Intro\n\nCairn answers questions with citations.\n")
+    (root / "deep" / "deeper" / "faq.txt").write_text("Ask with cairn ask QUESTION.\n")
+    (root / "deep" / "latin1.md").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (root / "empty.md").write_text("  \n")
+    (root / "picture.png").write_bytes(b"\x89PNG")
+    (root / ".hidden" / "secret.md").write_text("# Hidden\n\nnot for the index")
+    monkeypatch.chdir(tmp_path)
+    return root
+
+
+def test_folders_are_walked_and_bad_files_do_not_stop_the_rest(retrieval_url: str, tree: Path) -> None:
+    summary = ingest_paths([Path("notes")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert (summary.added, summary.unchanged, summary.replaced) == (2, 0, 0)
+    assert sorted(summary.failed_names) == ["notes/deep/latin1.md", "notes/empty.md"]
+    assert dict(summary.failures)["notes/deep/latin1.md"] == "not UTF-8 text"
+    assert "2 added" in summary.describe() and "notes/empty.md" in summary.describe()
+
+    (tree / "intro.md").write_text("# Intro\n\nCairn answers questions, now with confidence levels.\n")
+    again = ingest_paths(
+        [tree, tree / "picture.png", Path("missing.md")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False
+    )
+    assert (again.added, again.unchanged, again.replaced) == (0, 1, 1), "doc ids are the same relative paths"
+    assert sorted(again.failed_names) == ["missing.md", "notes/deep/latin1.md", "notes/empty.md", "notes/picture.png"]
+
+
+def test_a_wrong_token_or_a_dead_service_stops_at_once(retrieval_url: str, tree: Path) -> None:
+    with pytest.raises(IngestError, match="service token"):
+        ingest_paths([tree], retrieval_url=retrieval_url, service_token="wrong", progress=False)
+    with pytest.raises(IngestError, match="not reachable"):
+        ingest_paths([tree], retrieval_url=f"http://127.0.0.1:{free_port()}", service_token=TOKEN, progress=False)

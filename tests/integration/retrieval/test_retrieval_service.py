@@ -1,0 +1,157 @@
+"""The retrieval app with the real MiniLM model and real Chroma, over its HTTP API."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.chunking import chunk_text
+from services.retrieval.main import create_app
+from services.retrieval.settings import Settings
+from tests.integration.retrieval.chroma_server import ChromaServer
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "integration-token"
+AUTH = {"X-Service-Token": TOKEN}
+REPO = Path(__file__).resolve().parents[3]
+
+OPERATIONS = """# Operations
+
+How to run Cairn day to day.
+
+## Starting
+
+Run `make up` in the repository. It starts the gateway, chat, retrieval and analytics services.
+
+## Stopping
+
+Press Ctrl-C in the shell running cairn up, or run `cairn down` from another shell.
+"""
+
+USERS = """# Users
+
+## Adding a user
+
+An administrator creates accounts with `cairn user add NAME --role user`. The password is read from a prompt.
+
+## Roles
+
+Analysts may read the analytics dashboard; admins may also manage documents.
+"""
+
+
+def settings_for(tmp_path: Path, **overrides) -> Settings:
+    return Settings(service_token=TOKEN, data_dir=tmp_path, chroma_collection="cairn-test", **overrides)
+
+
+@pytest.fixture
+def client(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[TestClient]:
+    with TestClient(create_app(settings_for(tmp_path), embedder=embedder)) as client:
+        for source, text in (("guide/operations.md", OPERATIONS), ("guide/users.md", USERS)):
+            response = client.post("/documents", json={"text": text, "source": source, "category": "guide"}, headers=AUTH)
+            assert response.status_code == 200, response.text
+            assert response.json()["status"] == "added"
+        yield client
+
+
+def test_search_finds_the_right_document_first_with_its_metadata(client: TestClient) -> None:
+    response = client.post("/search", json={"query": "How do I add a user?", "top_k": 3}, headers=AUTH)
+    assert response.status_code == 200
+    body = response.json()
+    top = body["results"][0]
+    assert top["doc_id"] == "guide/users.md"
+    assert top["chunk_id"] == f"guide/users.md#{top['metadata']['chunk_index']}"
+    assert top["metadata"]["title"] == "Users" and top["metadata"]["section"] == "Adding a user"
+    assert top["metadata"]["category"] == "guide" and top["metadata"]["source"] == "guide/users.md"
+    assert USERS[top["metadata"]["char_start"] : top["metadata"]["char_end"]] == top["content"]
+    assert 0.3 < top["score"] <= 1 and top["dense_score"] == top["score"]
+    scores = [r["score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+
+    stopping = client.post("/search", json={"query": "how do I stop cairn"}, headers=AUTH).json()["results"][0]
+    assert stopping["metadata"]["section"] == "Stopping"
+
+
+def test_threshold_and_filters(client: TestClient) -> None:
+    strict = client.post("/search", json={"query": "How do I add a user?", "threshold": 0.99}, headers=AUTH).json()
+    assert strict["results"] == []
+    only_ops = client.post(
+        "/search", json={"query": "How do I add a user?", "filters": {"doc_id": "guide/operations.md"}}, headers=AUTH
+    ).json()
+    assert only_ops["results"] and {r["doc_id"] for r in only_ops["results"]} == {"guide/operations.md"}
+
+
+def test_reingesting_is_a_no_op_and_a_change_replaces(client: TestClient) -> None:
+    same = client.post("/documents", json={"text": USERS, "source": "guide/users.md", "category": "guide"}, headers=AUTH)
+    assert same.json()["status"] == "unchanged"
+
+    changed = "# Users\n\nAccounts are now managed by single sign-on."
+    replaced = client.post("/documents", json={"text": changed, "source": "guide/users.md", "category": "guide"}, headers=AUTH)
+    assert replaced.json() == {"doc_id": "guide/users.md", "title": "Users", "status": "replaced", "chunks": 1}
+    documents = {d["doc_id"]: d for d in client.get("/documents", headers=AUTH).json()["documents"]}
+    assert documents["guide/users.md"]["chunks"] == 1
+    hits = client.post("/search", json={"query": "add a user with a role", "top_k": 10}, headers=AUTH).json()["results"]
+    assert all("cairn user add" not in r["content"] for r in hits), "the old chunks are gone"
+
+
+def test_delete_removes_the_document(client: TestClient) -> None:
+    deleted = client.delete("/documents/guide/users.md", headers=AUTH)
+    assert deleted.status_code == 200 and deleted.json()["deleted_chunks"] >= 2
+    assert [d["doc_id"] for d in client.get("/documents", headers=AUTH).json()["documents"]] == ["guide/operations.md"]
+    assert client.delete("/documents/guide/users.md", headers=AUTH).status_code == 404
+
+
+def test_bad_requests_are_refused(client: TestClient) -> None:
+    assert client.post("/search", json={"query": "x"}).status_code == 401
+    for body in ({"query": ""}, {"query": "x", "top_k": 0}, {"query": "x", "top_k": 51}):
+        response = client.post("/search", json=body, headers=AUTH)
+        assert response.status_code == 422 and response.json()["error"] == "invalid_request"
+    bad = client.post("/search", content=b"{not json", headers=AUTH | {"Content-Type": "application/json"})
+    assert bad.status_code == 400 and bad.json()["error"] == "malformed_json"
+    assert client.post("/documents", json={"text": "   "}, headers=AUTH).status_code == 422
+
+
+def test_the_index_survives_a_restart(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
+    with TestClient(create_app(settings_for(tmp_path), embedder=embedder)) as first:
+        assert first.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH).status_code == 200
+    with TestClient(create_app(settings_for(tmp_path), embedder=embedder)) as again:
+        assert [d["doc_id"] for d in again.get("/documents", headers=AUTH).json()["documents"]] == ["users.md"]
+        assert again.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH).json()["status"] == "unchanged"
+        assert again.get("/readyz").json()["checks"] == {"chroma": True, "embedder": True}
+
+
+def test_chunks_respect_the_budget_in_real_model_tokens(embedder: SentenceTransformerEmbedder) -> None:
+    texts = [p.read_text() for p in sorted((REPO / "docs").glob("*.md"))] or [OPERATIONS * 20]
+    for text in texts:
+        chunks = chunk_text(text, count_tokens=embedder.count_tokens, chunk_size=64, chunk_overlap=8)
+        assert chunks
+        assert max(embedder.count_tokens(c.text) for c in chunks) <= 64
+    assert embedder.max_tokens == 254
+
+
+def test_chroma_server_down_gives_503_then_recovers(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
+    server = ChromaServer(tmp_path / "chroma-server")
+    settings = settings_for(tmp_path, chroma_url=server.url, chroma_timeout_s=5)
+    with TestClient(create_app(settings, embedder=embedder)) as client:
+        started = time.perf_counter()
+        down = client.post("/search", json={"query": "anything"}, headers=AUTH)
+        assert time.perf_counter() - started < 5, "a refused connection must not wait for the timeout"
+        assert down.status_code == 503 and down.json()["error"] == "chroma_unavailable"
+        assert client.get("/readyz").json()["checks"]["chroma"] is False
+        server.start()
+        try:
+            added = client.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH)
+            assert added.status_code == 200 and added.json()["status"] == "added"
+            hit = client.post("/search", json={"query": "How do I add a user?"}, headers=AUTH).json()["results"][0]
+            assert hit["doc_id"] == "users.md"
+            assert client.get("/readyz").status_code == 200
+            server.stop()
+            again = client.post("/search", json={"query": "How do I add a user?"}, headers=AUTH)
+            assert again.status_code == 503 and again.json()["error"] == "chroma_unavailable"
+        finally:
+            server.stop()
