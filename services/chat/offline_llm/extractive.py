@@ -14,7 +14,8 @@ from services.chat.context_format import ContextBlock
 INSUFFICIENT = "The documents do not contain enough information to answer that."
 MAX_SENTENCES = 3
 _K1, _B = 1.2, 0.75
-_KEEP_RATIO = 0.35  # a sentence must score at least this share of the best one to be used
+_KEEP_RATIO = 0.5  # a sentence must score at least this share of the best one to be used
+_RANK_DECAY = 0.1  # passages come best first from retrieval: a sentence of passage n is worth 1 / (1 + 0.1 (n - 1))
 
 _STOPWORDS = frozenset(
     """a about above after again all am an and any are as at be because been before being below between both
@@ -48,20 +49,44 @@ def terms_of(text: str) -> list[str]:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a markdown passage: headings and code fences dropped, list items kept as sentences."""
+    """Sentences of a markdown passage: wrapped lines joined, headings, tables and code blocks left
+    out, each list item its own unit."""
     sentences: list[str] = []
+    for unit in _prose_units(text):
+        sentences.extend(part.strip() for part in _SENTENCE_SPLIT.split(unit) if _is_sentence(part.strip()))
+    return sentences
+
+
+def _is_sentence(text: str) -> bool:
+    # An unpunctuated tail is often a passage cut mid-sentence by chunking: ask more of it.
+    return len(text.split()) >= (3 if text[-1:] in ".!?:)`\"'" else 5)
+
+
+def _prose_units(text: str) -> list[str]:
+    units: list[str] = []
+    current: list[str] = []
     in_code = False
+
+    def flush() -> None:
+        if current:
+            units.append(" ".join(current))
+            current.clear()
+
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("```"):
             in_code = not in_code
+            flush()
             continue
-        if in_code or not stripped or stripped.startswith("#") or set(stripped) <= set("-=|:* "):
+        if in_code or not stripped or stripped.startswith(("#", "|")) or set(stripped) <= set("-=*_ "):
+            flush()
             continue
-        for part in _SENTENCE_SPLIT.split(_LIST_MARK.sub("", stripped)):
-            if len(part.split()) >= 3:
-                sentences.append(part.strip())
-    return sentences
+        if _LIST_MARK.match(stripped):
+            flush()
+            stripped = _LIST_MARK.sub("", stripped)
+        current.append(stripped)
+    flush()
+    return units
 
 
 def answer(question: str, blocks: list[ContextBlock]) -> str:
@@ -85,22 +110,24 @@ def answer(question: str, blocks: list[ContextBlock]) -> str:
             idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
             tf = s.terms[term]
             total += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * length / avg_len))
-        return total
+        return total / (1 + _RANK_DECAY * (s.source - 1))
 
     ranked = sorted(((score(s), i, s) for i, s in enumerate(sentences)), key=lambda t: (-t[0], t[1]))
     best = ranked[0][0]
     if best <= 0:
         return INSUFFICIENT
     chosen: list[Sentence] = []
-    seen: set[str] = set()
     for value, _, sentence in ranked:
-        key = " ".join(sentence.text.lower().split())
         if value < best * _KEEP_RATIO or len(chosen) == MAX_SENTENCES:
             break
-        if key not in seen:
-            seen.add(key)
+        if not any(_repeats(sentence, other) for other in chosen):
             chosen.append(sentence)
     return " ".join(cite(s.text, s.source) for s in chosen)
+
+
+def _repeats(a: Sentence, b: Sentence) -> bool:
+    """True when one sentence says nothing the other does not (same terms, or a subset)."""
+    return a.terms.keys() <= b.terms.keys() or b.terms.keys() <= a.terms.keys()
 
 
 def cite(sentence: str, number: int) -> str:

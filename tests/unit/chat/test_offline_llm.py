@@ -39,8 +39,24 @@ def test_says_information_is_insufficient_when_nothing_overlaps():
 
 
 def test_sentence_splitting_skips_headings_and_code_and_keeps_list_items():
-    text = "# Title\nFirst sentence is here. Second one is here too.\n```\ncode line not prose\n```\n- a list item here"
-    assert split_sentences(text) == ["First sentence is here.", "Second one is here too.", "a list item here"]
+    text = (
+        "# Title\nFirst sentence is here. Second one is\nwrapped onto two lines.\n```\ncode line not prose\n```\n"
+        "- a list item that stands alone\n| a | table |\nAdding a us"
+    )
+    assert split_sentences(text) == [
+        "First sentence is here.",
+        "Second one is wrapped onto two lines.",
+        "a list item that stands alone",
+    ]  # "Adding a us": a short unpunctuated tail, likely cut by chunking
+
+
+def test_a_sentence_repeating_a_better_one_is_left_out():
+    blocks = [
+        ContextBlock(1, "a", "To log out, call the logout route with the token."),
+        ContextBlock(2, "b", "To log out, call the logout route. Tokens expire after a day."),
+    ]
+    text = answer("How do I log out with the logout route?", blocks)
+    assert text.count("To log out") == 1
 
 
 def test_stemming_joins_word_forms():
