@@ -12,7 +12,7 @@ from services.chat.main import create_app
 from services.chat.settings import Settings
 from shared.broker import declare_topology
 from shared.events import QuerySubmitted, ResponseGenerated, parse_event
-from tests.integration.chat.test_chat_http import HEADERS, TOKEN, fake_retrieval_app
+from tests.integration.chat.stand_ins import HEADERS, TOKEN, fake_retrieval_app
 from tests.support import free_port, serve_in_thread
 
 pytestmark = pytest.mark.integration

@@ -7,60 +7,14 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
 from services.chat.main import create_app
 from services.chat.settings import Settings
+from tests.integration.chat.stand_ins import HEADERS, TOKEN, fake_retrieval_app
 from tests.support import free_port, serve_in_thread
 from tests.unit.chat.fakes import ListPublisher
 
 pytestmark = pytest.mark.integration
-
-TOKEN = "integration-token"
-HEADERS = {"X-Service-Token": TOKEN, "X-User-Id": "u1", "X-User-Roles": "user", "X-Session-Id": "s1"}
-RESULTS = [
-    {
-        "chunk_id": "users.md#0",
-        "doc_id": "users.md",
-        "content": "To add a user, run cairn user add NAME --role user. The command prompts for the password.",
-        "score": 0.68,
-        "dense_score": 0.68,
-        "keyword_score": None,
-        "metadata": {
-            "title": "Users and roles", "section": "Adding users", "url": "docs/users.md", "category": "guide",
-            "source": "docs/users.md", "chunk_index": 0, "char_start": 0, "char_end": 92,
-        },
-    },
-    {
-        "chunk_id": "weather.md#0",
-        "doc_id": "weather.md",
-        "content": "It rains a lot in spring.",
-        "score": 0.05,
-        "dense_score": 0.05,
-        "keyword_score": None,
-        "metadata": {"title": "Weather", "section": "Spring", "chunk_index": 0},
-    },
-]
-
-
-def fake_retrieval_app(status: int = 200) -> tuple[FastAPI, list[dict]]:
-    """A stand-in for the retrieval service's /search: it records what chat sends."""
-    app, calls = FastAPI(), []
-
-    @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"status": "ok"}
-
-    @app.post("/search")
-    async def search(request: Request) -> JSONResponse:
-        calls.append({"body": await request.json(), "headers": dict(request.headers)})
-        if status != 200:
-            return JSONResponse({"error": "internal_error", "message": "boom"}, status_code=status)
-        body = calls[-1]["body"]
-        return JSONResponse({"query": body["query"], "mode": "dense", "took_ms": 1.0, "results": RESULTS[: body["top_k"]]})
-
-    return app, calls
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +68,10 @@ async def test_retrieval_down_is_503_at_once():
 
 
 async def test_retrieval_that_hangs_is_503_within_the_timeout():
+    connections: list[asyncio.StreamWriter] = []
+
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
         await reader.read(-1)
 
     server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
@@ -125,7 +82,10 @@ async def test_retrieval_that_hangs_is_503_within_the_timeout():
             response = await client.post("/chat", json={"query": "add a user"}, headers=HEADERS)
             elapsed = time.monotonic() - started
     finally:
+        for writer in connections:
+            writer.close()
         server.close()
+        await server.wait_closed()
     assert response.status_code == 503 and response.json()["error"] == "retrieval_unavailable"
     assert 0.4 < elapsed < 2.5
 
