@@ -61,9 +61,12 @@ class SentenceTransformerEmbedder:
         return vectors.tolist()
 
     async def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._encode, texts)
+        loop = asyncio.get_running_loop()
+        vectors: list[list[float]] = []
+        # One executor job per batch, so queries arriving during a long ingest wait one batch, not all.
+        for start in range(0, len(texts), self._batch_size):
+            vectors += await loop.run_in_executor(self._executor, self._encode, texts[start : start + self._batch_size])
+        return vectors
 
     async def embed_query(self, text: str) -> list[float]:
         if (cached := self._cache.get(text)) is not None:

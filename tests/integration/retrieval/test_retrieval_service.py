@@ -155,3 +155,14 @@ def test_chroma_server_down_gives_503_then_recovers(tmp_path: Path, embedder: Se
             assert again.status_code == 503 and again.json()["error"] == "chroma_unavailable"
         finally:
             server.stop()
+
+
+async def test_embeddings_are_unit_length_and_keep_their_order_across_batches(embedder: SentenceTransformerEmbedder) -> None:
+    texts = [f"sentence number {i} about topic {i % 7}" for i in range(150)]  # three batches of at most 64
+    vectors = await embedder.embed_documents(texts)
+    assert len(vectors) == 150 and len(vectors[0]) == 384
+    for i in (0, 64, 149):
+        alone = await embedder.embed_query(texts[i])
+        assert sum(a * b for a, b in zip(alone, vectors[i])) == pytest.approx(1.0, abs=1e-4)
+    assert sum(v * v for v in vectors[77]) == pytest.approx(1.0, abs=1e-4)
+    assert await embedder.embed_documents([]) == []
