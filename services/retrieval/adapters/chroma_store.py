@@ -90,8 +90,10 @@ class ChromaStore:
         try:
             return await asyncio.wait_for(asyncio.to_thread(call), self._timeout_s)
         except _FAILURES as exc:
-            if self._url is not None:  # reconnect next time; the server may have restarted
-                self._client = self._collection = None
+            # Reopen next time: the server may have restarted, the collection may have been recreated.
+            self._collection = None
+            if self._url is not None:
+                self._client = None
             log.warning("chroma call failed", extra={"error": type(exc).__name__, "detail": str(exc)[:200]})
             raise DependencyUnavailable("chroma") from exc
 
