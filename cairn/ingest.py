@@ -45,16 +45,16 @@ class IngestSummary:
         return "\n".join([line, *(f"  failed: {name}: {reason}" for name, reason in self.failures)])
 
 
-def source_name(path: Path) -> str:
-    """The path relative to the current directory when inside it, else absolute; posix separators."""
+def source_name(path: Path, base: Path | None = None) -> str:
+    """The path relative to `base` (default: the current directory) when inside it, else absolute; posix separators."""
     resolved = path.resolve()
     try:
-        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+        return resolved.relative_to((base or Path.cwd()).resolve()).as_posix()
     except ValueError:
         return resolved.as_posix()
 
 
-def collect_files(paths: Iterable[Path]) -> tuple[list[Path], list[tuple[str, str]]]:
+def collect_files(paths: Iterable[Path], base: Path | None = None) -> tuple[list[Path], list[tuple[str, str]]]:
     """Files to ingest (folders walked recursively, hidden entries skipped) and paths refused up front."""
     files: list[Path] = []
     refused: list[tuple[str, str]] = []
@@ -69,9 +69,9 @@ def collect_files(paths: Iterable[Path]) -> tuple[list[Path], list[tuple[str, st
             if path.suffix.lower() in SUFFIXES:
                 files.append(path)
             else:
-                refused.append((source_name(path), f"unsupported file type {path.suffix or '(none)'}; use .md or .txt"))
+                refused.append((source_name(path, base), f"unsupported file type {path.suffix or '(none)'}; use .md or .txt"))
         else:
-            refused.append((source_name(path), "no such file or folder"))
+            refused.append((source_name(path, base), "no such file or folder"))
     return list(dict.fromkeys(files)), refused
 
 
@@ -88,13 +88,21 @@ def _read(path: Path) -> str:
 
 
 def ingest_paths(
-    paths: list[Path], *, retrieval_url: str, service_token: str, progress: bool = True, timeout_s: float = 300.0
+    paths: list[Path],
+    *,
+    retrieval_url: str,
+    service_token: str,
+    progress: bool = True,
+    base: Path | None = None,
+    timeout_s: float = 300.0,
 ) -> IngestSummary:
     """POST every file under `paths` to retrieval's /documents; a bad file is counted and skipped.
 
+    doc_id and source are each file's path relative to `base` (default: the current directory).
+
     Raises IngestError when the service is unreachable or refuses the token, since then no file can succeed.
     """
-    files, refused = collect_files(paths)
+    files, refused = collect_files(paths, base)
     summary = IngestSummary(failures=list(refused))
     headers = {SERVICE_TOKEN_HEADER: service_token}
     with (
@@ -102,7 +110,7 @@ def ingest_paths(
         tqdm(total=len(files), unit="file", desc="ingest", disable=not progress) as bar,
     ):
         for path in files:
-            name = source_name(path)
+            name = source_name(path, base)
             bar.set_postfix_str(name[-40:], refresh=False)
             try:
                 status = _send(client, name=name, text=_read(path))

@@ -59,3 +59,11 @@ def test_a_wrong_token_or_a_dead_service_stops_at_once(retrieval_url: str, tree:
         ingest_paths([tree], retrieval_url=retrieval_url, service_token="wrong", progress=False)
     with pytest.raises(IngestError, match="not reachable"):
         ingest_paths([tree], retrieval_url=f"http://127.0.0.1:{free_port()}", service_token=TOKEN, progress=False)
+
+
+def test_names_can_be_relative_to_a_given_base(retrieval_url: str, tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = ingest_paths([Path("notes/intro.md")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert first.added == 1
+    monkeypatch.chdir(tree / "deep")  # elsewhere, yet the same doc_id "notes/intro.md" thanks to base
+    again = ingest_paths([tree / "intro.md"], retrieval_url=retrieval_url, service_token=TOKEN, progress=False, base=tree.parent)
+    assert (again.added, again.unchanged) == (0, 1)
