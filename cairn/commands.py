@@ -13,6 +13,7 @@ import httpx
 
 from cairn import demo
 from cairn.engines import EngineMissing, engines_for, ensure
+from cairn.ingest import IngestError
 from cairn.settings import SERVICES, CliSettings
 from cairn.supervisor import StartFailed, Supervisor, pid_alive, read_state, state_file
 from services.gateway.adapters.redis_store import RedisUserStore, connect
@@ -46,18 +47,12 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     try:
         supervisor.start_all()
         if ingest_demo and demo.collection_is_empty(settings):
-            from cairn.ingest import ingest_paths
-
             print(f"first run: adding the demo collection ({demo.DOCS_DIR.name}/) ...", flush=True)
-            ingest_paths(
-                [demo.DOCS_DIR],
-                retrieval_url=settings.url_of("retrieval"),
-                service_token=settings.service_token.get_secret_value(),
-            )
+            demo.ingest_docs(settings)
         password = demo.create_demo_user(settings)
         _print_welcome(settings, password)
         supervisor.watch(lambda: stopping)
-    except (StartFailed, httpx.HTTPError, OSError) as exc:
+    except (StartFailed, IngestError, httpx.HTTPError, OSError) as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -67,7 +62,7 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
 
 
 def _print_welcome(settings: CliSettings, password: str) -> None:
-    url = settings.url_of("gateway")
+    url = settings.local_url_of("gateway")
     print(
         f"\nCairn is up at {url}\n"
         f"  user: {demo.DEMO_USER}\n"
@@ -155,9 +150,14 @@ def _read_password(from_stdin: bool, *, confirm: bool = False) -> str:
 def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
     from cairn.ingest import ingest_paths
 
-    summary = ingest_paths(
-        paths, retrieval_url=settings.url_of("retrieval"), service_token=settings.service_token.get_secret_value()
-    )
+    try:
+        summary = ingest_paths(
+            paths, retrieval_url=settings.url_of("retrieval"), service_token=settings.service_token.get_secret_value()
+        )
+    except IngestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(summary.describe())
     return 1 if summary.failed else 0
 
 

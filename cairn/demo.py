@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 
+from cairn.ingest import ingest_paths
 from cairn.settings import CliSettings
 from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.users import ensure_user
@@ -47,9 +48,20 @@ def create_demo_user(settings: CliSettings) -> str:
 
 def collection_is_empty(settings: CliSettings) -> bool:
     response = httpx.get(
-        f"{settings.url_of('retrieval')}/documents",
+        f"{settings.local_url_of('retrieval')}/documents",
         headers={"X-Service-Token": settings.service_token.get_secret_value()},
         timeout=30,
     )
     response.raise_for_status()
     return not response.json()["documents"]
+
+
+def ingest_docs(settings: CliSettings) -> None:
+    summary = ingest_paths(
+        [DOCS_DIR],
+        retrieval_url=settings.local_url_of("retrieval"),
+        service_token=settings.service_token.get_secret_value(),
+        base=DOCS_DIR.parent,
+    )
+    if summary.failed:
+        print(f"warning: {summary.failed} demo document(s) failed: {', '.join(summary.failed_names)}")

@@ -21,7 +21,16 @@ class CliSettings(CommonSettings):
     def port_of(self, service: str) -> int:
         return getattr(self, f"{service}_port")
 
+    gateway_url: str | None = Field(None, validation_alias=aliases("GATEWAY_URL", "gateway_url"))
+    chat_url: str | None = Field(None, validation_alias=aliases("CHAT_URL", "chat_url"))
+    retrieval_url: str | None = Field(None, validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"))
+    analytics_url: str | None = Field(None, validation_alias=aliases("ANALYTICS_URL", "analytics_url"))
+
     def url_of(self, service: str) -> str:
+        """`<SERVICE>_URL` when set (a Cairn elsewhere), else the local port `cairn up` uses."""
+        return getattr(self, f"{service}_url") or f"http://127.0.0.1:{self.port_of(service)}"
+
+    def local_url_of(self, service: str) -> str:
         return f"http://127.0.0.1:{self.port_of(service)}"
 
     @property

@@ -33,7 +33,7 @@ class Supervisor:
         env["CAIRN_DATA_DIR"] = str(self.settings.data_dir.resolve())
         for name in SERVICES:
             env[f"{name.upper()}_PORT"] = str(self.settings.port_of(name))
-            env.setdefault(f"{name.upper()}_URL", self.settings.url_of(name))
+            env[f"{name.upper()}_URL"] = self.settings.local_url_of(name)
         return env
 
     def spawn(self, name: str) -> None:
@@ -52,7 +52,7 @@ class Supervisor:
     def start_all(self) -> None:
         for name in SERVICES:
             port = self.settings.port_of(name)
-            if _answers(self.settings.url_of(name)):
+            if _answers(self.settings.local_url_of(name)):
                 raise StartFailed(f"port {port} for {name} is already taken (is Cairn already running? try `cairn status`)")
         for name in SERVICES:
             self.spawn(name)
@@ -67,7 +67,7 @@ class Supervisor:
                 process = self.processes[name]
                 if process.poll() is not None:
                     raise StartFailed(f"{name} exited with code {process.returncode}; see {self.log_path(name)}")
-                if _answers(self.settings.url_of(name)):
+                if _answers(self.settings.local_url_of(name)):
                     pending.remove(name)
             if time.monotonic() > deadline:
                 raise StartFailed(f"{', '.join(pending)} did not answer within {self.settings.start_timeout_s:.0f}s")

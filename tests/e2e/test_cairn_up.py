@@ -1,0 +1,139 @@
+"""The whole system as real processes, started the way a user starts it (`cairn up`):
+gateway → chat → retrieval (real model, real Chroma) → offline generator through the OpenAI SDK
+→ RabbitMQ → analytics (SQLite), on free loopback ports with a temporary data directory."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import free_port, wait_until
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+PASSWORD = "e2e-demo-password"
+
+
+class Cairn:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.gateway = f"http://127.0.0.1:{env['GATEWAY_PORT']}"
+        self.output: list[str] = []
+
+    def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "cairn.cli", *args],
+            env=self.env, cwd=REPO, input=stdin, capture_output=True, text=True, timeout=120,
+        )
+
+    def logs(self) -> str:
+        log_dir = Path(self.env["CAIRN_DATA_DIR"]) / "logs"
+        tails = [f"--- {p.name}\n" + "\n".join(p.read_text().splitlines()[-30:]) for p in sorted(log_dir.glob("*.log"))]
+        return "\n".join(["--- cairn up", *self.output[-30:], *tails])
+
+
+@pytest.fixture(scope="module")
+def cairn(tmp_path_factory, redis_url, amqp_url) -> Iterator[Cairn]:
+    name = f"e2e-{os.getpid()}-{free_port()}"
+    env = {
+        **os.environ,
+        "CAIRN_DATA_DIR": str(tmp_path_factory.mktemp("cairn-data")),
+        "REDIS_URL": redis_url,
+        "REDIS_PREFIX": name,
+        "AMQP_URL": amqp_url,
+        "EVENTS_EXCHANGE": f"{name}.events",
+        "ANALYTICS_QUEUE": f"{name}.analytics",
+        "CAIRN_DEMO_PASSWORD": PASSWORD,
+        **{f"{svc}_PORT": str(free_port()) for svc in ("GATEWAY", "CHAT", "RETRIEVAL", "ANALYTICS")},
+    }
+    for inherited in ("CHAT_URL", "RETRIEVAL_URL", "ANALYTICS_URL", "LLM_BASE_URL"):
+        env.pop(inherited, None)
+    system = Cairn(env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cairn.cli", "up"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    reader = threading.Thread(target=lambda: system.output.extend(process.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(
+            lambda: any("Cairn is up at" in line for line in system.output) or process.poll() is not None,
+            timeout=240, what="cairn up to print its URL",
+        )
+        assert process.poll() is None, system.logs()
+        yield system
+    finally:
+        result = system.cli("down")
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _login(client: httpx.Client) -> dict[str, str]:
+    response = client.post("/auth/login", json={"username": "demo", "password": PASSWORD})
+    assert response.status_code == 200, response.text
+    assert set(response.json()["user"]["roles"]) == {"user", "analyst", "admin"}
+    return {"Authorization": f"Bearer {response.json()['token']}"}
+
+
+def test_up_prints_url_and_credentials(cairn):
+    text = "".join(cairn.output)
+    assert cairn.gateway in text and "user: demo" in text and f"password: {PASSWORD}" in text
+
+
+def test_cited_answer_from_the_guide_and_both_events_counted(cairn):
+    with httpx.Client(base_url=cairn.gateway, timeout=60) as client:
+        auth = _login(client)
+        before = client.get("/api/analytics/summary", headers=auth)
+        assert before.status_code == 200, before.text + cairn.logs()
+
+        response = client.post("/api/chat", json={"query": "How do I add a user?"}, headers=auth)
+        assert response.status_code == 200, response.text + cairn.logs()
+        body = response.json()
+        assert body["citations"], body
+        assert all(c["doc_id"].startswith("docs/") for c in body["citations"]), body["citations"]
+        assert "[1]" in body["answer"]
+        assert "cairn user add" in body["answer"]
+        assert body["metadata"]["chunks_retrieved"] > 0
+        assert set(body["metadata"]["timings_ms"]) >= {"retrieval", "generation", "total"}
+
+        def counted() -> bool:
+            now = client.get("/api/analytics/summary", headers=auth).json()
+            return (
+                now["queries"] >= before.json()["queries"] + 1
+                and now["answered"] >= before.json()["answered"] + 1
+            )
+
+        wait_until(counted, timeout=30, what="QuerySubmitted and ResponseGenerated to reach analytics")
+        summary = client.get("/api/analytics/summary", headers=auth).json()
+        assert summary["mean_citations"] and summary["mean_citations"] >= 1
+        assert summary["mean_latency_ms"] and summary["mean_latency_ms"] > 0
+
+
+def test_cairn_ask_prints_a_cited_answer(cairn):
+    result = cairn.cli("ask", "How do I add a user?")
+    assert result.returncode == 0, result.stderr + cairn.logs()
+    assert "[1]" in result.stdout and "docs/" in result.stdout
+
+
+def test_status_reports_every_service_ready(cairn):
+    result = cairn.cli("status")
+    assert result.returncode == 0, result.stdout + cairn.logs()
+    for service in ("gateway", "chat", "retrieval", "analytics"):
+        assert service in result.stdout
+
+
+def test_bad_token_and_bad_input_through_the_gateway(cairn):
+    with httpx.Client(base_url=cairn.gateway, timeout=30) as client:
+        assert client.post("/api/chat", json={"query": "hi"}, headers={"Authorization": "Bearer nope"}).status_code == 401
+        auth = _login(client)
+        empty = client.post("/api/chat", json={"query": "   "}, headers=auth)
+        assert empty.status_code == 422 and empty.json()["error"]
