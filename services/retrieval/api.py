@@ -5,14 +5,13 @@ import logging
 import time
 from dataclasses import asdict
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from services.retrieval import ingestion
-from services.retrieval.deps import EmbedderDep, SettingsDep, StoreDep
+from services.retrieval import ingestion, uploads
+from services.retrieval.deps import ContextualizerDep, EmbedderDep, SettingsDep, StoreDep
 from services.retrieval.models import (
     ChunkMetadata,
     DeletedDocument,
-    DocumentIn,
     DocumentList,
     DocumentOut,
     DocumentSummary,
@@ -34,19 +33,40 @@ router = APIRouter(
 )
 
 
-@router.post("/documents", response_model=DocumentOut, tags=["documents"])
-async def add_document(body: DocumentIn, settings: SettingsDep, embedder: EmbedderDep, store: StoreDep) -> DocumentOut:
+@router.post(
+    "/documents",
+    response_model=DocumentOut,
+    tags=["documents"],
+    summary="Add or replace a document: JSON text, or a file upload (.md, .txt, .html, .pdf)",
+    openapi_extra=uploads.OPENAPI_BODY,
+    responses={
+        400: {"model": ErrorBody, "description": "Malformed JSON or multipart body"},
+        413: {"model": ErrorBody, "description": "Body over MAX_UPLOAD_BYTES"},
+        415: {"model": ErrorBody, "description": "Unsupported file type or content type"},
+        422: {"model": ErrorBody, "description": "Invalid fields, or a corrupt or empty file (named)"},
+    },
+)
+async def add_document(
+    request: Request, settings: SettingsDep, embedder: EmbedderDep, store: StoreDep, contextualizer: ContextualizerDep
+) -> DocumentOut:
     started = time.perf_counter()
+    document = await uploads.document_from_request(request, limit=settings.max_upload_bytes)
     result = await ingestion.ingest_document(
-        ingestion.NewDocument(**body.model_dump()),
+        document,
         embedder=embedder,
         store=store,
         chunk_size=settings.chunk_size_tokens,
         chunk_overlap=settings.chunk_overlap_tokens,
+        contextualizer=contextualizer,
     )
     log.info(
         "document ingested",
-        extra={**asdict(result), "chars": len(body.text), "took_ms": round((time.perf_counter() - started) * 1000, 1)},
+        extra={
+            **asdict(result),
+            "chars": len(document.text),
+            "pages": len(document.page_starts) or None,
+            "took_ms": round((time.perf_counter() - started) * 1000, 1),
+        },
     )
     return DocumentOut(**asdict(result))
 
@@ -104,3 +124,18 @@ async def search(body: SearchRequest, embedder: EmbedderDep, store: StoreDep) ->
             for hit in hits
         ],
     )
+
+
+# Registered last: GET /documents/{id}/similar and any other GET under a document must match first,
+# since a doc_id may itself contain slashes.
+@router.get(
+    "/documents/{doc_id:path}",
+    response_model=DocumentSummary,
+    tags=["documents"],
+    responses={404: {"model": ErrorBody, "description": "No such document"}},
+)
+async def get_document(doc_id: str, store: StoreDep) -> DocumentSummary:
+    document = await store.get_document(doc_id)
+    if document is None:
+        raise NotFound(f"no document {doc_id!r}")
+    return DocumentSummary(doc_id=document.doc_id, chunks=document.chunks, **document.metadata)

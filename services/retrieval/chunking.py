@@ -1,7 +1,8 @@
-"""Cut a document into overlapping chunks measured in model tokens, keeping the heading path and
-the exact character span of each chunk in the original text."""
+"""Cut a document into overlapping chunks measured in model tokens, keeping the heading path, the
+page, and the exact character span of each chunk in the original text."""
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ class Chunk:
     section: str
     char_start: int
     char_end: int
+    page: int | None = None  # 1-based, for texts with pages
 
 
 @dataclass(frozen=True)
@@ -136,16 +138,45 @@ def _merge(pieces: list[_Piece], *, budget: int, overlap: int) -> list[tuple[int
     return spans
 
 
+def _by_page(spans: list[tuple[str, int, int]], page_starts: tuple[int, ...]) -> list[tuple[str, int, int]]:
+    """Cut section spans at page starts, so that no chunk spans two pages; a section keeps its path across pages."""
+    cut = []
+    for path, start, end in spans:
+        for boundary in page_starts[bisect.bisect_right(page_starts, start) :]:
+            if boundary >= end:
+                break
+            cut.append((path, start, boundary))
+            start = boundary
+        cut.append((path, start, end))
+    return cut
+
+
 def chunk_text(
-    text: str, *, count_tokens: CountTokens, chunk_size: int, chunk_overlap: int, markdown: bool = True
+    text: str,
+    *,
+    count_tokens: CountTokens,
+    chunk_size: int,
+    chunk_overlap: int,
+    markdown: bool = True,
+    page_starts: tuple[int, ...] = (),
 ) -> list[Chunk]:
     """Chunks of at most `chunk_size` tokens (as counted by `count_tokens`), consecutive chunks of a
-    section sharing up to `chunk_overlap` tokens; markdown headings start new sections."""
+    section sharing up to `chunk_overlap` tokens; markdown headings start new sections.
+
+    With `page_starts` (the offset where each page begins, ascending), chunks never cross a page
+    boundary and each carries its 1-based `page`; overlap does not reach back into the previous page.
+    """
     if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
         raise ValueError("need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size")
+    if list(page_starts) != sorted(page_starts):
+        raise ValueError("page_starts must be ascending")
+    spans = _sections(text, markdown=markdown)
+    if page_starts:
+        spans = _by_page(spans, page_starts)
     chunks: list[Chunk] = []
-    for section, start, end in _sections(text, markdown=markdown):
+    for section, start, end in spans:
         pieces = _split(text, start, end, 0, count_tokens, chunk_size)
         for span_start, span_end in _merge(pieces, budget=chunk_size, overlap=chunk_overlap):
-            chunks.append(Chunk(text[span_start:span_end], len(chunks), section, span_start, span_end))
+            page = bisect.bisect_right(page_starts, span_start) if page_starts else None
+            chunks.append(Chunk(text[span_start:span_end], len(chunks), section, span_start, span_end, page))
     return chunks

@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from services.retrieval.contextual import Contextualizer
 from services.retrieval.ports import Embedder, VectorStore
 from services.retrieval.settings import Settings
 
@@ -21,6 +22,11 @@ def _store(request: Request) -> VectorStore:
     return request.app.state.store
 
 
+def _contextualizer(request: Request) -> Contextualizer | None:
+    return getattr(request.app.state, "contextualizer", None)
+
+
 SettingsDep = Annotated[Settings, Depends(_settings)]
 EmbedderDep = Annotated[Embedder, Depends(_embedder)]
 StoreDep = Annotated[VectorStore, Depends(_store)]
+ContextualizerDep = Annotated[Contextualizer | None, Depends(_contextualizer)]

@@ -1,27 +1,44 @@
-"""Add, replace or skip a document: chunk, embed, store. Re-ingesting identical content is a no-op."""
+"""Add, replace or skip a document: chunk, (optionally) situate, embed, store.
+
+Re-ingesting identical content is a no-op; changed content replaces the old chunks. This module is the
+single write path into the indexes: every index that must follow the documents hooks in at the store.
+"""
 from __future__ import annotations
 
 import asyncio
 import hashlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from services.retrieval.chunking import chunk_text, document_title
-from services.retrieval.ports import Embedder, StoredChunk, VectorStore
+from services.retrieval import parsing
+from services.retrieval.chunking import Chunk, chunk_text, document_title
+from services.retrieval.ports import CONTEXT_KEY, Embedder, StoredChunk, VectorStore, indexed_text
+
+if TYPE_CHECKING:
+    from services.retrieval.contextual import Contextualizer
 
 Status = Literal["added", "unchanged", "replaced"]
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
+# Compared on re-ingest even when a store reports fewer document fields than DOCUMENT_FIELDS.
+_ALWAYS_COMPARED = ("title", "source", "url", "category", "content_hash")
 
 
 @dataclass(frozen=True)
 class NewDocument:
+    """A document's text and fields. `markdown=None`: decided by the source's suffix (.txt = plain text).
+
+    `page_starts`: where each page begins in `text` (PDFs); chunks then carry their 1-based page.
+    """
+
     text: str
     doc_id: str | None = None
     title: str | None = None
     source: str | None = None
     url: str | None = None
     category: str | None = None
+    markdown: bool | None = None
+    page_starts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,31 +66,79 @@ def is_markdown(source: str | None) -> bool:
     return source is None or PurePosixPath(source.replace("\\", "/")).suffix.lower() != ".txt"
 
 
+def from_parsed(parsed: parsing.ParsedDocument, **fields: str | None) -> NewDocument:
+    """A NewDocument from parsed file content; `fields` (doc_id, title, source, url, category) win over parsed ones."""
+    title = fields.pop("title", None) or parsed.title
+    return NewDocument(text=parsed.text, title=title, markdown=parsed.markdown, page_starts=parsed.page_starts, **fields)
+
+
+def from_text(*, text: str, source: str | None = None, **fields: str | None) -> NewDocument:
+    """A NewDocument from text sent as JSON: HTML (by the source's suffix) is converted, anything else kept as is."""
+    if source and parsing.format_of(source) == "html":
+        return from_parsed(parsing.parse(source, text.encode("utf-8")), source=source, **fields)
+    return NewDocument(text=text, source=source, **fields)
+
+
 def _fallback_title(document: NewDocument, doc_id: str) -> str:
     name = document.source or doc_id
     return PurePosixPath(name.replace("\\", "/")).stem or doc_id
 
 
+def _chunk_metadata(chunk: Chunk, prefix: str | None) -> dict[str, str | int]:
+    meta: dict[str, str | int] = {
+        "section": chunk.section,
+        "chunk_index": chunk.chunk_index,
+        "char_start": chunk.char_start,
+        "char_end": chunk.char_end,
+    }
+    if chunk.page is not None:
+        meta["page"] = chunk.page
+    if prefix:
+        meta[CONTEXT_KEY] = prefix
+    return meta
+
+
 async def ingest_document(
-    document: NewDocument, *, embedder: Embedder, store: VectorStore, chunk_size: int, chunk_overlap: int
+    document: NewDocument,
+    *,
+    embedder: Embedder,
+    store: VectorStore,
+    chunk_size: int,
+    chunk_overlap: int,
+    contextualizer: Contextualizer | None = None,
 ) -> IngestResult:
     """Store `document` as embedded chunks with ids f"{doc_id}#{chunk_index}".
 
-    A changed document is replaced: new chunks are written first, then the old ones deleted, so
-    searches never see the document missing.
+    With a `contextualizer`, each chunk is embedded (and keyword-indexed) with a model-written prefix
+    situating it in the document; the stored content stays the chunk itself. A chunk whose prefix could
+    not be written is stored without one, and the document is then re-done on its next ingest.
+
+    A changed document is replaced: its old chunks are deleted once the new ones are embedded, just
+    before they are written, so searches miss the document only for the time of one store write. (Not
+    upsert-then-trim: Chroma's upsert merges metadata, so a field the new version lacks would survive.)
     """
     if not document.text.strip():
         raise ValueError("document text is empty")
     digest = content_hash(document.text)
     doc_id = derive_doc_id(document, digest)
-    markdown = is_markdown(document.source)
+    markdown = is_markdown(document.source) if document.markdown is None else document.markdown
     title = document.title or document_title(document.text, fallback=_fallback_title(document, doc_id), markdown=markdown)
-    fields = {"title": title, "source": document.source, "url": document.url, "category": document.category}
-    wanted = {k: v for k, v in fields.items() if v is not None} | {"content_hash": digest}
+    fields = {
+        "title": title,
+        "source": document.source,
+        "url": document.url,
+        "category": document.category,
+        "content_hash": digest,
+        "pages": len(document.page_starts) or None,
+        "context_model": contextualizer.model_name if contextualizer else None,
+    }
+    wanted = {k: v for k, v in fields.items() if v is not None}
 
     existing = await store.get_document(doc_id)
-    if existing is not None and existing.content_hashes == {digest} and existing.metadata == wanted:
-        return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
+    if existing is not None and existing.content_hashes == {digest}:
+        compared = set(_ALWAYS_COMPARED) | set(existing.metadata)
+        if all(existing.metadata.get(k) == wanted.get(k) for k in compared):
+            return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
 
     size = min(chunk_size, embedder.max_tokens)
     chunks = await asyncio.to_thread(
@@ -83,27 +148,26 @@ async def ingest_document(
         chunk_size=size,
         chunk_overlap=min(chunk_overlap, size - 1),
         markdown=markdown,
+        page_starts=document.page_starts,
     )
-    embeddings = await embedder.embed_documents([chunk.text for chunk in chunks])
+    prefixes: list[str | None] = [None] * len(chunks)
+    if contextualizer is not None:
+        prefixes = await contextualizer.prefixes(document=document.text, chunks=[c.text for c in chunks])
+        if not all(prefixes):
+            # Not marked as situated, so the next ingest of this content tries the missing prefixes again.
+            wanted.pop("context_model")
+    metadatas = [wanted | _chunk_metadata(chunk, prefix) for chunk, prefix in zip(chunks, prefixes, strict=True)]
+    embeddings = await embedder.embed_documents(
+        [indexed_text(chunk.text, meta) for chunk, meta in zip(chunks, metadatas, strict=True)]
+    )
+    if existing is not None:
+        await store.delete(doc_id=doc_id)
     await store.upsert(
         [
             StoredChunk(
-                chunk_id=f"{doc_id}#{chunk.chunk_index}",
-                doc_id=doc_id,
-                content=chunk.text,
-                embedding=embedding,
-                metadata=wanted
-                | {
-                    "section": chunk.section,
-                    "chunk_index": chunk.chunk_index,
-                    "char_start": chunk.char_start,
-                    "char_end": chunk.char_end,
-                },
+                chunk_id=f"{doc_id}#{chunk.chunk_index}", doc_id=doc_id, content=chunk.text, embedding=embedding, metadata=meta
             )
-            for chunk, embedding in zip(chunks, embeddings, strict=True)
+            for chunk, meta, embedding in zip(chunks, metadatas, embeddings, strict=True)
         ]
     )
-    if existing is not None:
-        # Chunks with the same index were overwritten above; this drops the old version's surplus.
-        await store.delete(doc_id=doc_id, from_chunk_index=len(chunks))
     return IngestResult(doc_id=doc_id, title=title, status="added" if existing is None else "replaced", chunks=len(chunks))

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from services.retrieval.adapters.chroma_store import ChromaStore
+from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
 from services.retrieval.api import router
 from services.retrieval.ports import Embedder, VectorStore
@@ -48,6 +49,7 @@ def create_app(
                 cache_size=settings.query_cache_size,
             )
         app.state.embedder = embedder or owned
+        app.state.contextualizer = build_contextualizer(settings)
         log.info(
             "retrieval ready",
             extra={
@@ -61,6 +63,8 @@ def create_app(
         finally:
             if owned is not None:
                 owned.close()
+            if app.state.contextualizer is not None:
+                await app.state.contextualizer.close()
 
     async def readiness() -> dict[str, bool]:
         current_store = getattr(app.state, "store", None)

@@ -38,6 +38,16 @@ class DocumentOut(BaseModel):
     chunks: int
 
 
+class UploadFields(BaseModel):
+    """The form fields that may accompany a `file` part in a multipart POST /documents."""
+
+    doc_id: str | None = Field(None, min_length=1, max_length=512, description="Default: the file name.")
+    title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.")
+    source: str | None = Field(None, min_length=1, max_length=1000, description="Default: the file name.")
+    url: str | None = Field(None, max_length=2000)
+    category: str | None = Field(None, max_length=200)
+
+
 class DocumentSummary(BaseModel):
     doc_id: str
     title: str | None = None
@@ -45,7 +55,9 @@ class DocumentSummary(BaseModel):
     url: str | None = None
     category: str | None = None
     chunks: int
-    content_hash: str | None = None
+    content_hash: str | None = Field(None, description="SHA-256 of the document's text (as extracted, for files).")
+    pages: int | None = Field(None, description="Pages of a PDF.")
+    context_model: str | None = Field(None, description="Model that wrote the chunks' contextual prefixes, if any.")
 
 
 class DocumentList(BaseModel):

@@ -4,10 +4,29 @@ Logic modules (chunking, ingestion, search) import only this; adapters/ implemen
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from services.retrieval.filters import Filter
 
 MetadataValue = str | int | float | bool
+
+# Fields that describe a whole document: every chunk carries a copy, and a store returns them in
+# DocumentInfo.metadata (get_document / list_documents).
+DOCUMENT_FIELDS = ("title", "source", "url", "category", "content_hash", "pages", "context_model")
+# Chunk metadata holding the model-written prefix that situates a chunk in its document (contextual chunking).
+CONTEXT_KEY = "context"
+
+
+def indexed_text(content: str, metadata: Mapping[str, object]) -> str:
+    """What is embedded and keyword-indexed for a chunk: its contextual prefix, if any, then its content.
+
+    The stored and returned `content` stays the chunk alone.
+    """
+    prefix = metadata.get(CONTEXT_KEY)
+    return f"{prefix}\n\n{content}" if isinstance(prefix, str) and prefix else content
 
 
 @dataclass(frozen=True)
@@ -25,6 +44,15 @@ class ChunkHit:
     doc_id: str
     content: str
     distance: float
+    metadata: dict[str, MetadataValue]
+
+
+@dataclass(frozen=True)
+class KeywordHit:
+    chunk_id: str
+    doc_id: str
+    content: str
+    score: float  # BM25
     metadata: dict[str, MetadataValue]
 
 
@@ -66,9 +94,27 @@ class VectorStore(Protocol):
         """Delete a document's chunks whose chunk_index >= from_chunk_index (default all); return how many."""
 
     async def query(
-        self, *, embedding: list[float], top_k: int, where: dict[str, MetadataValue] | None = None
+        self, *, embedding: list[float], top_k: int, where: Filter | Mapping[str, object] | None = None
     ) -> list[ChunkHit]:
-        """The top_k nearest chunks (ascending cosine distance) matching every `where` key exactly."""
+        """The top_k nearest chunks (ascending cosine distance) that satisfy `where`.
+
+        `where`: a services.retrieval.filters.Filter, or a filter as a request sends it (parsed here).
+        """
+
+    async def get_chunks(
+        self, *, ids: list[str] | None = None, doc_ids: list[str] | None = None, with_embeddings: bool = False
+    ) -> list[StoredChunk]:
+        """Stored chunks by chunk id or by document (neither: every chunk), in no set order.
+
+        Without `with_embeddings` each chunk's embedding is an empty list.
+        """
+
+    async def changes(self, cursor: object | None) -> tuple[set[str] | None, object]:
+        """Documents written by *other* writers (replicas) since `cursor`, and the cursor to pass next time.
+
+        None instead of a set means "cannot tell, reload everything" (no cursor yet, or the index was
+        recreated). Every upsert and delete is recorded for the other writers to see.
+        """
 
     async def get_document(self, doc_id: str) -> DocumentInfo | None:
         """What is stored for one document, or None."""
@@ -78,3 +124,41 @@ class VectorStore(Protocol):
 
     async def heartbeat(self) -> bool:
         """True when the store answers."""
+
+
+class ContextModel(Protocol):
+    """A language model that writes the short prefix situating a chunk in its document."""
+
+    @property
+    def model_name(self) -> str:
+        """The model's name; part of the prefix cache key."""
+
+    async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+        """The model's answer to one prompt. Raises shared.errors.DependencyUnavailable("llm") when it fails."""
+
+
+class PrefixCache(Protocol):
+    """Prefixes already written, keyed by (model, sha256 of the document, sha256 of the chunk)."""
+
+    async def get_many(self, *, model: str, document_sha: str, chunk_shas: list[str]) -> dict[str, str]:
+        """The cached prefix of each chunk hash that has one."""
+
+    async def put_many(self, *, model: str, document_sha: str, prefixes: dict[str, str]) -> None:
+        """Remember prefixes by chunk hash."""
+
+
+class KeywordIndex(Protocol):
+    """Chunks searchable by keyword (BM25), kept equal to what the VectorStore holds.
+
+    Raises shared.errors.DependencyUnavailable("chroma") until it has been loaded from the store.
+    """
+
+    async def search(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
+        """Up to top_k chunks containing query terms, best BM25 score first, that satisfy `where`."""
+
+
+class Reranker(Protocol):
+    """A cross-encoder that scores (query, passage) pairs; higher means more relevant."""
+
+    async def score(self, *, query: str, passages: list[str]) -> list[float]:
+        """One score per passage, in order."""

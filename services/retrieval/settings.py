@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from shared.settings import CommonSettings, aliases
 
@@ -28,6 +28,29 @@ class Settings(CommonSettings):
     embed_batch_size: int = Field(64, ge=1, validation_alias=aliases("EMBED_BATCH_SIZE", "embed_batch_size"))
     query_cache_size: int = Field(1024, ge=0, validation_alias=aliases("QUERY_CACHE_SIZE", "query_cache_size"))
     torch_threads: int = Field(2, ge=1, validation_alias=aliases("TORCH_THREADS", "torch_threads"))
+    embedding_cache: bool = Field(
+        False,
+        validation_alias=aliases("EMBEDDING_CACHE", "embedding_cache"),
+        description="Keep chunk embeddings in data_dir/embedding-cache.sqlite3 and reuse them for identical text.",
+    )
+
+    max_upload_bytes: int = Field(
+        20 * 1024 * 1024,
+        ge=1,
+        validation_alias=aliases("MAX_UPLOAD_BYTES", "max_upload_bytes"),
+        description="Largest POST /documents body (JSON or file upload) accepted; larger ones get 413.",
+    )
+    # Contextual chunking: a model-written prefix situating each chunk, through the LLM endpoint chat uses.
+    contextual_chunks: bool = Field(False, validation_alias=aliases("CONTEXTUAL_CHUNKS", "contextual_chunks"))
+    llm_base_url: str | None = Field(None, validation_alias=aliases("LLM_BASE_URL", "llm_base_url"))
+    llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY", "llm_api_key"))
+    llm_model: str = Field("", validation_alias=aliases("LLM_MODEL", "llm_model"))
+    contextual_timeout_s: float = Field(30.0, gt=0, validation_alias=aliases("CONTEXTUAL_TIMEOUT_S", "contextual_timeout_s"))
+    contextual_max_retries: int = Field(1, ge=0, le=10, validation_alias=aliases("CONTEXTUAL_MAX_RETRIES", "contextual_max_retries"))
+    contextual_concurrency: int = Field(4, ge=1, validation_alias=aliases("CONTEXTUAL_CONCURRENCY", "contextual_concurrency"))
+    contextual_max_document_chars: int = Field(
+        16000, ge=1, validation_alias=aliases("CONTEXTUAL_MAX_DOCUMENT_CHARS", "contextual_max_document_chars")
+    )
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> "Settings":
@@ -38,6 +61,14 @@ class Settings(CommonSettings):
     @property
     def chroma_path(self) -> Path:
         return self.data_dir / "chroma"
+
+    @property
+    def embedding_cache_path(self) -> Path:
+        return self.data_dir / "embedding-cache.sqlite3"
+
+    @property
+    def contextual_cache_path(self) -> Path:
+        return self.data_dir / "contextual-prefixes.sqlite3"
 
     def model_path(self) -> Path:
         if self.embedding_model_path is not None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from dataclasses import replace
 
-from services.retrieval.ports import ChunkHit, DocumentInfo, MetadataValue, StoredChunk
+from services.retrieval.ports import DOCUMENT_FIELDS, ChunkHit, DocumentInfo, MetadataValue, StoredChunk
 from shared.errors import DependencyUnavailable
 
 _WORD = re.compile(r"\w+")
@@ -52,6 +53,9 @@ class FakeStore:
     async def upsert(self, chunks: list[StoredChunk]) -> None:
         self._check()
         for chunk in chunks:
+            if (old := self.chunks.get(chunk.chunk_id)) is not None:
+                # As Chroma does: upserting an existing id merges the new metadata into the old.
+                chunk = replace(chunk, metadata=old.metadata | chunk.metadata)
             self.chunks[chunk.chunk_id] = chunk
 
     async def delete(self, *, doc_id: str, from_chunk_index: int = 0) -> int:
@@ -90,7 +94,7 @@ class FakeStore:
                     doc_id=doc_id,
                     chunks=len(by_doc[doc_id]),
                     content_hashes=frozenset(str(c.metadata["content_hash"]) for c in by_doc[doc_id]),
-                    metadata={k: first.metadata[k] for k in ("title", "source", "url", "category", "content_hash") if k in first.metadata},
+                    metadata={k: first.metadata[k] for k in DOCUMENT_FIELDS if k in first.metadata},
                 )
             )
         return documents

@@ -125,3 +125,38 @@ def test_impossible_sizes_are_refused(size: int, overlap: int) -> None:
 def test_chunk_records_are_plain_data() -> None:
     (chunk,) = chunk_text("hello world", count_tokens=words, chunk_size=10, chunk_overlap=0)
     assert chunk == Chunk("hello world", 0, "", 0, 11)
+
+
+def paged(pages: list[str]) -> tuple[str, tuple[int, ...]]:
+    starts, offset = [], 0
+    for page in pages:
+        starts.append(offset)
+        offset += len(page) + 2
+    return "\n\n".join(pages), tuple(starts)
+
+
+def test_chunks_carry_their_page_and_never_cross_a_page_boundary() -> None:
+    text, starts = paged([numbered(25), numbered(25, 100), "", numbered(10, 200)])
+    chunks = chunk_text(text, count_tokens=words, chunk_size=20, chunk_overlap=5, markdown=False, page_starts=starts)
+    assert [c.page for c in chunks] == [1, 1, 2, 2, 4], "page 3 is blank, and its number is kept for page 4"
+    bounds = [*starts, len(text) + 2]
+    for chunk in chunks:
+        assert bounds[chunk.page - 1] <= chunk.char_start < chunk.char_end <= bounds[chunk.page]
+        assert text[chunk.char_start : chunk.char_end] == chunk.text
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
+
+
+def test_a_section_continues_across_pages_and_small_pages_are_not_merged() -> None:
+    text, starts = paged(["# Manual\n\n## Setup\n\nPlug it in.", "Then switch it on.", "## Care\n\nDust it."])
+    chunks = chunk_text(text, count_tokens=words, chunk_size=100, chunk_overlap=10, page_starts=starts)
+    assert [(c.page, c.section) for c in chunks] == [(1, "Setup"), (2, "Setup"), (3, "Care")]
+    assert chunks[1].text == "Then switch it on."
+
+
+def test_text_without_pages_has_no_page_numbers() -> None:
+    assert {c.page for c in chunk_text(GUIDE, count_tokens=words, chunk_size=20, chunk_overlap=5)} == {None}
+
+
+def test_page_starts_must_be_ascending() -> None:
+    with pytest.raises(ValueError):
+        chunk_text("a b c", count_tokens=words, chunk_size=10, chunk_overlap=0, page_starts=(0, 4, 2))

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.retrieval.ingestion import NewDocument, content_hash, ingest_document
+from services.retrieval.ingestion import NewDocument, content_hash, from_parsed, from_text, ingest_document
+from services.retrieval.parsing import parse
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
+from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
 
 pytestmark = pytest.mark.unit
 
@@ -83,3 +85,40 @@ async def test_chunks_never_exceed_what_the_model_embeds(store) -> None:
 async def test_blank_text_is_refused(embedder, store) -> None:
     with pytest.raises(ValueError):
         await ingest(NewDocument(text="  \n"), embedder, store)
+
+
+async def test_a_changed_document_loses_fields_its_new_version_lacks(embedder, store) -> None:
+    # The store merges metadata on upsert (as Chroma does), so stale fields would survive an overwrite.
+    await ingest(NewDocument(text=GUIDE, doc_id="g", category="old", url="http://x"), embedder, store)
+    await ingest(NewDocument(text=GUIDE + "\nMore.", doc_id="g"), embedder, store)
+    assert all("category" not in c.metadata and "url" not in c.metadata for c in store.chunks.values())
+
+
+async def test_pages_are_kept_per_chunk_and_per_document(embedder, store) -> None:
+    parsed = parse("manual.pdf", make_pdf(["Mount the pump on a wall.", "Replace the filter monthly."], title="Manual"))
+    result = await ingest(from_parsed(parsed, doc_id="manual.pdf", source="manual.pdf"), embedder, store)
+    assert (result.title, result.chunks) == ("Manual", 2)
+    pages = {c.content: (c.metadata["page"], c.metadata["pages"]) for c in store.chunks.values()}
+    assert pages == {"Mount the pump on a wall.": (1, 2), "Replace the filter monthly.": (2, 2)}
+    assert (await store.get_document("manual.pdf")).metadata["pages"] == 2
+
+
+async def test_given_fields_win_over_what_the_file_says(embedder, store) -> None:
+    parsed = parse("page.html", GUIDE_HTML)
+    result = await ingest(from_parsed(parsed, doc_id="p", title="My title", source="page.html"), embedder, store)
+    assert result.title == "My title"
+    sections = {c.metadata["section"] for c in store.chunks.values()}
+    assert "Installation > Wiring" in sections
+
+
+def test_json_text_from_an_html_source_is_converted() -> None:
+    document = from_text(text="<h1>Hi</h1><p>there</p><script>x()</script>", source="site/hi.html", category="web")
+    assert (document.title, document.markdown, document.category, document.source) == ("Hi", True, "web", "site/hi.html")
+    assert document.text == "# Hi\n\nthere"
+    kept = from_text(text="# Notes\n\n<b>raw</b>", source="notes.md")
+    assert kept.text == "# Notes\n\n<b>raw</b>" and kept.markdown is None
+
+
+async def test_an_explicit_markdown_flag_overrides_the_source_suffix(embedder, store) -> None:
+    await ingest(NewDocument(text="# Title\n\n## Part\n\nbody", doc_id="x.txt", source="x.txt", markdown=True), embedder, store)
+    assert {c.metadata["section"] for c in store.chunks.values()} == {"Part"}

@@ -1,0 +1,116 @@
+"""Contextual chunking: a short model-written prefix that situates each chunk in its document, so a
+chunk such as "It rose 3 % that quarter" is embedded and keyword-indexed together with what "it" is.
+
+Prefixes are cached by (model, document hash, chunk hash), so re-ingesting costs no model call. The
+enrichment is optional: a chunk whose prefix cannot be written is indexed without one.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+
+from services.retrieval.ports import ContextModel, PrefixCache
+from shared.errors import ServiceError
+
+log = logging.getLogger("cairn.retrieval.contextual")
+
+SYSTEM = "You situate passages within the document they come from, to improve search retrieval. Answer in plain prose."
+PROMPT = """<document>
+{document}
+</document>
+Here is a chunk of that document:
+<chunk>
+{chunk}
+</chunk>
+In one or two short sentences, situate this chunk within the overall document (what it is about and \
+where it fits) to improve search retrieval of the chunk. Answer only with those sentences."""
+MAX_PREFIX_CHARS = 600
+GIVE_UP_AFTER = 3  # failed calls for one document before the rest of its chunks go without a prefix
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _clean(answer: str) -> str | None:
+    text = " ".join(answer.split())
+    if not text:
+        return None
+    if len(text) > MAX_PREFIX_CHARS:  # a model that rambles: keep whole words
+        text = text[:MAX_PREFIX_CHARS].rsplit(" ", 1)[0]
+    return text
+
+
+class Contextualizer:
+    """Writes, caches and returns the prefix of every chunk of a document."""
+
+    def __init__(
+        self,
+        *,
+        model: ContextModel,
+        cache: PrefixCache,
+        max_document_chars: int = 16000,
+        concurrency: int = 4,
+        max_tokens: int = 120,
+    ) -> None:
+        if max_document_chars < 1 or concurrency < 1 or max_tokens < 1:
+            raise ValueError("max_document_chars, concurrency and max_tokens must be >= 1")
+        self._model = model
+        self._cache = cache
+        self._max_document_chars = max_document_chars
+        self._limit = asyncio.Semaphore(concurrency)
+        self._max_tokens = max_tokens
+
+    @property
+    def model_name(self) -> str:
+        return self._model.model_name
+
+    def prompt(self, *, document: str, chunk: str) -> str:
+        """The user message for one chunk: the document (its first max_document_chars) and the chunk."""
+        shown = document if len(document) <= self._max_document_chars else document[: self._max_document_chars] + "\n[...]"
+        return PROMPT.format(document=shown, chunk=chunk)
+
+    async def prefixes(self, *, document: str, chunks: list[str]) -> list[str | None]:
+        """One prefix per chunk, in order; None where the model failed (logged as a warning, never raised)."""
+        model, document_sha = self.model_name, sha256(document)
+        shas = [sha256(chunk) for chunk in chunks]
+        cached = await self._cache.get_many(model=model, document_sha=document_sha, chunk_shas=sorted(set(shas)))
+        missing = {sha: chunk for sha, chunk in zip(shas, chunks) if sha not in cached}
+        failures = 0
+
+        async def write(chunk: str) -> str | None:
+            nonlocal failures
+            if failures >= GIVE_UP_AFTER:
+                return None
+            async with self._limit:
+                if failures >= GIVE_UP_AFTER:
+                    return None
+                try:
+                    answer = await self._model.complete(
+                        system=SYSTEM, user=self.prompt(document=document, chunk=chunk), max_tokens=self._max_tokens
+                    )
+                except (ServiceError, asyncio.TimeoutError) as exc:
+                    failures += 1
+                    log.warning("contextual prefix failed; chunk indexed without it", extra={"model": model, "error": str(exc)[:200]})
+                    return None
+            return _clean(answer)
+
+        written = await asyncio.gather(*(write(chunk) for chunk in missing.values()))
+        fresh = {sha: prefix for sha, prefix in zip(missing, written) if prefix}
+        if fresh:
+            await self._cache.put_many(model=model, document_sha=document_sha, prefixes=fresh)
+        if failures:
+            log.warning(
+                "document indexed with missing contextual prefixes",
+                extra={"model": model, "missing": sum(1 for p in written if not p), "chunks": len(chunks)},
+            )
+        known = cached | fresh
+        return [known.get(sha) for sha in shas]
+
+    async def close(self) -> None:
+        """Close the model's client and the cache, where they have something to close."""
+        if (close_model := getattr(self._model, "close", None)) is not None:
+            await close_model()
+        if (close_cache := getattr(self._cache, "close", None)) is not None:
+            close_cache()

@@ -1,0 +1,29 @@
+"""Markdown and plain text: UTF-8 bytes, taken as they are."""
+from __future__ import annotations
+
+from services.retrieval.chunking import document_title
+from services.retrieval.errors import UnprocessableDocument
+from services.retrieval.parsing.document import ParsedDocument
+
+
+def decode(filename: str, data: bytes) -> str:
+    """UTF-8 text (a leading BOM dropped), refusing binary or empty content."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UnprocessableDocument(f"{filename}: not UTF-8 text") from None
+    if "\x00" in text:
+        raise UnprocessableDocument(f"{filename}: binary content, not text")
+    if not text.strip():
+        raise UnprocessableDocument(f"{filename}: the file is empty")
+    return text
+
+
+def parse_markdown(filename: str, data: bytes) -> ParsedDocument:
+    text = decode(filename, data)
+    title = document_title(text, fallback="") or None
+    return ParsedDocument(text=text, format="markdown", title=title, markdown=True)
+
+
+def parse_text(filename: str, data: bytes) -> ParsedDocument:
+    return ParsedDocument(text=decode(filename, data), format="text")

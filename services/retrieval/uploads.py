@@ -1,0 +1,126 @@
+"""Reading POST /documents bodies for api.py: a size cap enforced while reading, JSON or multipart.
+
+HTTP-layer code (it knows Starlette's request), kept out of the route so the route stays thin.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+
+from services.retrieval import ingestion, parsing
+from services.retrieval.errors import PayloadTooLarge, UnsupportedMediaType
+from services.retrieval.models import DocumentIn, UploadFields
+from shared.errors import BadRequest
+
+
+@dataclass(frozen=True)
+class Upload:
+    filename: str
+    media_type: str | None
+    data: bytes
+    fields: UploadFields
+
+
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def read_body(request: Request, *, limit: int) -> bytes:
+    """The whole body, refusing (413) one over `limit` bytes without reading past the limit."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the body is {int(declared)} bytes; the limit is {limit} (MAX_UPLOAD_BYTES)")
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise PayloadTooLarge(f"the body is over the limit of {limit} bytes (MAX_UPLOAD_BYTES)")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _validated(model, data):
+    try:
+        return model.model_validate_json(data) if isinstance(data, bytes) else model.model_validate(data)
+    except ValidationError as exc:
+        # The same 400 (malformed JSON) / 422 (invalid field) answers as a body FastAPI parses itself.
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+def json_document(body: bytes) -> DocumentIn:
+    return _validated(DocumentIn, body)
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+async def multipart_upload(request: Request, body: bytes) -> Upload:
+    """The `file` part and its form fields; 400 for a broken multipart body, 422 without a file part."""
+    parser = MultiPartParser(request.headers, _once(body), max_files=1, max_fields=20, max_part_size=64 * 1024)
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise BadRequest(f"unreadable multipart body: {exc.message}") from None
+    try:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise RequestValidationError([{"loc": ("file",), "msg": "a 'file' part is required", "type": "missing"}])
+        fields = _validated(UploadFields, {k: v for k, v in form.items() if k != "file" and isinstance(v, str) and v != ""})
+        filename = (upload.filename or "").strip()
+        if not filename:
+            raise RequestValidationError([{"loc": ("file",), "msg": "the file part needs a filename", "type": "missing"}])
+        return Upload(filename=filename, media_type=upload.content_type, data=await upload.read(), fields=fields)
+    finally:
+        await form.close()
+
+
+def refuse_content_type(kind: str) -> UnsupportedMediaType:
+    return UnsupportedMediaType(
+        f"POST /documents takes application/json or multipart/form-data with a 'file' part, not {kind or 'no content type'}"
+    )
+
+
+async def document_from_request(request: Request, *, limit: int) -> ingestion.NewDocument:
+    """The document in a POST /documents body: JSON fields, or an uploaded file parsed by its type.
+
+    An upload's doc_id and source default to its file name.
+    """
+    kind = media_type(request)
+    if kind not in ("", "application/json", "multipart/form-data"):
+        raise refuse_content_type(kind)
+    body = await read_body(request, limit=limit)
+    if kind == "multipart/form-data":
+        upload = await multipart_upload(request, body)
+        parsed = await asyncio.to_thread(parsing.parse, upload.filename, upload.data, media_type=upload.media_type)
+        fields = upload.fields.model_dump()
+        fields["doc_id"] = fields["doc_id"] or upload.filename
+        fields["source"] = fields["source"] or upload.filename
+        return ingestion.from_parsed(parsed, **fields)
+    document = json_document(body)
+    return await asyncio.to_thread(lambda: ingestion.from_text(**document.model_dump()))
+
+
+def _form_schema() -> dict:
+    schema = UploadFields.model_json_schema()
+    schema["properties"] = {"file": {"type": "string", "format": "binary"}, **schema["properties"]}
+    schema["required"] = ["file"]
+    return schema
+
+
+OPENAPI_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": DocumentIn.model_json_schema()},
+            "multipart/form-data": {"schema": _form_schema()},
+        },
+    }
+}

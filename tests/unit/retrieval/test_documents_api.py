@@ -1,0 +1,147 @@
+"""POST /documents as JSON or file upload, GET /documents/{id}, and their error answers, with fakes behind."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.retrieval.main import create_app
+from services.retrieval.settings import Settings
+from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
+from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "unit-test-token"
+AUTH = {"X-Service-Token": TOKEN}
+LIMIT = 64 * 1024
+
+
+@pytest.fixture
+def store() -> FakeStore:
+    return FakeStore()
+
+
+@pytest.fixture
+def client(tmp_path: Path, store: FakeStore) -> Iterator[TestClient]:
+    settings = Settings(service_token=TOKEN, data_dir=tmp_path, max_upload_bytes=LIMIT)
+    with TestClient(create_app(settings, embedder=FakeEmbedder(), store=store)) as client:
+        yield client
+
+
+def upload(client: TestClient, filename: str, data: bytes, media_type: str = "application/octet-stream", **fields: str):
+    return client.post("/documents", files={"file": (filename, data, media_type)}, data=fields, headers=AUTH)
+
+
+def test_a_pdf_upload_is_stored_with_pages_under_its_file_name(client: TestClient, store: FakeStore) -> None:
+    data = make_pdf(["The pump needs a dry wall.", "Replace the filter monthly."], title="Pump manual")
+    added = upload(client, "manual.pdf", data, "application/pdf", category="manuals")
+    assert added.status_code == 200, added.text
+    assert added.json() == {"doc_id": "manual.pdf", "title": "Pump manual", "status": "added", "chunks": 2}
+    found = client.post("/search", json={"query": "filter monthly", "top_k": 1}, headers=AUTH).json()["results"][0]
+    assert (found["doc_id"], found["metadata"]["page"], found["metadata"]["category"]) == ("manual.pdf", 2, "manuals")
+    document = client.get("/documents/manual.pdf", headers=AUTH)
+    assert document.status_code == 200
+    assert document.json() == {
+        "doc_id": "manual.pdf",
+        "title": "Pump manual",
+        "source": "manual.pdf",
+        "url": None,
+        "category": "manuals",
+        "chunks": 2,
+        "content_hash": store.chunks["manual.pdf#0"].metadata["content_hash"],
+        "pages": 2,
+        "context_model": None,
+    }
+    again = upload(client, "manual.pdf", data, "application/pdf", category="manuals")
+    assert again.json()["status"] == "unchanged"
+
+
+def test_form_fields_set_the_id_title_and_url_of_an_upload(client: TestClient) -> None:
+    added = upload(client, "page.html", GUIDE_HTML, "text/html", doc_id="web/pump", title="Pumps", url="http://x/pump")
+    assert added.json() == {"doc_id": "web/pump", "title": "Pumps", "status": "added", "chunks": added.json()["chunks"]}
+    document = client.get("/documents/web/pump", headers=AUTH).json()
+    assert (document["title"], document["source"], document["url"]) == ("Pumps", "page.html", "http://x/pump")
+    hit = client.post("/search", json={"query": "brown wire live terminal", "top_k": 1}, headers=AUTH).json()["results"][0]
+    assert hit["metadata"]["section"] == "Installation > Wiring"
+
+
+def test_a_changed_upload_replaces_the_old_version(client: TestClient) -> None:
+    assert upload(client, "notes.md", b"# Notes\n\nfirst").json()["status"] == "added"
+    assert upload(client, "notes.md", b"# Notes\n\nsecond").json()["status"] == "replaced"
+    assert upload(client, "notes.md", b"# Notes\n\nsecond").json()["status"] == "unchanged"
+
+
+def test_an_unsupported_file_is_415_naming_it(client: TestClient) -> None:
+    response = upload(client, "report.docx", b"PK\x03\x04")
+    assert response.status_code == 415
+    body = response.json()
+    assert body["error"] == "unsupported_media_type" and "report.docx" in body["message"] and ".pdf" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("filename", "data"),
+    [("broken.pdf", b"%PDF-1.4 nonsense"), ("empty.txt", b""), ("latin1.md", "caf\xe9".encode("latin-1"))],
+)
+def test_a_corrupt_or_empty_file_is_422_naming_it(client: TestClient, store: FakeStore, filename: str, data: bytes) -> None:
+    response = upload(client, filename, data)
+    assert response.status_code == 422
+    assert response.json()["error"] == "unprocessable_document" and filename in response.json()["message"]
+    assert not store.chunks
+
+
+def test_a_body_over_the_limit_is_413(client: TestClient) -> None:
+    big = upload(client, "big.txt", b"word " * (LIMIT // 5 + 10))
+    assert big.status_code == 413 and big.json()["error"] == "payload_too_large"
+    big_json = client.post("/documents", json={"text": "x" * (LIMIT + 1)}, headers=AUTH)
+    assert big_json.status_code == 413
+
+
+def test_a_streamed_body_without_length_is_cut_off_at_the_limit(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(LIMIT // 1024 + 2):
+            yield b"x" * 1024
+        yield b'"}'
+
+    response = client.post("/documents", content=chunks(), headers=AUTH | {"Content-Type": "application/json"})
+    assert response.status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "error"),
+    [
+        ({"data": {"doc_id": "x"}, "files": {"other": ("a.md", b"# A", "text/markdown")}}, 422, "invalid_request"),
+        ({"files": {"file": ("a.md", b"# A", "text/markdown")}, "data": {"title": "t" * 501}}, 422, "invalid_request"),
+        ({"content": b"--nope\r\nbroken", "headers": {"Content-Type": "multipart/form-data; boundary=other"}}, 400, "bad_request"),
+        ({"content": b"# plain", "headers": {"Content-Type": "text/markdown"}}, 415, "unsupported_media_type"),
+    ],
+)
+def test_bad_upload_requests(client: TestClient, kwargs: dict, status: int, error: str) -> None:
+    headers = AUTH | kwargs.pop("headers", {})
+    response = client.post("/documents", headers=headers, **kwargs)
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == error
+
+
+def test_json_bodies_still_validate_as_before(client: TestClient) -> None:
+    assert client.post("/documents", json={"text": " "}, headers=AUTH).json()["error"] == "invalid_request"
+    malformed = client.post("/documents", content=b'{"text": ', headers=AUTH | {"Content-Type": "application/json"})
+    assert malformed.status_code == 400 and malformed.json()["error"] == "malformed_json"
+    html = client.post("/documents", json={"text": "<h1>Hi</h1><p>there</p>", "source": "hi.html"}, headers=AUTH)
+    assert html.json()["title"] == "Hi"
+
+
+def test_getting_an_unknown_document_is_404(client: TestClient) -> None:
+    response = client.get("/documents/no/such.md", headers=AUTH)
+    assert response.status_code == 404 and response.json()["error"] == "not_found"
+
+
+def test_openapi_offers_json_and_multipart_bodies(client: TestClient) -> None:
+    post = client.get("/openapi.json").json()["paths"]["/documents"]["post"]
+    content = post["requestBody"]["content"]
+    assert set(content) == {"application/json", "multipart/form-data"}
+    assert content["multipart/form-data"]["schema"]["required"] == ["file"]
+    assert {"413", "415", "422"} <= set(post["responses"])

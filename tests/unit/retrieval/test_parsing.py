@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import pytest
+
+from services.retrieval.errors import UnprocessableDocument, UnsupportedMediaType
+from services.retrieval.parsing import format_of, parse
+from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
+
+pytestmark = pytest.mark.unit
+
+
+def test_markdown_keeps_its_text_and_takes_the_first_heading_as_title() -> None:
+    parsed = parse("notes/guide.md", "\ufeff# Guide\n\nSome text.\n".encode())
+    assert (parsed.format, parsed.markdown, parsed.title, parsed.pages) == ("markdown", True, "Guide", None)
+    assert parsed.text == "# Guide\n\nSome text.\n", "the byte-order mark is dropped"
+
+
+def test_plain_text_is_not_markdown() -> None:
+    parsed = parse("todo.TXT", b"# not a heading\nbuy milk")
+    assert (parsed.format, parsed.markdown, parsed.title) == ("text", False, None)
+
+
+def test_html_keeps_headings_as_sections_and_drops_page_furniture() -> None:
+    parsed = parse("site/pump.html", GUIDE_HTML)
+    assert (parsed.format, parsed.markdown, parsed.title) == ("html", True, "Pump guide")
+    text = parsed.text
+    assert "## Installation" in text and "### Wiring" in text and "## Maintenance" in text
+    assert "The pump moves water from the well to the tank." in text
+    assert "- Use four bolts." in text and "Filter | monthly" in text
+    assert "```\n# keep this comment\npump --start\n```" in text, "code is fenced so '#' lines are no headings"
+    for dropped in ("secret-script-text", "navigation-only-words", "color: red"):
+        assert dropped not in text
+
+
+def test_html_title_falls_back_to_the_first_h1_and_honours_the_declared_charset() -> None:
+    page = '<html><head><meta charset="iso-8859-1"></head><body><h1>Caf\xe9</h1><p>cr\xe8me br\xfbl\xe9e</p></body></html>'
+    parsed = parse("menu.htm", page.encode("latin-1"))
+    assert parsed.title == "Café"
+    assert "crème brûlée" in parsed.text
+
+
+def test_a_paragraph_starting_with_a_hash_does_not_become_a_heading() -> None:
+    parsed = parse("x.html", b"<h1>T</h1><p># 1 rule: be kind</p>")
+    assert "\\# 1 rule: be kind" in parsed.text
+
+
+def test_pdf_gives_one_text_per_page_with_its_start_offset() -> None:
+    data = make_pdf(["Installation of the pump.", "", "Maintenance: replace the filter."], title="Pump manual")
+    parsed = parse("manual.pdf", data)
+    assert (parsed.format, parsed.markdown, parsed.title, parsed.pages) == ("pdf", False, "Pump manual", 3)
+    starts = parsed.page_starts
+    assert starts[0] == 0
+    assert parsed.text[starts[0] :].startswith("Installation of the pump.")
+    assert parsed.text[starts[2] :].startswith("Maintenance: replace the filter.")
+    assert parsed.text[starts[1] : starts[2]].strip() == "", "a blank page keeps its number"
+
+
+def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
+    assert parse("a.pdf", make_pdf(["text"])).title is None
+
+
+@pytest.mark.parametrize(
+    ("filename", "data", "reason"),
+    [
+        ("broken.pdf", b"%PDF-1.4\n1 0 obj garbage", "not a readable PDF"),
+        ("broken.pdf", b"this is not a pdf at all", "not a readable PDF"),
+        ("scan.pdf", make_pdf(["", ""]), "no extractable text"),
+        ("empty.pdf", b"", "empty"),
+        ("empty.md", b"  \n\t", "empty"),
+        ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
+        ("binary.md", b"abc\x00def", "binary"),
+        ("empty.html", b"<html><head><title>t</title><script>x()</script></head><body> </body></html>", "no text"),
+    ],
+)
+def test_corrupt_or_empty_files_are_unprocessable_and_named(filename: str, data: bytes, reason: str) -> None:
+    with pytest.raises(UnprocessableDocument) as raised:
+        parse(filename, data)
+    assert raised.value.status_code == 422 and raised.value.code == "unprocessable_document"
+    assert raised.value.message.startswith(f"{filename}: ") and reason in raised.value.message
+
+
+def test_a_pdf_that_a_truncated_download_cut_short_is_unprocessable() -> None:
+    data = make_pdf(["first page", "second page"])
+    with pytest.raises(UnprocessableDocument):
+        parse("cut.pdf", data[: len(data) // 3])
+
+
+@pytest.mark.parametrize("filename", ["report.docx", "photo.png", "README", "archive.tar.gz"])
+def test_unsupported_types_name_the_file_and_the_supported_ones(filename: str) -> None:
+    with pytest.raises(UnsupportedMediaType) as raised:
+        parse(filename, b"whatever")
+    assert raised.value.status_code == 415 and raised.value.code == "unsupported_media_type"
+    assert filename in raised.value.message and ".pdf" in raised.value.message and ".md" in raised.value.message
+
+
+def test_a_name_without_suffix_is_read_by_its_media_type() -> None:
+    assert format_of("README", "text/markdown; charset=utf-8") == "markdown"
+    assert format_of("page", "text/html") == "html"
+    assert format_of("notes.md", "application/pdf") == "markdown", "a known suffix wins"
+    assert format_of("photo.png", "text/plain") is None, "an unknown suffix is not rescued by the media type"
+    assert parse("README", b"# Read me\n\ntext", media_type="text/markdown").title == "Read me"
