@@ -3,6 +3,10 @@ chunk such as "It rose 3 % that quarter" is embedded and keyword-indexed togethe
 
 Prefixes are cached by (model, document hash, chunk hash), so re-ingesting costs no model call. The
 enrichment is optional: a chunk whose prefix cannot be written is indexed without one.
+
+To measure its effect (`cairn eval`), `adapters.context_llm.build_contextualizer(settings, force=True)`
+gives a Contextualizer whenever LLM_BASE_URL and LLM_MODEL are set (None otherwise); pass it as
+`contextualizer=` to ingestion.ingest_document for the run with prefixes, and None for the run without.
 """
 from __future__ import annotations
 

@@ -13,15 +13,13 @@ from typing import TYPE_CHECKING, Literal
 
 from services.retrieval import parsing
 from services.retrieval.chunking import Chunk, chunk_text, document_title
-from services.retrieval.ports import CONTEXT_KEY, Embedder, StoredChunk, VectorStore, indexed_text
+from services.retrieval.ports import CONTEXT_KEY, DOCUMENT_FIELDS, Embedder, StoredChunk, VectorStore, indexed_text
 
 if TYPE_CHECKING:
     from services.retrieval.contextual import Contextualizer
 
 Status = Literal["added", "unchanged", "replaced"]
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
-# Compared on re-ingest even when a store reports fewer document fields than DOCUMENT_FIELDS.
-_ALWAYS_COMPARED = ("title", "source", "url", "category", "content_hash")
 
 
 @dataclass(frozen=True)
@@ -136,8 +134,7 @@ async def ingest_document(
 
     existing = await store.get_document(doc_id)
     if existing is not None and existing.content_hashes == {digest}:
-        compared = set(_ALWAYS_COMPARED) | set(existing.metadata)
-        if all(existing.metadata.get(k) == wanted.get(k) for k in compared):
+        if all(existing.metadata.get(k) == wanted.get(k) for k in DOCUMENT_FIELDS):
             return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
 
     size = min(chunk_size, embedder.max_tokens)

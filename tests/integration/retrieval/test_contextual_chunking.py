@@ -1,0 +1,129 @@
+"""Contextual chunking end to end: the retrieval app, the real model and Chroma, and a local
+OpenAI-compatible server (over real HTTP, through the openai SDK) that writes deterministic prefixes."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.testclient import TestClient
+
+from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.main import create_app
+from services.retrieval.settings import Settings
+from tests.support import serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "contextual-token"
+AUTH = {"X-Service-Token": TOKEN}
+MANUAL = """# Lighthouse keeper's handbook
+
+## Lamp
+
+Clean the lens every morning and trim the wick before dusk.
+
+## Fog signal
+
+Sound the horn twice a minute while visibility stays under one mile.
+"""
+FOG = "## Fog signal\n\nSound the horn twice a minute while visibility stays under one mile."
+
+
+@dataclass
+class LLMState:
+    calls: int = 0
+    fail: bool = False
+
+
+def _llm_app(state: LLMState) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request):
+        body = await request.json()
+        state.calls += 1
+        if state.fail:
+            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
+        chunk = body["messages"][-1]["content"].split("<chunk>\n", 1)[1].split("\n</chunk>", 1)[0]
+        topic = "the fog horn" if "horn" in chunk else "the lamp"
+        answer = f"From the lighthouse keeper's handbook, on {topic}."
+        return {
+            "id": f"cmpl-{state.calls}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+        }
+
+    return app
+
+
+@pytest.fixture
+def llm() -> Iterator[tuple[str, LLMState]]:
+    state = LLMState()
+    with serve_in_thread(_llm_app(state)) as url:
+        yield url, state
+
+
+@pytest.fixture
+def client(tmp_path: Path, llm, embedder: SentenceTransformerEmbedder) -> Iterator[TestClient]:
+    url, _ = llm
+    settings = Settings(
+        service_token=TOKEN,
+        data_dir=tmp_path / "data",
+        contextual_chunks=True,
+        llm_base_url=f"{url}/v1",
+        llm_model="ctx-model",
+        contextual_max_retries=0,
+        chunk_size_tokens=32,
+        chunk_overlap_tokens=0,
+    )
+    with TestClient(create_app(settings, embedder=embedder)) as client:
+        yield client
+
+
+def _dense(client: TestClient, query: str, **filters: str) -> dict:
+    body = {"query": query, "top_k": 1, "mode": "dense", "filters": filters or None}
+    response = client.post("/search", json=body, headers=AUTH)
+    assert response.status_code == 200, response.text
+    return response.json()["results"][0]
+
+
+def test_prefixes_are_embedded_cached_and_kept_out_of_the_content(client: TestClient, llm) -> None:
+    _, state = llm
+    added = client.post("/documents", json={"text": MANUAL, "doc_id": "handbook.md"}, headers=AUTH).json()
+    assert added["status"] == "added" and state.calls == added["chunks"] == 2
+    assert client.get("/documents/handbook.md", headers=AUTH).json()["context_model"] == "ctx-model"
+
+    situated = _dense(client, f"From the lighthouse keeper's handbook, on the fog horn.\n\n{FOG}")
+    assert situated["content"] == FOG, "users get the chunk, not the prefix"
+    assert situated["dense_score"] > 0.995, "what was embedded is the prefix followed by the chunk"
+    assert _dense(client, FOG)["dense_score"] < situated["dense_score"] - 0.01
+
+    assert client.post("/documents", json={"text": MANUAL, "doc_id": "handbook.md"}, headers=AUTH).json()["status"] == "unchanged"
+    client.delete("/documents/handbook.md", headers=AUTH)
+    again = client.post("/documents", json={"text": MANUAL, "doc_id": "handbook.md"}, headers=AUTH).json()
+    assert again["status"] == "added" and state.calls == 2, "prefixes come from the cache: no second call"
+
+
+def test_a_failing_endpoint_never_fails_an_ingest(client: TestClient, llm) -> None:
+    _, state = llm
+    state.fail = True
+    added = client.post("/documents", json={"text": MANUAL, "doc_id": "down.md"}, headers=AUTH)
+    assert added.status_code == 200 and added.json()["chunks"] == 2
+    assert client.get("/documents/down.md", headers=AUTH).json()["context_model"] is None
+    assert _dense(client, FOG, doc_id="down.md")["dense_score"] > 0.995, "indexed without a prefix"
+
+    state.fail = False
+    healed = client.post("/documents", json={"text": MANUAL, "doc_id": "down.md"}, headers=AUTH).json()
+    assert healed["status"] == "replaced", "an incompletely situated document is re-done on its next ingest"
+    assert client.get("/documents/down.md", headers=AUTH).json()["context_model"] == "ctx-model"

@@ -1,0 +1,124 @@
+"""Contextual chunking with a stand-in model and the real SQLite prefix cache."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.retrieval.adapters.prefix_cache import SqlitePrefixCache
+from services.retrieval.contextual import GIVE_UP_AFTER, MAX_PREFIX_CHARS, Contextualizer
+from services.retrieval.ingestion import NewDocument, ingest_document
+from services.retrieval.ports import indexed_text
+from shared.errors import DependencyUnavailable
+from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
+
+pytestmark = pytest.mark.unit
+
+DOC = "# Report\n\n## Sales\n\nRevenue rose 3 % that quarter.\n\n## Staff\n\nThe team grew to twelve people.\n"
+
+
+class FakeModel:
+    """Answers "About: <the chunk's first words>"; fails for chunks containing any word in `fail_on`."""
+
+    model_name = "fake-ctx"
+
+    def __init__(self, fail_on: tuple[str, ...] = ()) -> None:
+        self.prompts: list[str] = []
+        self.fail_on = fail_on
+
+    async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+        self.prompts.append(user)
+        chunk = user.split("<chunk>\n", 1)[1].split("\n</chunk>", 1)[0]
+        if any(word in chunk for word in self.fail_on):
+            raise DependencyUnavailable("llm", "the model endpoint answered 500")
+        return f"  About:\n{' '.join(chunk.split()[:3])}  "
+
+
+@pytest.fixture
+def cache(tmp_path: Path):
+    cache = SqlitePrefixCache(tmp_path / "prefixes.sqlite3")
+    yield cache
+    cache.close()
+
+
+async def ingest(document: NewDocument, store: FakeStore, contextualizer: Contextualizer, embedder: FakeEmbedder | None = None):
+    return await ingest_document(
+        document, embedder=embedder or FakeEmbedder(), store=store, chunk_size=12, chunk_overlap=0, contextualizer=contextualizer
+    )
+
+
+async def test_the_prefixed_text_is_embedded_and_the_content_stays_the_chunk(cache) -> None:
+    model, store, embedder = FakeModel(), FakeStore(), FakeEmbedder()
+    result = await ingest(NewDocument(text=DOC, doc_id="r"), store, Contextualizer(model=model, cache=cache), embedder)
+    assert result.chunks == 2 and len(model.prompts) == 2
+    chunks = sorted(store.chunks.values(), key=lambda c: c.metadata["chunk_index"])
+    assert chunks[0].content == "# Report\n\n## Sales\n\nRevenue rose 3 % that quarter."
+    assert chunks[0].metadata["context"] == "About: # Report ##"
+    assert embedder.embedded_texts == [indexed_text(c.content, c.metadata) for c in chunks]
+    assert embedder.embedded_texts[0] == "About: # Report ##\n\n# Report\n\n## Sales\n\nRevenue rose 3 % that quarter."
+    assert (await store.get_document("r")).metadata["context_model"] == "fake-ctx"
+    assert "<document>\n# Report" in model.prompts[0], "the prompt shows the document"
+
+
+async def test_re_ingesting_costs_no_model_call(cache) -> None:
+    model, store = FakeModel(), FakeStore()
+    contextualizer = Contextualizer(model=model, cache=cache)
+    await ingest(NewDocument(text=DOC, doc_id="r"), store, contextualizer)
+    assert (await ingest(NewDocument(text=DOC, doc_id="r"), store, contextualizer)).status == "unchanged"
+    # A fresh index (or another replica) reuses the cached prefixes too.
+    other = FakeStore()
+    await ingest(NewDocument(text=DOC, doc_id="r"), other, contextualizer)
+    assert len(model.prompts) == 2
+    assert {c.metadata["context"] for c in other.chunks.values()} == {c.metadata["context"] for c in store.chunks.values()}
+
+
+async def test_a_failed_prefix_leaves_the_chunk_plain_and_is_retried_next_time(cache) -> None:
+    store = FakeStore()
+    failing = Contextualizer(model=FakeModel(fail_on=("twelve",)), cache=cache)
+    result = await ingest(NewDocument(text=DOC, doc_id="r"), store, failing)
+    assert (result.status, result.chunks) == ("added", 2), "the optional enrichment never fails an ingest"
+    contexts = {c.metadata["section"]: c.metadata.get("context") for c in store.chunks.values()}
+    assert contexts == {"Sales": "About: # Report ##", "Staff": None}
+    assert "context_model" not in (await store.get_document("r")).metadata
+
+    healed = FakeModel()
+    again = await ingest(NewDocument(text=DOC, doc_id="r"), store, Contextualizer(model=healed, cache=cache))
+    assert again.status == "replaced"
+    assert len(healed.prompts) == 1, "only the missing prefix is asked for; the other comes from the cache"
+    assert all(c.metadata.get("context") for c in store.chunks.values())
+
+
+async def test_after_repeated_failures_the_rest_of_the_document_is_not_tried(cache) -> None:
+    model = FakeModel(fail_on=("w",))
+    chunks = [f"w{i} text" for i in range(10)]
+    prefixes = await Contextualizer(model=model, cache=cache, concurrency=1).prefixes(document="doc", chunks=chunks)
+    assert prefixes == [None] * 10
+    assert len(model.prompts) == GIVE_UP_AFTER
+
+
+async def test_the_prompt_shows_only_the_start_of_a_long_document(cache) -> None:
+    contextualizer = Contextualizer(model=FakeModel(), cache=cache, max_document_chars=100)
+    prompt = contextualizer.prompt(document="a" * 100 + "b" * 50, chunk="the chunk")
+    assert "a" * 100 + "\n[...]" in prompt and "b" not in prompt.replace("about", "")
+    assert "<chunk>\nthe chunk\n</chunk>" in prompt
+
+
+async def test_a_rambling_answer_is_cut_at_a_word(cache) -> None:
+    class Rambler(FakeModel):
+        async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+            return "word " * 500
+
+    (prefix,) = await Contextualizer(model=Rambler(), cache=cache).prefixes(document="d", chunks=["c"])
+    assert len(prefix) <= MAX_PREFIX_CHARS and prefix.endswith("word")
+
+
+async def test_the_cache_is_keyed_by_model_and_document(cache) -> None:
+    await cache.put_many(model="m1", document_sha="d1", prefixes={"c1": "p1"})
+    assert await cache.get_many(model="m1", document_sha="d1", chunk_shas=["c1", "c2"]) == {"c1": "p1"}
+    assert await cache.get_many(model="m2", document_sha="d1", chunk_shas=["c1"]) == {}
+    assert await cache.get_many(model="m1", document_sha="d2", chunk_shas=["c1"]) == {}
+
+
+def test_bad_arguments_are_refused(cache) -> None:
+    with pytest.raises(ValueError):
+        Contextualizer(model=FakeModel(), cache=cache, concurrency=0)
