@@ -1,10 +1,13 @@
-"""`cairn ingest PATH...`: send .md/.txt files (folders recursively) to the retrieval service.
+"""`cairn ingest PATH...`: upload .md/.txt/.html/.pdf files (folders recursively) to the retrieval service.
 
 Each file becomes one document whose doc_id and source are its path relative to the current
-directory, so ingesting the same tree again is a no-op and a changed file replaces its old version.
+directory (or a given base), so ingesting the same tree again is a no-op and a changed file replaces
+its old version. Files go up as multipart uploads, so the service parses every format the same way
+whichever client sends it.
 """
 from __future__ import annotations
 
+import mimetypes
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +15,8 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+# The types the retrieval service reads (services.retrieval.parsing.SUPPORTED_SUFFIXES; a test keeps them equal).
+SUFFIXES = frozenset({".md", ".markdown", ".txt", ".html", ".htm", ".pdf"})
 SERVICE_TOKEN_HEADER = "X-Service-Token"
 
 
@@ -26,6 +30,7 @@ class IngestSummary:
     unchanged: int = 0
     replaced: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
+    skipped: list[str] = field(default_factory=list)  # files of other types found in folders
 
     @property
     def failed(self) -> int:
@@ -42,6 +47,8 @@ class IngestSummary:
     def describe(self) -> str:
         """One line for the terminal, then one per failed file."""
         line = f"{self.added} added, {self.replaced} replaced, {self.unchanged} unchanged, {self.failed} failed"
+        if self.skipped:
+            line += f" ({len(self.skipped)} files of other types skipped)"
         return "\n".join([line, *(f"  failed: {name}: {reason}" for name, reason in self.failures)])
 
 
@@ -54,37 +61,32 @@ def source_name(path: Path, base: Path | None = None) -> str:
         return resolved.as_posix()
 
 
-def collect_files(paths: Iterable[Path], base: Path | None = None) -> tuple[list[Path], list[tuple[str, str]]]:
-    """Files to ingest (folders walked recursively, hidden entries skipped) and paths refused up front."""
+def collect_files(
+    paths: Iterable[Path], base: Path | None = None
+) -> tuple[list[Path], list[tuple[str, str]], list[str]]:
+    """Files to ingest (folders walked recursively, hidden entries skipped), paths refused up front,
+    and the names of files of other types found in folders (skipped, not failed)."""
     files: list[Path] = []
     refused: list[tuple[str, str]] = []
+    skipped: list[str] = []
     for path in paths:
         if path.is_dir():
-            files += sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and p.suffix.lower() in SUFFIXES and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
+            for found in sorted(path.rglob("*")):
+                if not found.is_file() or any(part.startswith(".") for part in found.relative_to(path).parts):
+                    continue
+                if found.suffix.lower() in SUFFIXES:
+                    files.append(found)
+                else:
+                    skipped.append(source_name(found, base))
         elif path.is_file():
             if path.suffix.lower() in SUFFIXES:
                 files.append(path)
             else:
-                refused.append((source_name(path, base), f"unsupported file type {path.suffix or '(none)'}; use .md or .txt"))
+                supported = ", ".join(sorted(SUFFIXES))
+                refused.append((source_name(path, base), f"unsupported file type {path.suffix or '(none)'}; use {supported}"))
         else:
             refused.append((source_name(path, base), "no such file or folder"))
-    return list(dict.fromkeys(files)), refused
-
-
-def _read(path: Path) -> str:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    except OSError as exc:
-        raise ValueError(exc.strerror or "unreadable") from None
-    if not text.strip():
-        raise ValueError("empty file")
-    return text
+    return list(dict.fromkeys(files)), refused, skipped
 
 
 def ingest_paths(
@@ -96,14 +98,14 @@ def ingest_paths(
     base: Path | None = None,
     timeout_s: float = 300.0,
 ) -> IngestSummary:
-    """POST every file under `paths` to retrieval's /documents; a bad file is counted and skipped.
+    """Upload every file under `paths` to retrieval's /documents; a bad file is counted and skipped.
 
     doc_id and source are each file's path relative to `base` (default: the current directory).
 
     Raises IngestError when the service is unreachable or refuses the token, since then no file can succeed.
     """
-    files, refused = collect_files(paths, base)
-    summary = IngestSummary(failures=list(refused))
+    files, refused, skipped = collect_files(paths, base)
+    summary = IngestSummary(failures=list(refused), skipped=skipped)
     headers = {SERVICE_TOKEN_HEADER: service_token}
     with (
         httpx.Client(base_url=retrieval_url.rstrip("/"), headers=headers, timeout=timeout_s) as client,
@@ -113,7 +115,7 @@ def ingest_paths(
             name = source_name(path, base)
             bar.set_postfix_str(name[-40:], refresh=False)
             try:
-                status = _send(client, name=name, text=_read(path))
+                status = _send(client, name=name, data=_read(path))
                 setattr(summary, status, getattr(summary, status) + 1)
             except ValueError as exc:
                 summary.failures.append((name, str(exc)))
@@ -122,9 +124,30 @@ def ingest_paths(
     return summary
 
 
-def _send(client: httpx.Client, *, name: str, text: str) -> str:
+def _read(path: Path) -> bytes:
     try:
-        response = client.post("/documents", json={"doc_id": name, "source": name, "text": text})
+        return path.read_bytes()
+    except OSError as exc:
+        raise ValueError(exc.strerror or "unreadable") from None
+
+
+def _reason(response: httpx.Response, name: str) -> str:
+    try:
+        message = str(response.json().get("message") or response.text)
+    except ValueError:
+        message = response.text
+    if response.status_code in (415, 422):
+        # The service names the file first; the summary already does.
+        return message.removeprefix(f"{name}: ")[:300]
+    return f"HTTP {response.status_code}: {message[:200]}"
+
+
+def _send(client: httpx.Client, *, name: str, data: bytes) -> str:
+    media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    try:
+        response = client.post(
+            "/documents", files={"file": (name, data, media_type)}, data={"doc_id": name, "source": name}
+        )
     except httpx.TimeoutException:
         raise ValueError("retrieval did not answer in time") from None
     except httpx.TransportError as exc:
@@ -132,11 +155,7 @@ def _send(client: httpx.Client, *, name: str, text: str) -> str:
     if response.status_code == 401:
         raise IngestError("retrieval refused the service token (check CAIRN_SERVICE_TOKEN)")
     if response.status_code != 200:
-        try:
-            reason = response.json().get("message") or response.text
-        except ValueError:
-            reason = response.text
-        raise ValueError(f"HTTP {response.status_code}: {reason[:200]}")
+        raise ValueError(_reason(response, name))
     status = response.json()["status"]
     if status not in ("added", "unchanged", "replaced"):
         raise ValueError(f"unexpected status {status!r}")

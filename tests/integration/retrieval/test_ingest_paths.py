@@ -4,13 +4,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from cairn.ingest import IngestError, ingest_paths
+from cairn.ingest import SUFFIXES, IngestError, ingest_paths
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
+from services.retrieval.parsing import SUPPORTED_SUFFIXES
 from tests.support import free_port, serve_in_thread
+from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
 
 pytestmark = pytest.mark.integration
 
@@ -67,3 +70,45 @@ def test_names_can_be_relative_to_a_given_base(retrieval_url: str, tree: Path, m
     monkeypatch.chdir(tree / "deep")  # elsewhere, yet the same doc_id "notes/intro.md" thanks to base
     again = ingest_paths([tree / "intro.md"], retrieval_url=retrieval_url, service_token=TOKEN, progress=False, base=tree.parent)
     assert (again.added, again.unchanged) == (0, 1)
+
+
+def test_every_format_goes_in_and_bad_files_are_named_without_stopping_the_rest(
+    retrieval_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = tmp_path / "library"
+    (library / "manuals").mkdir(parents=True)
+    (library / "manuals" / "pump.pdf").write_bytes(
+        make_pdf(["The pump must be mounted on a dry wall.", "Replace the intake filter every month."], title="Pump manual")
+    )
+    (library / "manuals" / "broken.pdf").write_bytes(b"%PDF-1.7\n% a download that stopped here")
+    (library / "site.html").write_bytes(GUIDE_HTML)
+    (library / "notes.txt").write_text("Lighthouse lamps are cleaned every morning.\n")
+    (library / "readme.md").write_text("# Readme\n\nThe library holds manuals.\n")
+    (library / "report.docx").write_bytes(b"PK\x03\x04 not for us")
+    monkeypatch.chdir(tmp_path)
+
+    summary = ingest_paths([Path("library")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert (summary.added, summary.unchanged, summary.replaced) == (4, 0, 0)
+    assert summary.failed_names == ["library/manuals/broken.pdf"]
+    assert summary.failures[0][1].startswith("not a readable PDF")
+    assert summary.skipped == ["library/report.docx"]
+    assert "files of other types skipped" in summary.describe()
+
+    with httpx.Client(base_url=retrieval_url, headers={"X-Service-Token": TOKEN}) as client:
+        pump = client.get("/documents/library/manuals/pump.pdf").json()
+        assert (pump["title"], pump["pages"], pump["chunks"]) == ("Pump manual", 2, 2)
+        body = {"query": "how often is the intake filter replaced", "top_k": 1, "mode": "dense"}
+        hit = client.post("/search", json=body).json()["results"][0]
+        assert (hit["doc_id"], hit["metadata"]["page"]) == ("library/manuals/pump.pdf", 2)
+        body = {"query": "which wire goes to the live terminal", "top_k": 1, "mode": "dense"}
+        hit = client.post("/search", json=body).json()["results"][0]
+        assert (hit["doc_id"], hit["metadata"]["section"], hit["metadata"]["title"]) == (
+            "library/site.html", "Installation > Wiring", "Pump guide"
+        )
+
+    named = ingest_paths([Path("library/report.docx")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert named.failed_names == ["library/report.docx"] and "unsupported file type .docx" in named.failures[0][1]
+
+
+def test_the_command_offers_exactly_the_types_the_service_reads() -> None:
+    assert SUFFIXES == SUPPORTED_SUFFIXES
