@@ -5,10 +5,19 @@ import logging
 import time
 from dataclasses import asdict
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from services.retrieval import ingestion, uploads
-from services.retrieval.deps import ContextualizerDep, EmbedderDep, SettingsDep, StoreDep
+from services.retrieval import search as searching
+from services.retrieval.deps import (
+    ContextualizerDep,
+    EmbedderDep,
+    KeywordsDep,
+    RerankerDep,
+    SearchOptionsDep,
+    SettingsDep,
+    StoreDep,
+)
 from services.retrieval.models import (
     ChunkMetadata,
     DeletedDocument,
@@ -19,8 +28,10 @@ from services.retrieval.models import (
     SearchRequest,
     SearchResponse,
     SearchResult,
+    SimilarDocumentOut,
+    SimilarDocuments,
 )
-from services.retrieval.search import search as dense_search
+from services.retrieval.similar import similar_documents
 from shared.errors import NotFound
 
 log = logging.getLogger("cairn.retrieval")
@@ -93,10 +104,22 @@ async def delete_document(doc_id: str, store: StoreDep) -> DeletedDocument:
     return DeletedDocument(doc_id=doc_id, deleted_chunks=deleted)
 
 
-@router.post("/search", response_model=SearchResponse, tags=["search"])
-async def search(body: SearchRequest, embedder: EmbedderDep, store: StoreDep) -> SearchResponse:
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    tags=["search"],
+    responses={422: {"model": ErrorBody, "description": "Invalid query, filter or mode, or rerank asked for without a model"}},
+)
+async def search(
+    body: SearchRequest,
+    embedder: EmbedderDep,
+    store: StoreDep,
+    keywords: KeywordsDep,
+    reranker: RerankerDep,
+    options: SearchOptionsDep,
+) -> SearchResponse:
     started = time.perf_counter()
-    hits = await dense_search(
+    hits = await searching.search(
         query=body.query,
         top_k=body.top_k,
         threshold=body.threshold,
@@ -104,6 +127,10 @@ async def search(body: SearchRequest, embedder: EmbedderDep, store: StoreDep) ->
         filters=body.filters,
         embedder=embedder,
         store=store,
+        keywords=keywords,
+        options=options,
+        reranker=reranker,
+        rerank=body.rerank,
     )
     took_ms = round((time.perf_counter() - started) * 1000, 2)
     log.info("search", extra={"mode": body.mode, "top_k": body.top_k, "results": len(hits), "took_ms": took_ms})
@@ -119,9 +146,36 @@ async def search(body: SearchRequest, embedder: EmbedderDep, store: StoreDep) ->
                 score=hit.score,
                 dense_score=hit.dense_score,
                 keyword_score=hit.keyword_score,
+                dense_rank=hit.dense_rank,
+                keyword_rank=hit.keyword_rank,
+                rerank_score=hit.rerank_score,
                 metadata=ChunkMetadata.model_validate(hit.metadata),
             )
             for hit in hits
+        ],
+    )
+
+
+@router.get(
+    "/documents/{doc_id:path}/similar",
+    response_model=SimilarDocuments,
+    tags=["documents"],
+    responses={404: {"model": ErrorBody, "description": "No such document"}},
+)
+async def similar(doc_id: str, store: StoreDep, top_k: int = Query(5, ge=1, le=50)) -> SimilarDocuments:
+    found = await similar_documents(doc_id=doc_id, top_k=top_k, store=store)
+    if found is None:
+        raise NotFound(f"no document {doc_id!r}")
+    return SimilarDocuments(
+        doc_id=doc_id,
+        results=[
+            SimilarDocumentOut(
+                doc_id=d.doc_id,
+                score=d.score,
+                chunk_id=d.chunk_id,
+                **{k: d.metadata[k] for k in ("title", "source", "url", "category") if isinstance(d.metadata.get(k), str)},
+            )
+            for d in found
         ],
     )
 

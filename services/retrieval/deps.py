@@ -6,7 +6,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from services.retrieval.contextual import Contextualizer
-from services.retrieval.ports import Embedder, VectorStore
+from services.retrieval.ports import Embedder, KeywordIndex, Reranker, VectorStore
+from services.retrieval.search import SearchOptions
 from services.retrieval.settings import Settings
 
 
@@ -26,7 +27,22 @@ def _contextualizer(request: Request) -> Contextualizer | None:
     return getattr(request.app.state, "contextualizer", None)
 
 
+def _keywords(request: Request) -> KeywordIndex:
+    return request.app.state.keywords
+
+
+def _reranker(request: Request) -> Reranker | None:
+    return getattr(request.app.state, "reranker", None)
+
+
+def _search_options(request: Request) -> SearchOptions:
+    return request.app.state.search_options
+
+
 SettingsDep = Annotated[Settings, Depends(_settings)]
 EmbedderDep = Annotated[Embedder, Depends(_embedder)]
 StoreDep = Annotated[VectorStore, Depends(_store)]
 ContextualizerDep = Annotated[Contextualizer | None, Depends(_contextualizer)]
+KeywordsDep = Annotated[KeywordIndex, Depends(_keywords)]
+RerankerDep = Annotated[Reranker | None, Depends(_reranker)]
+SearchOptionsDep = Annotated[SearchOptions, Depends(_search_options)]

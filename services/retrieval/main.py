@@ -2,18 +2,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
+from services.retrieval.adapters.bm25_index import keyword_indexed
 from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.adapters.reranker import CrossEncoderReranker
 from services.retrieval.api import router
 from services.retrieval.ports import Embedder, VectorStore
+from services.retrieval.search import SearchOptions
 from services.retrieval.settings import Settings
+from shared.errors import DependencyUnavailable
 from shared.web import create_service_app, service_token_guard
 
 log = logging.getLogger("cairn.retrieval")
@@ -34,11 +39,30 @@ def create_app(
                 path=None if settings.chroma_url else settings.chroma_path,
                 url=settings.chroma_url,
                 timeout_s=settings.chroma_timeout_s,
+                ef_search=settings.hnsw_ef_search,
+                ef_construction=settings.hnsw_ef_construction,
+                max_neighbors=settings.hnsw_max_neighbors,
             )
             await chroma.open()
-            app.state.store = chroma
-        else:
-            app.state.store = store
+        # Every write goes through the synced store, so the keyword index follows this replica's
+        # writes at once and other replicas' writes within about keyword_sync_interval_s.
+        app.state.store, app.state.keywords, keyword_sync = keyword_indexed(
+            chroma if store is None else store, interval_s=settings.keyword_sync_interval_s
+        )
+        try:
+            await keyword_sync.refresh()
+        except DependencyUnavailable:
+            log.warning("keyword index not loaded: chroma unavailable; retrying in the background")
+        app.state.search_options = SearchOptions(
+            candidates=settings.hybrid_candidates,
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.hybrid_dense_weight,
+            keyword_weight=settings.hybrid_keyword_weight,
+            rerank_candidates=settings.rerank_candidates,
+        )
+        app.state.reranker = None
+        if settings.rerank_model is not None:
+            app.state.reranker = await asyncio.to_thread(CrossEncoderReranker, settings.rerank_model)
         owned = None
         if embedder is None:
             owned = await asyncio.to_thread(
@@ -58,9 +82,15 @@ def create_app(
                 "chunk_size_tokens": min(settings.chunk_size_tokens, app.state.embedder.max_tokens),
             },
         )
+        sync_task = asyncio.create_task(keyword_sync.run(), name="keyword-sync")
         try:
             yield
         finally:
+            sync_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sync_task
+            if app.state.reranker is not None:
+                app.state.reranker.close()
             if owned is not None:
                 owned.close()
             if app.state.contextualizer is not None:

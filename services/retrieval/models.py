@@ -1,13 +1,11 @@
 """Request and response bodies of the retrieval API."""
 from __future__ import annotations
 
-import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, field_validator
 
-FilterValue = str | int | float | bool
-_FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+from services.retrieval.filters import InvalidFilter, parse_filter
 
 
 class ErrorBody(BaseModel):
@@ -72,18 +70,34 @@ class DeletedDocument(BaseModel):
 class SearchRequest(BaseModel):
     query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)]
     top_k: int = Field(8, ge=1, le=50)
-    threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Minimum cosine similarity.")
-    mode: Literal["dense"] = "dense"
-    filters: dict[str, FilterValue] | None = Field(
-        None, max_length=10, description="Exact-match metadata filters, e.g. {\"category\": \"guide\"}."
+    threshold: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="Minimum cosine similarity (dense_score) of a returned chunk, in every mode; "
+        "in keyword mode setting it costs a query encode.",
+    )
+    mode: Literal["hybrid", "dense", "keyword"] = Field(
+        "hybrid", description="hybrid: BM25 and dense fused by reciprocal rank; dense: cosine; keyword: BM25."
+    )
+    filters: dict[str, Any] | None = Field(
+        None,
+        description="Metadata conditions, all of which must hold: a value for equality, or an object of "
+        "operators $eq $ne $in $nin $gt $gte $lt $lte. Range bounds are numbers, or ISO dates compared "
+        "with fields stored as epoch seconds.",
+        examples=[{"category": "guide", "doc_id": {"$in": ["a.md", "b.md"]}, "page": {"$gte": 2, "$lte": 5}}],
+    )
+    rerank: bool | None = Field(
+        None, description="Rerank with the cross-encoder; default: yes when RERANK_MODEL is set. true without one: 422."
     )
 
     @field_validator("filters")
     @classmethod
-    def _plain_keys(cls, value: dict[str, FilterValue] | None) -> dict[str, FilterValue] | None:
-        for key in value or {}:
-            if not _FILTER_KEY.match(key):
-                raise ValueError(f"filter key {key!r} must be a plain field name")
+    def _valid_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        try:
+            parse_filter(value)
+        except InvalidFilter as exc:
+            raise ValueError(str(exc)) from None
         return value
 
 
@@ -103,9 +117,12 @@ class SearchResult(BaseModel):
     chunk_id: str
     doc_id: str
     content: str
-    score: float
-    dense_score: float | None
-    keyword_score: float | None
+    score: float = Field(description="dense: cosine similarity; keyword: BM25; hybrid: the fused reciprocal-rank score.")
+    dense_score: float | None = Field(description="Cosine similarity to the query (always set in hybrid mode).")
+    keyword_score: float | None = Field(description="BM25 score; null when the keyword leg did not return the chunk.")
+    dense_rank: int | None = Field(None, description="1-based rank in the dense leg, if it returned the chunk.")
+    keyword_rank: int | None = Field(None, description="1-based rank in the keyword leg, if it returned the chunk.")
+    rerank_score: float | None = Field(None, description="Cross-encoder score when reranked; results are then in its order.")
     metadata: ChunkMetadata
 
 
@@ -114,3 +131,18 @@ class SearchResponse(BaseModel):
     mode: str
     took_ms: float
     results: list[SearchResult]
+
+
+class SimilarDocumentOut(BaseModel):
+    doc_id: str
+    score: float = Field(description="Cosine similarity of its best chunk to the mean embedding of the given document.")
+    chunk_id: str = Field(description="That best chunk.")
+    title: str | None = None
+    source: str | None = None
+    url: str | None = None
+    category: str | None = None
+
+
+class SimilarDocuments(BaseModel):
+    doc_id: str
+    results: list[SimilarDocumentOut]

@@ -1,12 +1,47 @@
-"""Dense search: embed the query, ask the store for its nearest chunks, score by cosine similarity."""
+"""Search in three modes, with the same filters in each, and an optional cross-encoder rerank.
+
+- dense: the query's nearest chunks by cosine similarity (score in [-1, 1]).
+- keyword: BM25 over stemmed words (score = BM25).
+- hybrid (default): reciprocal rank fusion of the top candidates of both (score = fused score).
+
+Every hybrid result carries its cosine similarity in `dense_score`, computed for chunks that only
+the keyword leg found, because callers (chat's relevance threshold) and `threshold` rely on it.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
-from services.retrieval.ports import Embedder, MetadataValue, VectorStore
+from services.retrieval.filters import Filter, parse_filter
+from services.retrieval.fusion import reciprocal_rank_fusion
+from services.retrieval.ports import Embedder, KeywordIndex, MetadataValue, Reranker, VectorStore
+from shared.errors import ServiceError
 
-Mode = Literal["dense"]
+Mode = Literal["hybrid", "dense", "keyword"]
+MODES: tuple[Mode, ...] = ("hybrid", "dense", "keyword")
+
+
+class RerankUnavailable(ServiceError):
+    status_code = 422
+    code = "rerank_unavailable"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How hybrid search and reranking behave (settings HYBRID_*, RRF_K, RERANK_CANDIDATES)."""
+
+    candidates: int = 100  # per leg, before fusion
+    rrf_k: float = 60.0
+    dense_weight: float = 1.0
+    keyword_weight: float = 1.0
+    rerank_candidates: int = 30
+
+    def __post_init__(self) -> None:
+        if self.candidates < 1 or self.rerank_candidates < 1 or self.rrf_k < 0:
+            raise ValueError("candidates and rerank_candidates must be >= 1, rrf_k >= 0")
+        if self.dense_weight < 0 or self.keyword_weight < 0:
+            raise ValueError("weights must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -18,6 +53,18 @@ class SearchHit:
     dense_score: float | None
     keyword_score: float | None
     metadata: dict[str, MetadataValue]
+    dense_rank: int | None = None
+    keyword_rank: int | None = None
+    rerank_score: float | None = None
+
+
+def _cosine(distance: float) -> float:
+    # Cosine space: distance = 1 - cosine similarity.
+    return max(-1.0, min(1.0, 1.0 - distance))
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return max(-1.0, min(1.0, sum(x * y for x, y in zip(a, b))))
 
 
 async def search(
@@ -26,33 +73,111 @@ async def search(
     top_k: int,
     embedder: Embedder,
     store: VectorStore,
+    keywords: KeywordIndex | None = None,
     threshold: float | None = None,
-    mode: Mode = "dense",
-    filters: dict[str, MetadataValue] | None = None,
+    mode: Mode = "hybrid",
+    filters: Filter | dict[str, Any] | None = None,
+    options: SearchOptions = SearchOptions(),
+    reranker: Reranker | None = None,
+    rerank: bool | None = None,
 ) -> list[SearchHit]:
-    """Up to top_k chunks, best first; those scoring below `threshold` are left out."""
+    """Up to top_k chunks, best first.
+
+    `threshold`: the minimum cosine similarity, in every mode (in keyword mode it costs a query
+    encode). `rerank`: None = rerank when a reranker is given; True without one raises RerankUnavailable.
+    With reranking, the first `options.rerank_candidates` results are reordered by `rerank_score`.
+    """
     if top_k < 1:
         raise ValueError("top_k must be >= 1")
-    if mode != "dense":
+    if mode not in MODES:
         raise ValueError(f"unsupported search mode: {mode}")
-    vector = await embedder.embed_query(query)
-    hits = await store.query(embedding=vector, top_k=top_k, where=filters or None)
-    results = []
-    for hit in hits:
-        # Cosine space: distance = 1 - cosine similarity.
-        score = max(-1.0, min(1.0, 1.0 - hit.distance))
-        if threshold is not None and score < threshold:
-            continue
-        results.append(
-            SearchHit(
-                chunk_id=hit.chunk_id,
-                doc_id=hit.doc_id,
-                content=hit.content,
-                score=score,
-                dense_score=score,
-                keyword_score=None,
-                metadata=hit.metadata,
-            )
+    if mode != "dense" and keywords is None:
+        raise ValueError(f"{mode} search needs a keyword index")
+    if rerank and reranker is None:
+        raise RerankUnavailable("rerank was requested but no RERANK_MODEL is configured")
+    reranking = reranker is not None and rerank is not False
+    where = parse_filter(filters)
+    need = max(top_k, options.rerank_candidates) if reranking else top_k
+    depth = max(need, options.candidates) if mode == "hybrid" else need
+
+    async def dense_leg() -> tuple[list[float], list[Any]]:
+        vector = await embedder.embed_query(query)
+        return vector, await store.query(embedding=vector, top_k=depth, where=where)
+
+    async def keyword_leg() -> list[Any]:
+        return await keywords.search(query=query, top_k=depth, where=where)  # type: ignore[union-attr]
+
+    vector: list[float] | None = None
+    dense_hits: list[Any] = []
+    keyword_hits: list[Any] = []
+    if mode == "hybrid":
+        (vector, dense_hits), keyword_hits = await asyncio.gather(dense_leg(), keyword_leg())
+    elif mode == "dense":
+        vector, dense_hits = await dense_leg()
+    else:
+        keyword_hits = await keyword_leg()
+
+    hits: dict[str, SearchHit] = {}
+    for rank, hit in enumerate(dense_hits, start=1):
+        cosine = _cosine(hit.distance)
+        hits[hit.chunk_id] = SearchHit(hit.chunk_id, hit.doc_id, hit.content, cosine, cosine, None, hit.metadata, dense_rank=rank)
+    for rank, hit in enumerate(keyword_hits, start=1):
+        found = hits.get(hit.chunk_id)
+        if found is None:
+            hits[hit.chunk_id] = SearchHit(hit.chunk_id, hit.doc_id, hit.content, hit.score, None, hit.score, hit.metadata, keyword_rank=rank)
+        else:
+            hits[hit.chunk_id] = replace(found, keyword_score=hit.score, keyword_rank=rank)
+
+    if mode == "hybrid":
+        fused = reciprocal_rank_fusion(
+            {"dense": [h.chunk_id for h in dense_hits], "keyword": [h.chunk_id for h in keyword_hits]},
+            k=options.rrf_k,
+            weights={"dense": options.dense_weight, "keyword": options.keyword_weight},
         )
-    results.sort(key=lambda r: r.score, reverse=True)
+        ordered = [replace(hits[chunk_id], score=score) for chunk_id, score in fused]
+    else:
+        ordered = list(hits.values())  # each leg already returns best first
+
+    if mode == "hybrid" or (mode == "keyword" and threshold is not None):
+        if vector is None:
+            vector = await embedder.embed_query(query)
+        results = await _with_dense_scores(ordered, vector=vector, store=store, threshold=threshold, need=need)
+    else:
+        results = [h for h in ordered if threshold is None or (h.dense_score is not None and h.dense_score >= threshold)][:need]
+
+    if reranking and results:
+        results = await _rerank(results, query=query, reranker=reranker, depth=options.rerank_candidates)  # type: ignore[arg-type]
+    return results[:top_k]
+
+
+async def _with_dense_scores(
+    ordered: list[SearchHit], *, vector: list[float], store: VectorStore, threshold: float | None, need: int
+) -> list[SearchHit]:
+    """The first `need` hits (in order) whose cosine passes `threshold`, each with its dense_score;
+    embeddings are fetched only for the chunks that may be returned."""
+    results: list[SearchHit] = []
+    position = 0
+    while position < len(ordered) and len(results) < need:
+        window = ordered[position : position + need - len(results)]
+        position += len(window)
+        missing = [h.chunk_id for h in window if h.dense_score is None]
+        cosines: dict[str, float] = {}
+        if missing:
+            stored = await store.get_chunks(ids=missing, with_embeddings=True)
+            cosines = {chunk.chunk_id: _dot(vector, chunk.embedding) for chunk in stored}
+        for hit in window:
+            if hit.dense_score is None:
+                if hit.chunk_id not in cosines:
+                    continue  # deleted since the keyword index saw it
+                hit = replace(hit, dense_score=cosines[hit.chunk_id])
+            if threshold is None or hit.dense_score >= threshold:  # type: ignore[operator]
+                results.append(hit)
     return results
+
+
+async def _rerank(results: list[SearchHit], *, query: str, reranker: Reranker, depth: int) -> list[SearchHit]:
+    head, tail = results[:depth], results[depth:]
+    scores = await reranker.score(query=query, passages=[h.content for h in head])
+    rescored = [replace(hit, rerank_score=float(score)) for hit, score in zip(head, scores, strict=True)]
+    rescored.sort(key=lambda h: h.rerank_score, reverse=True)  # type: ignore[arg-type, return-value]
+    return rescored + tail

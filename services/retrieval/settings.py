@@ -52,6 +52,27 @@ class Settings(CommonSettings):
         16000, ge=1, validation_alias=aliases("CONTEXTUAL_MAX_DOCUMENT_CHARS", "contextual_max_document_chars")
     )
 
+    # Search: HNSW parameters (cosine space), hybrid fusion, keyword index sync, optional rerank.
+    hnsw_ef_search: int = Field(100, ge=1, validation_alias=aliases("HNSW_EF_SEARCH", "hnsw_ef_search"))
+    hnsw_ef_construction: int = Field(200, ge=1, validation_alias=aliases("HNSW_EF_CONSTRUCTION", "hnsw_ef_construction"))
+    hnsw_max_neighbors: int = Field(32, ge=1, validation_alias=aliases("HNSW_MAX_NEIGHBORS", "hnsw_max_neighbors"))
+    hybrid_candidates: int = Field(100, ge=1, le=1000, validation_alias=aliases("HYBRID_CANDIDATES", "hybrid_candidates"))
+    rrf_k: float = Field(60.0, ge=0, validation_alias=aliases("RRF_K", "rrf_k"))
+    hybrid_dense_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_DENSE_WEIGHT", "hybrid_dense_weight"))
+    hybrid_keyword_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_KEYWORD_WEIGHT", "hybrid_keyword_weight"))
+    keyword_sync_interval_s: float = Field(
+        1.0,
+        gt=0,
+        validation_alias=aliases("KEYWORD_SYNC_INTERVAL_S", "keyword_sync_interval_s"),
+        description="How often each replica checks Chroma for documents written through other replicas.",
+    )
+    rerank_model: Path | None = Field(
+        None,
+        validation_alias=aliases("RERANK_MODEL", "rerank_model"),
+        description="A local sentence-transformers CrossEncoder directory; unset = no reranking.",
+    )
+    rerank_candidates: int = Field(30, ge=1, le=200, validation_alias=aliases("RERANK_CANDIDATES", "rerank_candidates"))
+
     @model_validator(mode="after")
     def _overlap_below_size(self) -> "Settings":
         if self.chunk_overlap_tokens >= self.chunk_size_tokens:

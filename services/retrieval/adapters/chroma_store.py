@@ -1,21 +1,30 @@
 """Chroma behind the VectorStore protocol: embedded (PersistentClient) or server (HttpClient).
 
 We always pass our own embeddings; Chroma's default embedding function would download a model.
+Every write is also recorded in a small side collection, "<collection>-changes", so that other
+replicas sharing the server can tell which documents changed (see `changes`).
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
-from collections.abc import Callable
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlparse
 
 import httpx
+import numpy as np
 from chromadb.errors import ChromaError
 
-from services.retrieval.ports import ChunkHit, DocumentInfo, MetadataValue, StoredChunk, VectorStore
+from services.retrieval.filters import Filter, parse_filter
+from services.retrieval.ports import DOCUMENT_FIELDS, ChunkHit, DocumentInfo, MetadataValue, StoredChunk, VectorStore
 from shared.errors import DependencyUnavailable
 
 __all__ = ["ChromaStore", "VectorStore", "to_where"]
@@ -23,39 +32,71 @@ __all__ = ["ChromaStore", "VectorStore", "to_where"]
 log = logging.getLogger("cairn.retrieval.chroma")
 T = TypeVar("T")
 
-# Fields that describe the whole document; every chunk carries a copy.
-DOCUMENT_FIELDS = ("title", "source", "url", "category", "content_hash")
 _PAGE = 5000
+_IDS_PER_CALL = 500
 _FAILURES = (ChromaError, httpx.HTTPError, OSError, TimeoutError)
+# Change records older than this are deleted; a replica that could not read the feed for longer
+# reloads everything anyway (its cursor is dropped on any failure).
+CHANGES_KEPT_S = 900.0
+_PRUNE_EVERY_S = 60.0
 
 
-def to_where(filters: dict[str, Any]) -> dict[str, Any] | None:
-    """A Chroma `where` clause requiring every key to equal its value."""
-    clauses = [{key: value} for key, value in filters.items()]
+def to_where(where: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A Chroma `where` clause for a filter (see services.retrieval.filters)."""
+    conditions = parse_filter(where).conditions
+    clauses = [{c.key: {c.op: list(c.value) if isinstance(c.value, tuple) else c.value}} for c in conditions]
     if not clauses:
         return None
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
+class _Collections(NamedTuple):
+    chunks: Any
+    changes: Any
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    collections: tuple[str, str]
+    seen: frozenset[str]
+
+
 class ChromaStore:
+    """HNSW in cosine space with explicit parameters. ef_search may change on an existing collection;
+    ef_construction and max_neighbors are fixed when the collection is created."""
+
     def __init__(
-        self, *, collection: str, path: Path | None = None, url: str | None = None, timeout_s: float = 10.0
+        self,
+        *,
+        collection: str,
+        path: Path | None = None,
+        url: str | None = None,
+        timeout_s: float = 10.0,
+        ef_search: int = 100,
+        ef_construction: int = 200,
+        max_neighbors: int = 32,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded) or url (server)")
+        if min(ef_search, ef_construction, max_neighbors) < 1:
+            raise ValueError("HNSW parameters must be >= 1")
         self._name = collection
         self._path = path
         self._url = url
         self._timeout_s = timeout_s
+        self._hnsw = {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction, "max_neighbors": max_neighbors}
         self._client: Any = None
-        self._collection: Any = None
+        self._collections: _Collections | None = None
         self._lock = threading.Lock()
+        self.writer_id = uuid.uuid4().hex[:12]
+        self._sequence = itertools.count(1)
+        self._last_prune = 0.0
 
-    def _connect(self) -> Any:
+    def _connect(self) -> _Collections:
         with self._lock:
             return self._connect_locked()
 
-    def _connect_locked(self) -> Any:
+    def _connect_locked(self) -> _Collections:
         import chromadb
         from chromadb.config import Settings as ChromaSettings
 
@@ -72,13 +113,29 @@ class ChromaStore:
             else:
                 self._path.mkdir(parents=True, exist_ok=True)
                 self._client = chromadb.PersistentClient(path=str(self._path), settings=no_telemetry)
-        if self._collection is None:
-            self._collection = self._client.get_or_create_collection(
-                self._name, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+        if self._collections is None:
+            chunks = self._client.get_or_create_collection(
+                self._name, configuration={"hnsw": dict(self._hnsw)}, embedding_function=None
             )
-        return self._collection
+            self._check_hnsw(chunks)
+            changes = self._client.get_or_create_collection(f"{self._name}-changes", embedding_function=None)
+            self._collections = _Collections(chunks, changes)
+        return self._collections
 
-    async def _run(self, operation: Callable[[Any], T]) -> T:
+    def _check_hnsw(self, collection: Any) -> None:
+        with warnings.catch_warnings():
+            # Chroma warns about the embedding function config of a collection made without one.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            current = (collection.configuration or {}).get("hnsw") or {}
+        if current.get("space") != "cosine":
+            log.warning("collection is not in cosine space; scores will be wrong", extra={"space": current.get("space")})
+        if current.get("ef_search") != self._hnsw["ef_search"]:
+            collection.modify(configuration={"hnsw": {"ef_search": self._hnsw["ef_search"]}})
+        fixed = {k: current.get(k) for k in ("ef_construction", "max_neighbors")}
+        if fixed != {k: self._hnsw[k] for k in fixed}:
+            log.warning("collection was created with other HNSW build parameters; rebuild it to change them", extra=fixed)
+
+    async def _run(self, operation: Callable[[_Collections], T]) -> T:
         def call() -> T:
             try:
                 return operation(self._connect())
@@ -91,7 +148,7 @@ class ChromaStore:
             return await asyncio.wait_for(asyncio.to_thread(call), self._timeout_s)
         except _FAILURES as exc:
             # Reopen next time: the server may have restarted, the collection may have been recreated.
-            self._collection = None
+            self._collections = None
             if self._url is not None:
                 self._client = None
             log.warning("chroma call failed", extra={"error": type(exc).__name__, "detail": str(exc)[:200]})
@@ -100,40 +157,59 @@ class ChromaStore:
     async def open(self) -> None:
         """Connect now; failures surface later as 503s and readiness false, not as a crash."""
         try:
-            await self._run(lambda collection: collection)
+            await self._run(lambda c: c)
         except DependencyUnavailable:
             pass
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _record(self, c: _Collections, doc_ids: set[str]) -> None:
+        c.changes.add(
+            ids=[f"{self.writer_id}:{next(self._sequence):012d}"],
+            embeddings=[[1.0]],
+            documents=["\n".join(sorted(doc_ids))],
+            metadatas=[{"writer": self.writer_id, "at": time.time()}],
+        )
 
     async def upsert(self, chunks: list[StoredChunk]) -> None:
         if not chunks:
             return
-        await self._run(
-            lambda c: c.upsert(
+
+        def write(c: _Collections) -> None:
+            c.chunks.upsert(
                 ids=[chunk.chunk_id for chunk in chunks],
                 embeddings=[chunk.embedding for chunk in chunks],
                 documents=[chunk.content for chunk in chunks],
                 metadatas=[_clean(chunk.metadata) | {"doc_id": chunk.doc_id} for chunk in chunks],
             )
-        )
+            self._record(c, {chunk.doc_id for chunk in chunks})
+
+        await self._run(write)
 
     async def delete(self, *, doc_id: str, from_chunk_index: int = 0) -> int:
         where: dict[str, Any] = {"doc_id": doc_id}
         if from_chunk_index > 0:
             where = {"$and": [where, {"chunk_index": {"$gte": from_chunk_index}}]}
-        result = await self._run(lambda c: c.delete(where=where))
-        return int((result or {}).get("deleted", 0))
+
+        def remove(c: _Collections) -> int:
+            deleted = int((c.chunks.delete(where=where) or {}).get("deleted", 0))
+            if deleted:
+                self._record(c, {doc_id})
+            return deleted
+
+        return await self._run(remove)
+
+    # -- reads ----------------------------------------------------------------------------------
 
     async def query(
-        self, *, embedding: list[float], top_k: int, where: dict[str, MetadataValue] | None = None
+        self, *, embedding: list[float], top_k: int, where: Filter | Mapping[str, Any] | None = None
     ) -> list[ChunkHit]:
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
+        clause = to_where(where)
         result = await self._run(
-            lambda c: c.query(
-                query_embeddings=[embedding],
-                n_results=top_k,
-                where=to_where(where or {}),
-                include=["documents", "metadatas", "distances"],
+            lambda c: c.chunks.query(
+                query_embeddings=[embedding], n_results=top_k, where=clause, include=["documents", "metadatas", "distances"]
             )
         )
         return [
@@ -143,8 +219,47 @@ class ChromaStore:
             )
         ]
 
+    async def get_chunks(
+        self, *, ids: list[str] | None = None, doc_ids: list[str] | None = None, with_embeddings: bool = False
+    ) -> list[StoredChunk]:
+        include = ["documents", "metadatas"] + (["embeddings"] if with_embeddings else [])
+        if ids is None and doc_ids is None:
+            pages = []
+            for offset in itertools.count(0, _PAGE):
+                page = await self._run(lambda c, o=offset: c.chunks.get(include=include, limit=_PAGE, offset=o))
+                pages.append(page)
+                if len(page["ids"]) < _PAGE:
+                    break
+        else:
+            pages = []
+            for start in range(0, len(ids or []), _IDS_PER_CALL):
+                batch = ids[start : start + _IDS_PER_CALL]
+                pages.append(await self._run(lambda c, b=batch: c.chunks.get(ids=b, include=include)))
+            for start in range(0, len(doc_ids or []), _IDS_PER_CALL):
+                where = {"doc_id": {"$in": doc_ids[start : start + _IDS_PER_CALL]}}
+                pages.append(await self._run(lambda c, w=where: c.chunks.get(where=w, include=include)))
+        return [chunk for page in pages for chunk in _chunks(page, with_embeddings)]
+
+    async def changes(self, cursor: object | None) -> tuple[set[str] | None, object]:
+        def read(c: _Collections) -> tuple[set[str] | None, _Cursor]:
+            now = time.time()
+            if now - self._last_prune > _PRUNE_EVERY_S:
+                c.changes.delete(where={"at": {"$lt": now - CHANGES_KEPT_S}})
+                self._last_prune = now
+            current = _Cursor((str(c.chunks.id), str(c.changes.id)), frozenset(c.changes.get(include=[])["ids"]))
+            if not isinstance(cursor, _Cursor) or cursor.collections != current.collections:
+                return None, current
+            new = [i for i in current.seen - cursor.seen if not i.startswith(f"{self.writer_id}:")]
+            doc_ids: set[str] = set()
+            for start in range(0, len(new), _IDS_PER_CALL):
+                for text in c.changes.get(ids=new[start : start + _IDS_PER_CALL], include=["documents"])["documents"]:
+                    doc_ids.update(d for d in (text or "").split("\n") if d)
+            return doc_ids, current
+
+        return await self._run(read)
+
     async def get_document(self, doc_id: str) -> DocumentInfo | None:
-        result = await self._run(lambda c: c.get(where={"doc_id": doc_id}, include=["metadatas"]))
+        result = await self._run(lambda c: c.chunks.get(where={"doc_id": doc_id}, include=["metadatas"]))
         documents = _group(result["metadatas"])
         return documents[0] if documents else None
 
@@ -152,7 +267,7 @@ class ChromaStore:
         metadatas: list[dict[str, Any]] = []
         offset = 0
         while True:
-            page = await self._run(lambda c: c.get(include=["metadatas"], limit=_PAGE, offset=offset))
+            page = await self._run(lambda c, o=offset: c.chunks.get(include=["metadatas"], limit=_PAGE, offset=o))
             metadatas += page["metadatas"]
             if len(page["ids"]) < _PAGE:
                 break
@@ -170,6 +285,20 @@ class ChromaStore:
 def _clean(metadata: dict[str, Any]) -> dict[str, MetadataValue]:
     # Chroma accepts only str/int/float/bool values.
     return {key: value for key, value in metadata.items() if value is not None}
+
+
+def _chunks(page: dict[str, Any], with_embeddings: bool) -> list[StoredChunk]:
+    embeddings = page.get("embeddings") if with_embeddings else None
+    return [
+        StoredChunk(
+            chunk_id=cid,
+            doc_id=str(meta.get("doc_id", "")),
+            content=doc or "",
+            embedding=np.asarray(embeddings[i], dtype=float).tolist() if embeddings is not None else [],
+            metadata=dict(meta),
+        )
+        for i, (cid, doc, meta) in enumerate(zip(page["ids"], page["documents"], page["metadatas"]))
+    ]
 
 
 def _group(metadatas: list[dict[str, Any]]) -> list[DocumentInfo]:

@@ -69,7 +69,7 @@ def test_search_finds_the_right_document_first_with_its_metadata(client: TestCli
     assert top["metadata"]["title"] == "Users" and top["metadata"]["section"] == "Adding a user"
     assert top["metadata"]["category"] == "guide" and top["metadata"]["source"] == "guide/users.md"
     assert USERS[top["metadata"]["char_start"] : top["metadata"]["char_end"]] == top["content"]
-    assert 0.3 < top["score"] <= 1 and top["dense_score"] == top["score"]
+    assert 0.3 < top["dense_score"] <= 1 and top["dense_rank"] == 1 and top["keyword_rank"] == 1  # hybrid by default
     scores = [r["score"] for r in body["results"]]
     assert scores == sorted(scores, reverse=True)
 

@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import replace
 
+from services.retrieval.filters import Filter, matches, parse_filter
 from services.retrieval.ports import DOCUMENT_FIELDS, ChunkHit, DocumentInfo, MetadataValue, StoredChunk
 from shared.errors import DependencyUnavailable
 
@@ -40,11 +41,34 @@ class FakeEmbedder:
 
 
 class FakeStore:
-    """An in-memory VectorStore; set `available = False` to play a Chroma that does not answer."""
+    """An in-memory VectorStore; set `available = False` to play a Chroma that does not answer.
 
-    def __init__(self) -> None:
-        self.chunks: dict[str, StoredChunk] = {}
+    `FakeStore(shared_with=other)` plays a second replica on the same index: same chunks, same change feed.
+    """
+
+    def __init__(self, *, shared_with: FakeStore | None = None) -> None:
+        self.chunks: dict[str, StoredChunk] = shared_with.chunks if shared_with else {}
+        self.change_log: list[tuple[int, set[str]]] = shared_with.change_log if shared_with else []
         self.available = True
+        self.writer = id(self)
+
+    async def changes(self, cursor: object | None) -> tuple[set[str] | None, object]:
+        self._check()
+        if not isinstance(cursor, int):
+            return None, len(self.change_log)
+        changed = {doc for writer, docs in self.change_log[cursor:] if writer != self.writer for doc in docs}
+        return changed, len(self.change_log)
+
+    async def get_chunks(
+        self, *, ids: list[str] | None = None, doc_ids: list[str] | None = None, with_embeddings: bool = False
+    ) -> list[StoredChunk]:
+        self._check()
+        everything = ids is None and doc_ids is None
+        return [
+            replace(c, metadata=dict(c.metadata) | {"doc_id": c.doc_id}, embedding=list(c.embedding) if with_embeddings else [])
+            for c in self.chunks.values()
+            if everything or c.chunk_id in (ids or ()) or c.doc_id in (doc_ids or ())
+        ]
 
     def _check(self) -> None:
         if not self.available:
@@ -57,6 +81,7 @@ class FakeStore:
                 # As Chroma does: upserting an existing id merges the new metadata into the old.
                 chunk = replace(chunk, metadata=old.metadata | chunk.metadata)
             self.chunks[chunk.chunk_id] = chunk
+        self.change_log.append((self.writer, {chunk.doc_id for chunk in chunks}))
 
     async def delete(self, *, doc_id: str, from_chunk_index: int = 0) -> int:
         self._check()
@@ -65,16 +90,17 @@ class FakeStore:
         ]
         for cid in doomed:
             del self.chunks[cid]
+        if doomed:
+            self.change_log.append((self.writer, {doc_id}))
         return len(doomed)
 
-    async def query(
-        self, *, embedding: list[float], top_k: int, where: dict[str, MetadataValue] | None = None
-    ) -> list[ChunkHit]:
+    async def query(self, *, embedding: list[float], top_k: int, where: Filter | dict | None = None) -> list[ChunkHit]:
         self._check()
+        condition = parse_filter(where)
         hits = [
             ChunkHit(c.chunk_id, c.doc_id, c.content, 1.0 - sum(a * b for a, b in zip(embedding, c.embedding)), dict(c.metadata) | {"doc_id": c.doc_id})
             for c in self.chunks.values()
-            if all((c.metadata | {"doc_id": c.doc_id}).get(k) == v for k, v in (where or {}).items())
+            if matches(condition, c.metadata | {"doc_id": c.doc_id})
         ]
         return sorted(hits, key=lambda h: h.distance)[:top_k]
 

@@ -35,7 +35,7 @@ def test_documents_round_trip(client: TestClient) -> None:
     assert added.json() == {"doc_id": "docs/hello.md", "title": "Hello", "status": "added", "chunks": 1}
     listed = client.get("/documents", headers=AUTH).json()["documents"]
     assert listed[0]["doc_id"] == "docs/hello.md" and listed[0]["url"] == "http://x/h" and listed[0]["chunks"] == 1
-    found = client.post("/search", json={"query": "hello world"}, headers=AUTH).json()
+    found = client.post("/search", json={"query": "hello world", "mode": "dense"}, headers=AUTH).json()
     assert found["mode"] == "dense" and found["results"][0]["metadata"]["title"] == "Hello"
     assert found["results"][0]["keyword_score"] is None
     # A doc_id with slashes is addressable as a path.
@@ -63,7 +63,7 @@ def test_every_route_needs_the_service_token(client: TestClient, method: str, pa
         {"query": "x", "top_k": 0},
         {"query": "x", "top_k": 51},
         {"query": "x", "top_k": "many"},
-        {"query": "x", "mode": "keyword"},
+        {"query": "x", "mode": "sparse"},
         {"query": "x", "threshold": 2},
         {"query": "x", "filters": {"$or": "x"}},
         {"query": "x", "filters": {"category": ["a", "b"]}},

@@ -1,57 +1,183 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
+from services.retrieval.adapters.bm25_index import Bm25Index, keyword_indexed
 from services.retrieval.ingestion import NewDocument, ingest_document
-from services.retrieval.search import search
-from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
+from services.retrieval.search import RerankUnavailable, SearchOptions, search
+from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore, bag_of_words
 
 pytestmark = pytest.mark.unit
 
 DOCS = {
-    "users.md": ("# Users\n\nAdd a user with cairn user add NAME and a role.", "admin"),
-    "start.md": ("# Start\n\nStart every service with make up and stop with Ctrl-C.", "ops"),
-    "eval.md": ("# Evaluation\n\nMeasure nDCG on a BEIR folder.", "ops"),
+    "users.md": ("# Users\n\nAdd a user with cairn user add NAME and a role.", "admin", 3),
+    "start.md": ("# Start\n\nStart every service with make up and stop with Ctrl-C.", "ops", 1),
+    "eval.md": ("# Evaluation\n\nMeasure nDCG on a BEIR folder of users and queries.", "ops", 2),
+    "roles.md": ("# Roles\n\nAdministrators manage accounts; analysts read dashboards.", "admin", 5),
 }
 
 
+@dataclass
+class Indexed:
+    embedder: FakeEmbedder
+    store: object
+    index: Bm25Index
+
+    async def search(self, **kwargs):
+        return await search(embedder=self.embedder, store=self.store, keywords=self.index, **kwargs)
+
+
 @pytest.fixture
-async def indexed() -> tuple[FakeEmbedder, FakeStore]:
-    embedder, store = FakeEmbedder(), FakeStore()
-    for source, (text, category) in DOCS.items():
+async def indexed() -> Indexed:
+    embedder = FakeEmbedder()
+    store, index, sync = keyword_indexed(FakeStore())
+    await sync.refresh()
+    for source, (text, category, level) in DOCS.items():
         await ingest_document(
             NewDocument(text=text, source=source, category=category),
             embedder=embedder, store=store, chunk_size=50, chunk_overlap=0,
         )
-    return embedder, store
+    # A numeric field to filter ranges on, written through the same store.
+    for chunk in list(store.inner.chunks.values()):
+        await store.upsert([type(chunk)(chunk.chunk_id, chunk.doc_id, chunk.content, chunk.embedding, chunk.metadata | {"level": DOCS[chunk.doc_id][2]})])
+    return Indexed(embedder, store, index)
 
 
-async def test_results_are_ranked_by_cosine_similarity(indexed) -> None:
-    embedder, store = indexed
-    hits = await search(query="how do I add a user", top_k=3, embedder=embedder, store=store)
+def cosine(query: str, text: str) -> float:
+    return sum(a * b for a, b in zip(bag_of_words(query), bag_of_words(text)))
+
+
+async def test_dense_results_are_ranked_by_cosine_similarity(indexed: Indexed) -> None:
+    hits = await indexed.search(query="how do I add a user", top_k=3, mode="dense")
     assert hits[0].doc_id == "users.md"
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert all(h.dense_score == h.score and h.keyword_score is None for h in hits)
-    assert 0 < hits[0].score <= 1
+    assert hits[0].score == pytest.approx(cosine("how do I add a user", hits[0].content))
+    assert [h.dense_rank for h in hits] == [1, 2, 3]
 
 
-async def test_threshold_drops_weak_results(indexed) -> None:
-    embedder, store = indexed
-    everything = await search(query="add a user", top_k=3, embedder=embedder, store=store)
-    cut = (everything[0].score + everything[-1].score) / 2
-    kept = await search(query="add a user", top_k=3, threshold=cut, embedder=embedder, store=store)
+async def test_keyword_results_are_bm25_over_stemmed_words(indexed: Indexed) -> None:
+    hits = await indexed.search(query="adding users", top_k=4, mode="keyword")
+    # "adding" -> "add", "users" -> "user": both match users.md; eval.md only has "users".
+    assert [h.doc_id for h in hits] == ["users.md", "eval.md"]
+    assert all(h.score == h.keyword_score and h.score > 0 and h.dense_score is None for h in hits)
+    assert hits[0].score > hits[1].score and [h.keyword_rank for h in hits] == [1, 2]
+    assert await indexed.search(query="the and of", top_k=3, mode="keyword") == []  # stopwords only
+
+
+async def test_hybrid_scores_are_reciprocal_rank_fusion_with_a_cosine_for_every_result(indexed: Indexed) -> None:
+    query = "administrators add user accounts"
+    hits = await indexed.search(query=query, top_k=4)
+    assert {h.doc_id for h in hits} >= {"users.md", "roles.md"}
+    for hit in hits:
+        expected = sum(1 / (60 + rank) for rank in (hit.dense_rank, hit.keyword_rank) if rank is not None)
+        assert hit.score == pytest.approx(expected)
+        assert hit.dense_score == pytest.approx(cosine(query, hit.content), abs=1e-9)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert any(h.keyword_score is not None for h in hits) and any(h.dense_rank is not None for h in hits)
+
+
+class OneNearest:
+    """A store whose nearest-neighbour query returns a single chunk, so other hits come from keywords alone."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    async def query(self, **kwargs):
+        return (await self.inner.query(**kwargs))[:1]
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+async def test_keyword_only_hits_get_their_cosine_computed(indexed: Indexed) -> None:
+    hits = await search(query="users", top_k=3, embedder=indexed.embedder, store=OneNearest(indexed.store), keywords=indexed.index)
+    keyword_only = [h for h in hits if h.dense_rank is None]
+    assert keyword_only, "the test needs a chunk that only the keyword leg found"
+    for hit in keyword_only:
+        assert hit.dense_score == pytest.approx(cosine("users", hit.content))
+
+
+async def test_leg_weights_steer_the_fusion(indexed: Indexed) -> None:
+    query = "users measure"
+    dense = await indexed.search(query=query, top_k=3, mode="dense")
+    dense_only = await indexed.search(query=query, top_k=3, options=SearchOptions(keyword_weight=0.0))
+    assert [h.chunk_id for h in dense_only] == [h.chunk_id for h in dense]
+    keyword = await indexed.search(query=query, top_k=2, mode="keyword")
+    keyword_only = await indexed.search(query=query, top_k=2, options=SearchOptions(dense_weight=0.0))
+    assert [h.chunk_id for h in keyword_only] == [h.chunk_id for h in keyword]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "keyword"])
+async def test_threshold_is_a_minimum_cosine_in_every_mode(indexed: Indexed, mode: str) -> None:
+    everything = await indexed.search(query="add a user role", top_k=4, mode=mode, threshold=-1.0)
+    cosines = sorted(h.dense_score for h in everything)
+    assert len(cosines) >= 2 and cosines[0] < cosines[-1]
+    cut = (cosines[0] + cosines[-1]) / 2
+    kept = await indexed.search(query="add a user role", top_k=4, mode=mode, threshold=cut)
     assert 1 <= len(kept) < len(everything)
-    assert all(h.score >= cut for h in kept)
+    assert all(h.dense_score >= cut for h in kept)
 
 
-async def test_filters_restrict_by_metadata(indexed) -> None:
-    embedder, store = indexed
-    hits = await search(query="add a user", top_k=3, filters={"category": "ops"}, embedder=embedder, store=store)
-    assert {h.doc_id for h in hits} == {"start.md", "eval.md"}
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "keyword"])
+@pytest.mark.parametrize(
+    ("filters", "allowed"),
+    [
+        ({"category": "ops"}, {"start.md", "eval.md"}),
+        ({"doc_id": {"$in": ["users.md", "eval.md"]}}, {"users.md", "eval.md"}),
+        ({"category": {"$ne": "ops"}}, {"users.md", "roles.md"}),
+        ({"level": {"$gte": 2, "$lt": 5}}, {"users.md", "eval.md"}),
+        ({"category": "admin", "level": {"$gt": 3}}, {"roles.md"}),
+    ],
+)
+async def test_filters_apply_in_every_mode(indexed: Indexed, mode: str, filters: dict, allowed: set[str]) -> None:
+    query = "users add service measure accounts start"
+    unfiltered = {h.doc_id for h in await indexed.search(query=query, top_k=10, mode=mode)}
+    assert unfiltered - allowed, "the filter must have something to remove"
+    hits = await indexed.search(query=query, top_k=10, mode=mode, filters=filters)
+    assert hits and {h.doc_id for h in hits} <= allowed
 
 
-async def test_top_k_limits_and_is_checked(indexed) -> None:
-    embedder, store = indexed
-    assert len(await search(query="make", top_k=1, embedder=embedder, store=store)) == 1
+async def test_top_k_mode_and_wiring_are_checked(indexed: Indexed) -> None:
+    assert len(await indexed.search(query="make", top_k=1)) == 1
     with pytest.raises(ValueError):
-        await search(query="make", top_k=0, embedder=embedder, store=store)
+        await indexed.search(query="make", top_k=0)
+    with pytest.raises(ValueError):
+        await indexed.search(query="make", top_k=1, mode="fuzzy")
+    with pytest.raises(ValueError, match="keyword index"):
+        await search(query="make", top_k=1, embedder=indexed.embedder, store=indexed.store)
+
+
+class LengthReranker:
+    """Scores a passage by its length: an order no search leg would produce."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    async def score(self, *, query: str, passages: list[str]) -> list[float]:
+        self.calls.append(len(passages))
+        return [float(len(p)) for p in passages]
+
+
+async def test_rerank_reorders_the_head_by_its_scores(indexed: Indexed) -> None:
+    reranker = LengthReranker()
+    options = SearchOptions(rerank_candidates=3)
+    plain = await indexed.search(query="users add accounts service", top_k=3, options=options)
+    reranked = await indexed.search(query="users add accounts service", top_k=3, options=options, reranker=reranker)
+    assert reranker.calls == [3]
+    assert [h.rerank_score for h in reranked] == sorted((float(len(h.content)) for h in plain), reverse=True)
+    assert {h.chunk_id for h in reranked} == {h.chunk_id for h in plain}
+    assert [h.chunk_id for h in reranked] != [h.chunk_id for h in plain], "the test needs an order rerank changes"
+    skipped = await indexed.search(query="users add accounts service", top_k=3, options=options, reranker=reranker, rerank=False)
+    assert [h.chunk_id for h in skipped] == [h.chunk_id for h in plain] and reranker.calls == [3]
+    with pytest.raises(RerankUnavailable):
+        await indexed.search(query="users", top_k=3, rerank=True)
+
+
+async def test_a_keyword_hit_deleted_from_the_store_is_not_returned(indexed: Indexed) -> None:
+    # The store lost the chunk behind the index's back (another replica, not yet synced).
+    del indexed.store.inner.chunks["eval.md#0"]
+    hits = await indexed.search(query="measure ndcg", top_k=3)
+    assert "eval.md#0" not in {h.chunk_id for h in hits}

@@ -1,0 +1,220 @@
+"""BM25 over the stored chunks, in memory (bm25s), with English stopwords and a Snowball stemmer.
+
+The index is rebuilt from cached token ids when it is searched after a change (bm25s has no
+incremental update: document frequencies and lengths are global). Keeping it equal to the store,
+across replicas too, is services.retrieval.keyword_sync's job; this class only holds and searches.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import bm25s
+import numpy as np
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+from services.retrieval.filters import Filter, matches
+from services.retrieval.keyword_sync import KeywordSync, SyncedStore
+from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
+from shared.errors import DependencyUnavailable
+
+__all__ = ["Bm25Index", "keyword_indexed", "tokenize"]
+
+# bm25s's own default pattern: words of two or more letters or digits.
+_WORD = re.compile(r"(?u)\b\w\w+\b")
+_STOPWORDS = frozenset(STOPWORDS_EN)
+_local = threading.local()  # a Stemmer object must not be shared between threads
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased words, English stopwords dropped, Snowball-stemmed: the same for chunks and queries."""
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        stemmer = _local.stemmer = Stemmer.Stemmer("english")
+    return stemmer.stemWords([w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS])
+
+
+@dataclass(frozen=True)
+class _Entry:
+    doc_id: str
+    content: str
+    metadata: dict[str, MetadataValue]
+    text: str  # what was tokenised (contextual prefix + content)
+    terms: np.ndarray  # vocabulary ids, int32
+
+
+@dataclass(frozen=True)
+class _Built:
+    bm25: bm25s.BM25 | None
+    rows: list[tuple[str, _Entry]]  # row of the score matrix -> chunk
+    vocab_size: int
+
+
+class Bm25Index:
+    """Implements ports.KeywordIndex. Mutations are thread-safe; `search` rebuilds first when stale."""
+
+    def __init__(self, *, k1: float = 1.5, b: float = 0.75) -> None:
+        self._k1, self._b = k1, b
+        self._entries: dict[str, _Entry] = {}
+        self._by_doc: dict[str, set[str]] = {}
+        self._vocab: dict[str, int] = {}
+        self._touched: dict[str, int] = {}  # doc_id -> generation of its last local change
+        self._generation = 0
+        self._lock = threading.Lock()
+        self._build_lock = threading.Lock()
+        self._built = _Built(None, [], 0)
+        self._dirty = False
+        self.loaded = False
+        self.last_build_s = 0.0
+
+    # -- changes -------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """A counter of local changes; pass it to `load` as `since`."""
+        return self._generation
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, chunks: Sequence[StoredChunk]) -> None:
+        """A local upsert: index (or re-index) these chunks now."""
+        prepared = self._prepare(chunks, previous={})
+        with self._lock:
+            self._generation += 1
+            for chunk_id, entry in prepared:
+                self._put(chunk_id, entry)
+                self._touched[entry.doc_id] = self._generation
+            self._dirty = True
+
+    def remove(self, doc_id: str, *, from_chunk_index: int = 0) -> None:
+        """A local delete of a document's chunks with chunk_index >= from_chunk_index."""
+        with self._lock:
+            self._generation += 1
+            for chunk_id in list(self._by_doc.get(doc_id, ())):
+                if int(self._entries[chunk_id].metadata.get("chunk_index", 0)) >= from_chunk_index:
+                    self._drop(chunk_id)
+            self._touched[doc_id] = self._generation
+            self._dirty = True
+
+    def load(self, chunks: Sequence[StoredChunk], *, doc_ids: Iterable[str] | None, since: int) -> set[str]:
+        """Make the given documents (None: all) hold exactly `chunks`, as read from the store.
+
+        Documents changed locally after generation `since` are left alone, since the read may predate
+        that change; their ids are returned so the caller can read them again.
+        """
+        with self._lock:
+            previous = dict(self._entries)
+        prepared = self._prepare(chunks, previous=previous)
+        with self._lock:
+            skipped = {doc for doc, generation in self._touched.items() if generation > since}
+            scope = set(self._by_doc) if doc_ids is None else set(doc_ids)
+            for doc_id in scope - skipped:
+                for chunk_id in list(self._by_doc.get(doc_id, ())):
+                    self._drop(chunk_id)
+            for chunk_id, entry in prepared:
+                if entry.doc_id not in skipped and (doc_ids is None or entry.doc_id in scope):
+                    self._put(chunk_id, entry)
+            self._touched = {doc: g for doc, g in self._touched.items() if g > since}
+            self._dirty = True
+            self.loaded = True
+        return skipped
+
+    def _prepare(self, chunks: Sequence[StoredChunk], *, previous: dict[str, _Entry]) -> list[tuple[str, _Entry]]:
+        prepared = []
+        for chunk in chunks:
+            text = indexed_text(chunk.content, chunk.metadata)
+            old = previous.get(chunk.chunk_id)
+            if old is not None and old.text == text:
+                terms = old.terms  # unchanged text: skip the stemmer
+            else:
+                terms = self._term_ids(tokenize(text))
+            prepared.append((chunk.chunk_id, _Entry(chunk.doc_id, chunk.content, dict(chunk.metadata), text, terms)))
+        return prepared
+
+    def _term_ids(self, tokens: list[str]) -> np.ndarray:
+        with self._lock:
+            vocab = self._vocab
+            return np.fromiter((vocab.setdefault(t, len(vocab)) for t in tokens), dtype=np.int32, count=len(tokens))
+
+    def _put(self, chunk_id: str, entry: _Entry) -> None:
+        old = self._entries.get(chunk_id)
+        if old is not None and old.doc_id != entry.doc_id:
+            self._by_doc[old.doc_id].discard(chunk_id)
+        self._entries[chunk_id] = entry
+        self._by_doc.setdefault(entry.doc_id, set()).add(chunk_id)
+
+    def _drop(self, chunk_id: str) -> None:
+        entry = self._entries.pop(chunk_id)
+        chunks = self._by_doc[entry.doc_id]
+        chunks.discard(chunk_id)
+        if not chunks:
+            del self._by_doc[entry.doc_id]
+
+    # -- building and searching ----------------------------------------------------------------
+
+    def build(self) -> None:
+        """Rebuild the BM25 matrix if anything changed since the last build."""
+        with self._build_lock:
+            with self._lock:
+                if not self._dirty:
+                    return
+                rows = sorted(self._entries.items())
+                vocab = dict(self._vocab)
+                self._dirty = False
+            started = time.perf_counter()
+            bm25 = None
+            if rows and vocab:
+                bm25 = bm25s.BM25(k1=self._k1, b=self._b)
+                corpus = [entry.terms.tolist() for _, entry in rows]
+                bm25.index((corpus, vocab), create_empty_token=False, show_progress=False)
+            self._built = _Built(bm25, rows, len(vocab))
+            self.last_build_s = time.perf_counter() - started
+
+    def search_now(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
+        """The synchronous search (rebuilding first when stale)."""
+        if top_k < 1:
+            raise ValueError("top_k must be >= 1")
+        if not self.loaded:
+            raise DependencyUnavailable("chroma", "the keyword index has not been loaded from chroma yet")
+        if self._dirty:
+            self.build()
+        built = self._built
+        vocab = self._vocab  # read-only here; CPython dict lookups are safe beside inserts
+        ids = sorted({vocab[t] for t in tokenize(query) if t in vocab and vocab[t] < built.vocab_size})
+        if built.bm25 is None or not ids:
+            return []
+        scores = built.bm25.get_scores_from_ids(ids)
+        candidates = np.flatnonzero(scores > 0)
+        if not where and len(candidates) > top_k:
+            candidates = candidates[np.argpartition(-scores[candidates], top_k - 1)[:top_k]]
+        ordered = candidates[np.argsort(-scores[candidates], kind="stable")]
+        hits: list[KeywordHit] = []
+        for row in ordered:
+            chunk_id, entry = built.rows[row]
+            if where and not matches(where, entry.metadata | {"doc_id": entry.doc_id}):
+                continue
+            hits.append(KeywordHit(chunk_id, entry.doc_id, entry.content, float(scores[row]), dict(entry.metadata)))
+            if len(hits) == top_k:
+                break
+        return hits
+
+    async def search(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
+        return await asyncio.to_thread(self.search_now, query=query, top_k=top_k, where=where)
+
+
+def keyword_indexed(store: VectorStore, *, interval_s: float = 1.0) -> tuple[SyncedStore, Bm25Index, KeywordSync]:
+    """Wrap `store` so that its writes reach a new BM25 index; poll for other replicas' writes with
+    `KeywordSync.run` (a background task) after a first `await sync.refresh()` loads the index."""
+    index = Bm25Index()
+    sync = KeywordSync(store=store, index=index, interval_s=interval_s)
+    return SyncedStore(store, index=index, sync=sync), index, sync

@@ -1,0 +1,49 @@
+"""A sentence-transformers CrossEncoder behind the Reranker protocol, loaded from a local directory."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from services.retrieval.ports import Reranker
+
+__all__ = ["CrossEncoderReranker", "Reranker"]
+
+log = logging.getLogger("cairn.retrieval.reranker")
+
+
+class CrossEncoderReranker:
+    """Scores on its own worker thread. Construct it off the event loop: loading takes seconds."""
+
+    def __init__(self, model_path: Path, *, batch_size: int = 32) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if not Path(model_path).is_dir():
+            raise FileNotFoundError(f"rerank model directory not found: {model_path}")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import CrossEncoder
+
+        started = time.perf_counter()
+        self._model = CrossEncoder(str(model_path), device="cpu")
+        self._batch_size = batch_size
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank")
+        self.model_name = Path(model_path).name
+        log.info("rerank model loaded", extra={"model_path": str(model_path), "load_s": round(time.perf_counter() - started, 2)})
+
+    def _predict(self, query: str, passages: list[str]) -> list[float]:
+        scores = self._model.predict(
+            [(query, passage) for passage in passages], batch_size=self._batch_size, show_progress_bar=False, convert_to_numpy=True
+        )
+        return [float(s) for s in scores.reshape(len(passages), -1)[:, 0]]
+
+    async def score(self, *, query: str, passages: list[str]) -> list[float]:
+        if not passages:
+            return []
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._predict, query, passages)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,134 @@
+"""Keep the in-memory keyword index equal to the vector store, which is the source of truth.
+
+Two paths: writes through this replica go through `SyncedStore` and reach the index at once; writes
+through other replicas are found by polling the store's change feed (`VectorStore.changes`) and the
+documents they touched are read back. A full reload happens at start, after the store was
+unreachable, and every `full_reload_s` as a safety net.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from services.retrieval.ports import StoredChunk, VectorStore
+from shared.errors import DependencyUnavailable
+
+log = logging.getLogger("cairn.retrieval.keywords")
+
+
+class SyncableIndex(Protocol):
+    """What KeywordSync needs of an index (adapters.bm25_index.Bm25Index)."""
+
+    generation: int
+    dirty: bool
+    last_build_s: float
+
+    def add(self, chunks: Sequence[StoredChunk]) -> None: ...
+
+    def remove(self, doc_id: str, *, from_chunk_index: int = 0) -> None: ...
+
+    def load(self, chunks: Sequence[StoredChunk], *, doc_ids: Iterable[str] | None, since: int) -> set[str]: ...
+
+    def build(self) -> None: ...
+
+
+class KeywordSync:
+    """Polls the store's change feed and applies other writers' changes to the index."""
+
+    def __init__(
+        self, *, store: VectorStore, index: SyncableIndex, interval_s: float = 1.0, full_reload_s: float = 600.0
+    ) -> None:
+        if interval_s <= 0 or full_reload_s <= 0:
+            raise ValueError("interval_s and full_reload_s must be > 0")
+        self._store, self._index = store, index
+        self._interval_s, self._full_reload_s = interval_s, full_reload_s
+        self._cursor: object | None = None
+        self._pending: set[str] = set()
+        self._last_full = 0.0
+        self._last_build = 0.0
+
+    def mark_stale(self, doc_ids: Iterable[str]) -> None:
+        """Read these documents back from the store at the next refresh (e.g. after a failed write)."""
+        self._pending.update(doc_ids)
+
+    async def refresh(self) -> None:
+        """One round: read what changed and apply it. Raises DependencyUnavailable when the store fails."""
+        if time.monotonic() - self._last_full > self._full_reload_s:
+            self._cursor = None
+        since = self._index.generation
+        try:
+            changed, cursor = await self._store.changes(self._cursor)
+            if changed is None:
+                started = time.perf_counter()
+                self._pending.clear()
+                chunks = await self._store.get_chunks()
+                skipped = await asyncio.to_thread(self._index.load, chunks, doc_ids=None, since=since)
+                self._last_full = time.monotonic()
+                self._pending |= skipped
+                log.info("keyword index reloaded", extra={"chunks": len(chunks), "took_s": round(time.perf_counter() - started, 3)})
+            elif wanted := sorted(changed | self._pending):
+                self._pending.difference_update(wanted)
+                chunks = await self._store.get_chunks(doc_ids=wanted)
+                self._pending |= await asyncio.to_thread(self._index.load, chunks, doc_ids=wanted, since=since)
+        except DependencyUnavailable:
+            self._cursor = None  # the change feed may have moved on while we could not read it
+            raise
+        self._cursor = cursor
+
+    async def maybe_build(self) -> None:
+        """Rebuild a stale index in the background, at most once per twice the last build's time."""
+        if self._index.dirty and time.monotonic() - self._last_build >= max(self._interval_s, 2 * self._index.last_build_s):
+            await asyncio.to_thread(self._index.build)
+            self._last_build = time.monotonic()
+
+    async def run(self) -> None:
+        """Refresh forever (a background task); failures are logged and retried."""
+        failing = False
+        while True:
+            try:
+                await self.refresh()
+                await self.maybe_build()
+                if failing:
+                    log.info("keyword index sync recovered")
+                failing = False
+            except DependencyUnavailable:
+                if not failing:
+                    log.warning("keyword index sync: chroma unavailable, retrying")
+                failing = True
+            except Exception:  # never let the task die: the index would silently go stale
+                log.exception("keyword index sync failed")
+            await asyncio.sleep(self._interval_s)
+
+
+class SyncedStore:
+    """A VectorStore whose writes also reach the keyword index; everything else passes through."""
+
+    def __init__(self, inner: VectorStore, *, index: SyncableIndex, sync: KeywordSync) -> None:
+        self._inner, self._index, self._sync = inner, index, sync
+
+    @property
+    def inner(self) -> VectorStore:
+        return self._inner
+
+    async def upsert(self, chunks: list[StoredChunk]) -> None:
+        try:
+            await self._inner.upsert(chunks)
+        except BaseException:
+            self._sync.mark_stale({chunk.doc_id for chunk in chunks})  # the write may have landed
+            raise
+        await asyncio.to_thread(self._index.add, chunks)
+
+    async def delete(self, *, doc_id: str, from_chunk_index: int = 0) -> int:
+        try:
+            deleted = await self._inner.delete(doc_id=doc_id, from_chunk_index=from_chunk_index)
+        except BaseException:
+            self._sync.mark_stale({doc_id})
+            raise
+        self._index.remove(doc_id, from_chunk_index=from_chunk_index)
+        return deleted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

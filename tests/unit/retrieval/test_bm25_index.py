@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import pytest
+
+from services.retrieval.adapters.bm25_index import Bm25Index, tokenize
+from services.retrieval.filters import parse_filter
+from services.retrieval.ports import CONTEXT_KEY, StoredChunk
+from shared.errors import DependencyUnavailable
+
+pytestmark = pytest.mark.unit
+
+
+def chunk(doc_id: str, index: int, text: str, **meta) -> StoredChunk:
+    return StoredChunk(f"{doc_id}#{index}", doc_id, text, [], {"chunk_index": index, **meta})
+
+
+def loaded(*chunks: StoredChunk) -> Bm25Index:
+    index = Bm25Index()
+    index.load(list(chunks), doc_ids=None, since=index.generation)
+    return index
+
+
+def ids(hits) -> list[str]:
+    return [h.chunk_id for h in hits]
+
+
+def test_tokenizer_lowercases_drops_stopwords_and_stems() -> None:
+    assert tokenize("The Running of the Bulls, and running bulls!") == ["run", "bull", "run", "bull"]
+    assert tokenize("Studies studied studying") == ["studi", "studi", "studi"]
+    assert tokenize("a I of to x") == []  # stopwords and one-letter words
+    assert tokenize("Größe 42 café") == ["größe", "42", "café"]
+
+
+def test_search_ranks_by_bm25_and_matches_word_forms() -> None:
+    index = loaded(
+        chunk("a", 0, "Mice were fed a diet rich in vitamins."),
+        chunk("b", 0, "Vitamin D deficiency and vitamin supplements in older adults."),
+        chunk("c", 0, "Unrelated text about the weather."),
+    )
+    hits = index.search_now(query="vitamin supplementation", top_k=5)
+    assert ids(hits) == ["b#0", "a#0"]
+    assert hits[0].score > hits[1].score > 0
+    assert hits[0].content.startswith("Vitamin D") and hits[0].metadata["chunk_index"] == 0
+    assert index.search_now(query="vitamins", top_k=1)[0].chunk_id == "b#0"
+    assert index.search_now(query="zebra", top_k=3) == []
+    with pytest.raises(ValueError):
+        index.search_now(query="x", top_k=0)
+
+
+def test_the_contextual_prefix_is_indexed_but_not_returned() -> None:
+    index = loaded(chunk("a", 0, "It rose by 3%.", **{CONTEXT_KEY: "ACME revenue in 2023"}))
+    (hit,) = index.search_now(query="acme revenue", top_k=1)
+    assert hit.content == "It rose by 3%."
+
+
+def test_local_adds_and_removes_show_at_once() -> None:
+    index = loaded(chunk("a", 0, "apples and pears"))
+    index.add([chunk("b", 0, "pears and plums"), chunk("b", 1, "plums only")])
+    assert set(ids(index.search_now(query="plums", top_k=5))) == {"b#0", "b#1"}
+    index.remove("b", from_chunk_index=1)
+    assert ids(index.search_now(query="plums", top_k=5)) == ["b#0"]
+    index.remove("b")
+    assert index.search_now(query="plums", top_k=5) == [] and len(index) == 1
+    index.add([chunk("a", 0, "cherries now")])  # same chunk id, new text
+    assert ids(index.search_now(query="cherries", top_k=5)) == ["a#0"] and index.search_now(query="apples", top_k=5) == []
+
+
+def test_filters_apply_before_top_k() -> None:
+    index = loaded(*[chunk(f"d{i}", 0, "report " * (10 - i), page=i) for i in range(6)])
+    hits = index.search_now(query="report", top_k=2, where=parse_filter({"page": {"$gte": 4}}))
+    assert ids(hits) == ["d4#0", "d5#0"]
+    assert ids(index.search_now(query="report", top_k=2, where=parse_filter({"doc_id": "d3"}))) == ["d3#0"]
+
+
+def test_load_replaces_documents_but_keeps_newer_local_changes() -> None:
+    index = loaded(chunk("a", 0, "old apples"), chunk("b", 0, "old bananas"))
+    since = index.generation
+    index.add([chunk("b", 0, "fresh bananas")])  # a local write while the store was being read
+    skipped = index.load([chunk("a", 0, "new apples"), chunk("b", 0, "old bananas")], doc_ids=["a", "b"], since=since)
+    assert skipped == {"b"}
+    assert ids(index.search_now(query="new apples", top_k=1)) == ["a#0"]
+    assert index.search_now(query="fresh", top_k=1)[0].content == "fresh bananas"
+    # A full load drops documents the store no longer has.
+    index.load([chunk("c", 0, "cherries")], doc_ids=None, since=index.generation)
+    assert len(index) == 1 and index.search_now(query="apples", top_k=1) == []
+
+
+def test_an_index_never_loaded_is_unavailable_not_empty() -> None:
+    with pytest.raises(DependencyUnavailable):
+        Bm25Index().search_now(query="anything", top_k=1)
+    assert loaded().search_now(query="anything", top_k=1) == []
+
+
+def test_rebuilds_only_when_changed() -> None:
+    index = loaded(chunk("a", 0, "apples"))
+    index.build()
+    assert not index.dirty
+    index.add([chunk("b", 0, "bananas")])
+    assert index.dirty
+    index.search_now(query="bananas", top_k=1)
+    assert not index.dirty
