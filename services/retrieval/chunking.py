@@ -138,6 +138,12 @@ def _merge(pieces: list[_Piece], *, budget: int, overlap: int) -> list[tuple[int
     return spans
 
 
+def _given_sections(text: str, section_starts: tuple[tuple[int, str], ...]) -> list[tuple[str, int, int]]:
+    bounds = [(0, ""), *section_starts, (len(text), "")]
+    spans = [(path, start, end) for (start, path), (end, _) in zip(bounds, bounds[1:]) if start < end]
+    return [(p, s, e) for p, s, e in spans if text[s:e].strip()]
+
+
 def _by_page(spans: list[tuple[str, int, int]], page_starts: tuple[int, ...]) -> list[tuple[str, int, int]]:
     """Cut section spans at page starts, so that no chunk spans two pages; a section keeps its path across pages."""
     cut = []
@@ -159,18 +165,21 @@ def chunk_text(
     chunk_overlap: int,
     markdown: bool = True,
     page_starts: tuple[int, ...] = (),
+    section_starts: tuple[tuple[int, str], ...] = (),
 ) -> list[Chunk]:
     """Chunks of at most `chunk_size` tokens (as counted by `count_tokens`), consecutive chunks of a
     section sharing up to `chunk_overlap` tokens; markdown headings start new sections.
 
     With `page_starts` (the offset where each page begins, ascending), chunks never cross a page
     boundary and each carries its 1-based `page`; overlap does not reach back into the previous page.
+    With `section_starts` ((offset, heading path), ascending), those are the sections instead of
+    markdown headings.
     """
     if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
         raise ValueError("need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size")
-    if list(page_starts) != sorted(page_starts):
-        raise ValueError("page_starts must be ascending")
-    spans = _sections(text, markdown=markdown)
+    if list(page_starts) != sorted(page_starts) or [o for o, _ in section_starts] != sorted(o for o, _ in section_starts):
+        raise ValueError("page_starts and section_starts must be ascending")
+    spans = _given_sections(text, section_starts) if section_starts else _sections(text, markdown=markdown)
     if page_starts:
         spans = _by_page(spans, page_starts)
     chunks: list[Chunk] = []

@@ -27,6 +27,7 @@ class NewDocument:
     """A document's text and fields. `markdown=None`: decided by the source's suffix (.txt = plain text).
 
     `page_starts`: where each page begins in `text` (PDFs); chunks then carry their 1-based page.
+    `section_starts`: (offset, heading path) of sections not written as markdown headings (a PDF's outline).
     """
 
     text: str
@@ -37,6 +38,7 @@ class NewDocument:
     category: str | None = None
     markdown: bool | None = None
     page_starts: tuple[int, ...] = ()
+    section_starts: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,14 @@ def is_markdown(source: str | None) -> bool:
 def from_parsed(parsed: parsing.ParsedDocument, **fields: str | None) -> NewDocument:
     """A NewDocument from parsed file content; `fields` (doc_id, title, source, url, category) win over parsed ones."""
     title = fields.pop("title", None) or parsed.title
-    return NewDocument(text=parsed.text, title=title, markdown=parsed.markdown, page_starts=parsed.page_starts, **fields)
+    return NewDocument(
+        text=parsed.text,
+        title=title,
+        markdown=parsed.markdown,
+        page_starts=parsed.page_starts,
+        section_starts=parsed.section_starts,
+        **fields,
+    )
 
 
 def from_text(*, text: str, source: str | None = None, **fields: str | None) -> NewDocument:
@@ -146,6 +155,7 @@ async def ingest_document(
         chunk_overlap=min(chunk_overlap, size - 1),
         markdown=markdown,
         page_starts=document.page_starts,
+        section_starts=document.section_starts,
     )
     prefixes: list[str | None] = [None] * len(chunks)
     if contextualizer is not None:

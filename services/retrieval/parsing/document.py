@@ -13,6 +13,8 @@ class ParsedDocument:
 
     `markdown`: lines written as `# heading` structure the text into sections.
     `page_starts`: the offset in `text` where each page begins (page 1 first); empty for formats without pages.
+    `section_starts`: (offset, heading path) where each section begins, for formats whose structure is
+    not written as markdown headings (a PDF's outline); empty otherwise.
     """
 
     text: str
@@ -20,6 +22,7 @@ class ParsedDocument:
     title: str | None = None
     markdown: bool = False
     page_starts: tuple[int, ...] = ()
+    section_starts: tuple[tuple[int, str], ...] = ()
 
     @property
     def pages(self) -> int | None:

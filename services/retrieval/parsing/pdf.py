@@ -28,6 +28,7 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
             raise UnprocessableDocument(f"{filename}: the PDF is encrypted")
         pages = [_page_text(page.extract_text() or "") for page in reader.pages]
         title = (reader.metadata.title if reader.metadata else None) or None
+        outline = _outline(reader)
     except UnprocessableDocument:
         raise
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError) as exc:
@@ -45,4 +46,45 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         format="pdf",
         title=title.strip() if isinstance(title, str) and title.strip() else None,
         page_starts=tuple(starts),
+        section_starts=_locate(outline, pages, starts),
     )
+
+
+def _outline(reader: PdfReader) -> list[tuple[int, str]]:
+    """(page index, heading path) of each bookmark, in document order; [] when the outline is unusable."""
+    found: list[tuple[int, str]] = []
+
+    def walk(items: list, parents: list[str]) -> None:
+        last: str | None = None
+        for item in items:
+            if isinstance(item, list):
+                walk(item, [*parents, last] if last else parents)
+                continue
+            last = " ".join(str(item.title or "").split())
+            page = reader.get_destination_page_number(item)
+            if last and page is not None and page >= 0:
+                found.append((page, " > ".join([*parents, last])))
+
+    try:
+        walk(reader.outline, [])
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError):
+        return []  # sections are a bonus: a broken outline does not make the text unreadable
+    return sorted(found, key=lambda entry: entry[0])
+
+
+def _locate(outline: list[tuple[int, str]], pages: list[str], starts: list[int]) -> tuple[tuple[int, str], ...]:
+    """Offsets of the outline's sections: where the heading appears on its page (after the previous
+    heading), else the start of that page; ascending."""
+    located: list[tuple[int, str]] = []
+    for page, path in outline:
+        if page >= len(pages):
+            continue
+        previous = located[-1][0] if located else 0
+        search_from = previous - starts[page] + 1 if previous >= starts[page] and located else 0
+        at = pages[page].find(path.rsplit(" > ", 1)[-1], search_from)
+        offset = max(starts[page] + (at if at >= 0 else max(search_from - 1, 0)), previous)
+        if located and offset == previous:
+            located[-1] = (offset, path)  # two bookmarks at one place: the later (deeper) one names it
+        else:
+            located.append((offset, path))
+    return tuple(located)

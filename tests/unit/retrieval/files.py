@@ -23,14 +23,22 @@ pump --start</pre>
 """
 
 
-def make_pdf(pages: list[str], *, title: str | None = None) -> bytes:
-    """A real PDF with one page per string (empty string = a blank page)."""
+Block = tuple[int | None, str]  # (outline level of a heading, or None for a paragraph; its text)
+
+
+def make_pdf(pages: list[str | list[Block]], *, title: str | None = None) -> bytes:
+    """A real PDF with one page per item: a string (empty = a blank page), or blocks, where a heading
+    is printed and also added to the PDF's outline (bookmarks) at its level."""
     pdf = FPDF()
     if title:
         pdf.set_title(title)
     pdf.set_font("helvetica", size=11)
-    for text in pages:
+    for page in pages:
         pdf.add_page()
-        if text:
-            pdf.multi_cell(0, 6, text)
+        for level, text in [(None, page)] if isinstance(page, str) else page:
+            if level is not None:
+                pdf.start_section(text, level=level)
+            if text:
+                pdf.set_x(pdf.l_margin)
+                pdf.multi_cell(0, 6, text)
     return bytes(pdf.output())

@@ -160,3 +160,15 @@ def test_text_without_pages_has_no_page_numbers() -> None:
 def test_page_starts_must_be_ascending() -> None:
     with pytest.raises(ValueError):
         chunk_text("a b c", count_tokens=words, chunk_size=10, chunk_overlap=0, page_starts=(0, 4, 2))
+
+
+def test_given_section_starts_replace_markdown_headings() -> None:
+    text, starts = paged(["Preface.\n\nSetup\nUnpack it.", "More setup.\n\nWiring\nBrown is live."])
+    sections = ((text.index("Setup"), "Setup"), (text.index("Wiring"), "Setup > Wiring"))
+    chunks = chunk_text(text, count_tokens=words, chunk_size=100, chunk_overlap=0, page_starts=starts, section_starts=sections)
+    assert [(c.page, c.section, c.text) for c in chunks] == [
+        (1, "", "Preface."),
+        (1, "Setup", "Setup\nUnpack it."),
+        (2, "Setup", "More setup."),
+        (2, "Setup > Wiring", "Wiring\nBrown is live."),
+    ]

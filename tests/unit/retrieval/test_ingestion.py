@@ -122,3 +122,10 @@ def test_json_text_from_an_html_source_is_converted() -> None:
 async def test_an_explicit_markdown_flag_overrides_the_source_suffix(embedder, store) -> None:
     await ingest(NewDocument(text="# Title\n\n## Part\n\nbody", doc_id="x.txt", source="x.txt", markdown=True), embedder, store)
     assert {c.metadata["section"] for c in store.chunks.values()} == {"Part"}
+
+
+async def test_a_pdf_outline_becomes_the_sections_of_its_chunks(embedder, store) -> None:
+    data = make_pdf([[(0, "Setup"), (None, "Unpack the pump.")], [(1, "Wiring"), (None, "Brown is live.")]])
+    await ingest(from_parsed(parse("m.pdf", data), doc_id="m.pdf"), embedder, store)
+    found = {(c.metadata["page"], c.metadata["section"]) for c in store.chunks.values()}
+    assert found == {(1, "Setup"), (2, "Setup > Wiring")}

@@ -55,6 +55,19 @@ def test_pdf_gives_one_text_per_page_with_its_start_offset() -> None:
     assert parsed.text[starts[1] : starts[2]].strip() == "", "a blank page keeps its number"
 
 
+def test_a_pdf_outline_gives_sections_found_where_their_headings_are_printed() -> None:
+    data = make_pdf(
+        [
+            [(None, "Preface text."), (0, "Setup"), (None, "Unpack the pump.")],
+            [(None, "Still setting up."), (1, "Wiring"), (None, "Brown is live.")],
+            [(0, "Care"), (None, "Dust it.")],
+        ]
+    )
+    parsed = parse("manual.pdf", data)
+    sections = [(parsed.text[offset:].split("\n")[0], path) for offset, path in parsed.section_starts]
+    assert sections == [("Setup", "Setup"), ("Wiring", "Setup > Wiring"), ("Care", "Care")]
+
+
 def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
     assert parse("a.pdf", make_pdf(["text"])).title is None
 
