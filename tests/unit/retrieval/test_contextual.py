@@ -122,3 +122,17 @@ async def test_the_cache_is_keyed_by_model_and_document(cache) -> None:
 def test_bad_arguments_are_refused(cache) -> None:
     with pytest.raises(ValueError):
         Contextualizer(model=FakeModel(), cache=cache, concurrency=0)
+
+
+async def test_contextual_chunking_is_on_only_when_asked_for_and_an_endpoint_is_set(tmp_path: Path, caplog) -> None:
+    from services.retrieval.adapters.context_llm import build_contextualizer
+    from services.retrieval.settings import Settings
+
+    endpoint = {"llm_base_url": "http://127.0.0.1:9/v1", "llm_model": "m", "data_dir": tmp_path}
+    assert build_contextualizer(Settings(**endpoint)) is None, "off by default"
+    assert build_contextualizer(Settings(contextual_chunks=True, data_dir=tmp_path)) is None
+    assert "CONTEXTUAL_CHUNKS is on but" in caplog.text
+    for settings, force in ((Settings(contextual_chunks=True, **endpoint), False), (Settings(**endpoint), True)):
+        contextualizer = build_contextualizer(settings, force=force)
+        assert contextualizer is not None and contextualizer.model_name == "m"
+        await contextualizer.close()
