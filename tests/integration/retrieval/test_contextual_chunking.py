@@ -54,7 +54,7 @@ def _llm_app(state: LLMState) -> FastAPI:
             return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
         chunk = body["messages"][-1]["content"].split("<chunk>\n", 1)[1].split("\n</chunk>", 1)[0]
         topic = "the fog horn" if "horn" in chunk else "the lamp"
-        answer = f"From the lighthouse keeper's handbook, on {topic}."
+        answer = f"From the lighthouse keeper's handbook, on {topic} (seamanship)."
         return {
             "id": f"cmpl-{state.calls}",
             "object": "chat.completion",
@@ -104,10 +104,14 @@ def test_prefixes_are_embedded_cached_and_kept_out_of_the_content(client: TestCl
     assert added["status"] == "added" and state.calls == added["chunks"] == 2
     assert client.get("/documents/handbook.md", headers=AUTH).json()["context_model"] == "ctx-model"
 
-    situated = _dense(client, f"From the lighthouse keeper's handbook, on the fog horn.\n\n{FOG}")
+    situated = _dense(client, f"From the lighthouse keeper's handbook, on the fog horn (seamanship).\n\n{FOG}")
     assert situated["content"] == FOG, "users get the chunk, not the prefix"
     assert situated["dense_score"] > 0.995, "what was embedded is the prefix followed by the chunk"
     assert _dense(client, FOG)["dense_score"] < situated["dense_score"] - 0.01
+
+    keyword = client.post("/search", json={"query": "seamanship", "mode": "keyword"}, headers=AUTH).json()["results"]
+    assert len(keyword) == 2, "the prefix is keyword-indexed too"
+    assert all("seamanship" not in hit["content"] for hit in keyword)
 
     assert client.post("/documents", json={"text": MANUAL, "doc_id": "handbook.md"}, headers=AUTH).json()["status"] == "unchanged"
     client.delete("/documents/handbook.md", headers=AUTH)
@@ -122,6 +126,8 @@ def test_a_failing_endpoint_never_fails_an_ingest(client: TestClient, llm) -> No
     assert added.status_code == 200 and added.json()["chunks"] == 2
     assert client.get("/documents/down.md", headers=AUTH).json()["context_model"] is None
     assert _dense(client, FOG, doc_id="down.md")["dense_score"] > 0.995, "indexed without a prefix"
+
+    assert client.post("/search", json={"query": "seamanship", "mode": "keyword"}, headers=AUTH).json()["results"] == []
 
     state.fail = False
     healed = client.post("/documents", json={"text": MANUAL, "doc_id": "down.md"}, headers=AUTH).json()

@@ -55,6 +55,10 @@ def test_folders_are_walked_and_bad_files_do_not_stop_the_rest(retrieval_url: st
     )
     assert (again.added, again.unchanged, again.replaced) == (0, 1, 1), "doc ids are the same relative paths"
     assert sorted(again.failed_names) == ["missing.md", "notes/deep/latin1.md", "notes/empty.md", "notes/picture.png"]
+    with httpx.Client(base_url=retrieval_url, headers={"X-Service-Token": TOKEN}) as client:
+        for query, expected in (("citations", []), ("confidence levels", ["notes/intro.md"])):
+            hits = client.post("/search", json={"query": query, "mode": "keyword"}).json()["results"]
+            assert [hit["doc_id"] for hit in hits] == expected, "the replaced version is gone from the keyword index too"
 
 
 def test_a_wrong_token_or_a_dead_service_stops_at_once(retrieval_url: str, tree: Path) -> None:
