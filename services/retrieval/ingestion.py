@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Literal
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 Status = Literal["added", "unchanged", "replaced"]
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
+# Model tokens kept free for a contextual prefix, so prefix + chunk still fit what the model embeds.
+CONTEXT_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,21 @@ def _fallback_title(document: NewDocument, doc_id: str) -> str:
     return PurePosixPath(name.replace("\\", "/")).stem or doc_id
 
 
+def _fit(prefix: str | None, *, budget: int, count_tokens: Callable[[str], int]) -> str | None:
+    """The prefix, cut at a word so that it has at most `budget` tokens."""
+    if not prefix or count_tokens(prefix) <= budget:
+        return prefix
+    words = prefix.split(" ")
+    low, high = 0, len(words) - 1  # how many words fit lies in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count_tokens(" ".join(words[:middle])) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return " ".join(words[:low]) or None
+
+
 def _chunk_metadata(chunk: Chunk, prefix: str | None) -> dict[str, str | int]:
     meta: dict[str, str | int] = {
         "section": chunk.section,
@@ -117,8 +135,10 @@ async def ingest_document(
     """Store `document` as embedded chunks with ids f"{doc_id}#{chunk_index}".
 
     With a `contextualizer`, each chunk is embedded (and keyword-indexed) with a model-written prefix
-    situating it in the document; the stored content stays the chunk itself. A chunk whose prefix could
-    not be written is stored without one, and the document is then re-done on its next ingest.
+    situating it in the document; the stored content stays the chunk itself. Chunks are then cut
+    CONTEXT_TOKENS shorter (at most a quarter of the model's limit) and prefixes cut to that many tokens,
+    so that prefix and chunk are embedded whole. A chunk whose prefix could not be written is stored
+    without one, and the document is then re-done on its next ingest.
 
     A changed document is replaced: its old chunks are deleted once the new ones are embedded, just
     before they are written, so searches miss the document only for the time of one store write. (Not
@@ -146,7 +166,8 @@ async def ingest_document(
         if all(existing.metadata.get(k) == wanted.get(k) for k in DOCUMENT_FIELDS):
             return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
 
-    size = min(chunk_size, embedder.max_tokens)
+    reserve = min(CONTEXT_TOKENS, embedder.max_tokens // 4) if contextualizer is not None else 0
+    size = min(chunk_size, embedder.max_tokens - reserve)
     chunks = await asyncio.to_thread(
         chunk_text,
         document.text,
@@ -159,7 +180,10 @@ async def ingest_document(
     )
     prefixes: list[str | None] = [None] * len(chunks)
     if contextualizer is not None:
-        prefixes = await contextualizer.prefixes(document=document.text, chunks=[c.text for c in chunks])
+        written = await contextualizer.prefixes(document=document.text, chunks=[c.text for c in chunks])
+        prefixes = await asyncio.to_thread(
+            lambda: [_fit(p, budget=reserve, count_tokens=embedder.count_tokens) for p in written]
+        )
         if not all(prefixes):
             # Not marked as situated, so the next ingest of this content tries the missing prefixes again.
             wanted.pop("context_model")

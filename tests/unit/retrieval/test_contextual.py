@@ -136,3 +136,20 @@ async def test_contextual_chunking_is_on_only_when_asked_for_and_an_endpoint_is_
         contextualizer = build_contextualizer(settings, force=force)
         assert contextualizer is not None and contextualizer.model_name == "m"
         await contextualizer.close()
+
+
+async def test_prefix_and_chunk_together_fit_what_the_model_embeds(cache) -> None:
+    class Verbose(FakeModel):
+        async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+            return " ".join(f"context{i}" for i in range(40))
+
+    store, small_model = FakeStore(), FakeEmbedder(max_tokens=40)
+    text = " ".join(f"word{i}" for i in range(200))
+    await ingest_document(
+        NewDocument(text=text, doc_id="long"), embedder=small_model, store=store, chunk_size=256, chunk_overlap=0,
+        contextualizer=Contextualizer(model=Verbose(), cache=cache),
+    )
+    assert all(small_model.count_tokens(t) <= 40 for t in small_model.embedded_texts)
+    chunk = store.chunks["long#0"]
+    assert chunk.metadata["context"] == " ".join(f"context{i}" for i in range(10)), "a quarter of 40 tokens"
+    assert len(chunk.content.split()) == 30
