@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     user.add_parser("list", help="list users")
 
-    ingest = sub.add_parser("ingest", help="add .md/.txt files or folders (recursive) to the collection")
+    ingest = sub.add_parser("ingest", help="add .md/.txt/.html/.pdf files or folders (recursive) to the collection")
     ingest.add_argument("paths", nargs="+", type=Path)
 
     ask = sub.add_parser("ask", help="log in and ask a question; prints the cited answer")
