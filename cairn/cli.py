@@ -28,6 +28,15 @@ def _parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="add .md/.txt/.html/.pdf files or folders (recursive) to the collection")
     ingest.add_argument("paths", nargs="+", type=Path)
 
+    evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format dataset (nDCG@10, recall, MRR, latency)")
+    evaluate.add_argument("dataset_dir", type=Path, help="folder with corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")
+    evaluate.add_argument("--split", default="test", help="qrels file to score against (default: test)")
+    evaluate.add_argument("--mode", default="all", choices=["hybrid", "dense", "keyword", "all"],
+                          help="search mode(s) to run (default: all available)")
+    evaluate.add_argument("--whole-docs", action="store_true",
+                          help="one chunk per document, truncated at the model's token limit (as MTEB embeds)")
+    evaluate.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+
     ask = sub.add_parser("ask", help="log in and ask a question; prints the cited answer")
     ask.add_argument("question")
     ask.add_argument("--user", default="demo", help="username (default: demo)")
@@ -53,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
             return commands.user_list(settings)
         case "ingest":
             return commands.ingest(settings, paths=args.paths)
+        case "eval":
+            from cairn import eval as evaluation  # loads torch and Chroma: only for this command
+
+            return evaluation.run(
+                args.dataset_dir, split=args.split, mode=args.mode, whole_docs=args.whole_docs, as_json=args.json
+            )
         case "ask":
             return commands.ask(
                 settings, question=args.question, username=args.user, password_stdin=args.password_stdin, top_k=args.top_k

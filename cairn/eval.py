@@ -1,0 +1,197 @@
+"""`cairn eval DATASET_DIR`: score Cairn's retrieval on a BEIR-format dataset.
+
+The corpus goes through the service's own ingestion (chunker, embedder, Chroma with the configured
+HNSW parameters, BM25 index) into a temporary collection, the queries through the service's own
+search function with the configured fusion settings. Chunk embeddings are cached under
+CAIRN_DATA_DIR, so evaluating the same corpus again encodes nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from services.retrieval import ingestion
+from services.retrieval import search as search_module
+from services.retrieval.adapters.bm25_index import keyword_indexed
+from services.retrieval.adapters.chroma_store import ChromaStore
+from services.retrieval.adapters.context_llm import build_contextualizer
+from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.contextual import Contextualizer
+from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
+from services.retrieval.evaluation.ann import AnnReport, ann_recall
+from services.retrieval.evaluation.beir import BeirDataset, DatasetError, load_beir
+from services.retrieval.evaluation.corpus import RecordingStore
+from services.retrieval.evaluation.metrics import paired_difference
+from services.retrieval.evaluation.report import EvalReport
+from services.retrieval.evaluation.runner import IngestReport, ModeReport, chunks_to_request, ingest_corpus, run_mode
+from services.retrieval.ports import Embedder
+from services.retrieval.settings import Settings
+
+MODE_ORDER = ("dense", "keyword", "hybrid")  # report order: the two legs, then their fusion
+
+
+@dataclass
+class _Measured:
+    ingest: IngestReport
+    modes: list[ModeReport]
+    ann: AnnReport
+
+
+def run(
+    dataset_dir: Path,
+    *,
+    split: str,
+    mode: str,
+    whole_docs: bool,
+    as_json: bool,
+    settings: Settings | None = None,
+    embedder: Embedder | None = None,
+) -> int:
+    """Print the report; 2 when the dataset cannot be read. `embedder` replaces the configured model (tests)."""
+    settings = settings or Settings()
+    modes = [m for m in MODE_ORDER if m in search_module.MODES] if mode == "all" else [mode]
+    try:
+        dataset = load_beir(dataset_dir, split=split)
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = asyncio.run(
+        _evaluate(dataset, split=split, settings=settings, modes=modes, whole_docs=whole_docs, embedder=embedder)
+    )
+    print(json.dumps(report.as_dict(), indent=2) if as_json else report.as_table())
+    return 0
+
+
+async def _evaluate(
+    dataset: BeirDataset, *, split: str, settings: Settings, modes: list[str], whole_docs: bool, embedder: Embedder | None
+) -> EvalReport:
+    model_path = settings.model_path()
+    owned = None
+    if embedder is None:
+        owned = embedder = await asyncio.to_thread(
+            SentenceTransformerEmbedder,
+            model_path,
+            threads=settings.torch_threads,
+            batch_size=settings.embed_batch_size,
+            cache_size=0,  # every mode pays for its query encodes, so latencies compare fairly
+        )
+    cached = CachingEmbedder(embedder, path=settings.embedding_cache_path, model_id=model_fingerprint(model_path, backend="torch"))
+    contextualizer = build_contextualizer(settings, force=True)
+    try:
+        measured = await _measure(dataset, settings=settings, embedder=cached, modes=modes, whole_docs=whole_docs)
+        embeddings = {"computed": cached.stats.misses, "reused": cached.stats.hits}
+        contextual: dict[str, Any] = {"measured": False, "summary": "not measured (LLM_BASE_URL and LLM_MODEL not set)"}
+        if contextualizer is not None:
+            with_prefixes = await _measure(
+                dataset, settings=settings, embedder=cached, modes=modes, whole_docs=whole_docs, contextualizer=contextualizer
+            )
+            contextual = _contextual_effect(measured.modes, with_prefixes.modes, model=settings.llm_model)
+    finally:
+        cached.close()
+        if owned is not None:
+            owned.close()
+        if contextualizer is not None:
+            await contextualizer.close()
+    size = cached.max_tokens if whole_docs else min(settings.chunk_size_tokens, cached.max_tokens)
+    return EvalReport(
+        dataset=dataset.name,
+        split=split,
+        queries=len(dataset.queries),
+        chunking={
+            "whole_docs": whole_docs,
+            "chunk_size_tokens": size,
+            "chunk_overlap_tokens": 0 if whole_docs else settings.chunk_overlap_tokens,
+        },
+        ingest=measured.ingest,
+        embeddings=embeddings,
+        modes=measured.modes,
+        ann=measured.ann,
+        contextual=contextual,
+    )
+
+
+async def _measure(
+    dataset: BeirDataset,
+    *,
+    settings: Settings,
+    embedder: CachingEmbedder,
+    modes: list[str],
+    whole_docs: bool,
+    contextualizer: Contextualizer | None = None,
+) -> _Measured:
+    size = embedder.max_tokens if whole_docs else min(settings.chunk_size_tokens, embedder.max_tokens)
+    overlap = 0 if whole_docs else settings.chunk_overlap_tokens
+    options = search_module.SearchOptions(
+        candidates=settings.hybrid_candidates,
+        rrf_k=settings.rrf_k,
+        dense_weight=settings.hybrid_dense_weight,
+        keyword_weight=settings.hybrid_keyword_weight,
+    )
+    with tempfile.TemporaryDirectory(prefix="cairn-eval-") as tmp:
+        chroma = ChromaStore(
+            collection="cairn-eval",
+            path=Path(tmp),
+            timeout_s=max(settings.chroma_timeout_s, 60.0),
+            ef_search=settings.hnsw_ef_search,
+            ef_construction=settings.hnsw_ef_construction,
+            max_neighbors=settings.hnsw_max_neighbors,
+        )
+        recording = RecordingStore(chroma)
+        store, keywords, keyword_sync = keyword_indexed(recording, interval_s=settings.keyword_sync_interval_s)
+        await keyword_sync.refresh()  # loads the (empty) index; every later write goes through `store`
+
+        async def ingest(document: ingestion.NewDocument) -> ingestion.IngestResult:
+            return await ingestion.ingest_document(
+                document, embedder=embedder, store=store, chunk_size=size, chunk_overlap=overlap, contextualizer=contextualizer
+            )
+
+        async def search(query: str, mode: str, top_k: int) -> list[search_module.SearchHit]:
+            return await search_module.search(
+                query=query, top_k=top_k, embedder=embedder, store=store, keywords=keywords, mode=mode, options=options
+            )
+
+        label = f"ingesting {dataset.name}" + (" with contextual prefixes" if contextualizer else "")
+        with _bar(len(dataset.corpus), label) as bar:
+            ingested = await ingest_corpus(
+                dataset,
+                ingest=ingest,
+                truncate_to=embedder.max_tokens if whole_docs else None,
+                count_tokens=embedder.count_tokens,
+                progress=bar.update,
+            )
+        depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents)
+        results = []
+        for mode in modes:
+            # Hybrid fuses the top `candidates` of each leg, as served; asking for more would deepen the legs.
+            top_k = min(depth, options.candidates) if mode == "hybrid" else depth
+            with _bar(len(dataset.queries), f"{mode} search") as bar:
+                results.append(await run_mode(dataset, mode=mode, search=search, top_k=top_k, progress=bar.update))
+        ann = await ann_recall(
+            queries=list(dataset.queries.values()), embed_query=embedder.embed_query, store=chroma, embeddings=recording.embeddings
+        )
+    return _Measured(ingest=ingested, modes=results, ann=ann)
+
+
+def _contextual_effect(without: list[ModeReport], with_prefixes: list[ModeReport], *, model: str) -> dict[str, Any]:
+    effect = {}
+    for plain, enriched in zip(without, with_prefixes, strict=True):
+        diff = paired_difference(enriched.scores.per_query["ndcg@10"], plain.scores.per_query["ndcg@10"])
+        effect[plain.mode] = {
+            "without": round(plain.scores.means["ndcg@10"], 4),
+            "with": round(enriched.scores.means["ndcg@10"], 4),
+            "paired_mean": round(diff.mean, 4),
+            "ci95": round(diff.ci95, 4),
+        }
+    summary = "; ".join(f"{m} nDCG@10 {e['without']:.4f} → {e['with']:.4f} ({e['paired_mean']:+.4f} ± {e['ci95']:.4f})" for m, e in effect.items())
+    return {"measured": True, "model": model, "ndcg@10": effect, "summary": f"with prefixes by {model}: {summary}"}
+
+
+def _bar(total: int, description: str) -> tqdm:
+    return tqdm(total=total, desc=description, unit="", file=sys.stderr, leave=False, dynamic_ncols=True)

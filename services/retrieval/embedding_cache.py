@@ -1,0 +1,119 @@
+"""A persistent cache of document embeddings in front of any Embedder.
+
+Vectors are keyed by (model id, sha256 of the text) in one SQLite file, so re-ingesting text that was
+embedded before — an unchanged corpus in `cairn eval`, the unchanged chunks of an edited document, an
+index rebuilt after wiping Chroma — reads vectors instead of encoding them again. Queries are not
+cached here: the wrapped embedder keeps its own in-memory LRU for those.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+import threading
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.retrieval.ports import Embedder
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS embeddings (
+    model TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model, digest)
+) WITHOUT ROWID
+"""
+_LOOKUP_BATCH = 500  # below SQLite's default limit on bound parameters
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def model_fingerprint(model_dir: Path, *, backend: str) -> str:
+    """An id that changes when the model files or the backend change: name, backend and a hash of
+    every file's relative path and size (cheap, and enough to tell models apart)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(model_dir).rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(model_dir).as_posix()}:{path.stat().st_size}\n".encode())
+    return f"{Path(model_dir).name}:{backend}:{digest.hexdigest()[:16]}"
+
+
+class CachingEmbedder:
+    """Implements Embedder around `inner`; embed_documents encodes only texts not seen before.
+
+    Vectors are stored as float32, which is what the models produce, so a cached vector equals a
+    fresh one. Safe for several processes sharing the file (SQLite WAL).
+    """
+
+    def __init__(self, inner: Embedder, *, path: Path, model_id: str) -> None:
+        if not model_id:
+            raise ValueError("model_id must name the model (and backend) the vectors come from")
+        self._inner = inner
+        self._model_id = model_id
+        self.stats = CacheStats()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+        self._db.commit()
+        self._lock = threading.Lock()
+
+    @property
+    def max_tokens(self) -> int:
+        return self._inner.max_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self._inner.count_tokens(text)
+
+    async def embed_query(self, text: str) -> list[float]:
+        return await self._inner.embed_query(text)
+
+    async def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        digests = [text_digest(t) for t in texts]
+        found = await asyncio.to_thread(self._load, sorted(set(digests)))
+        missing: dict[str, str] = {}
+        for digest, text in zip(digests, texts):
+            if digest not in found:
+                missing.setdefault(digest, text)
+        self.stats.hits += len(texts) - sum(1 for d in digests if d in missing)
+        self.stats.misses += sum(1 for d in digests if d in missing)
+        if missing:
+            vectors = await self._inner.embed_documents(list(missing.values()))
+            fresh = dict(zip(missing, vectors, strict=True))
+            await asyncio.to_thread(self._store, fresh)
+            found |= fresh
+        return [found[d] for d in digests]
+
+    def _load(self, digests: list[str]) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        with self._lock:
+            for start in range(0, len(digests), _LOOKUP_BATCH):
+                batch = digests[start : start + _LOOKUP_BATCH]
+                rows = self._db.execute(
+                    f"SELECT digest, vector FROM embeddings WHERE model = ? AND digest IN ({','.join('?' * len(batch))})",
+                    [self._model_id, *batch],
+                )
+                for digest, blob in rows:
+                    found[digest] = array("f", blob).tolist()
+        return found
+
+    def _store(self, vectors: dict[str, list[float]]) -> None:
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO embeddings (model, digest, vector) VALUES (?, ?, ?)",
+                [(self._model_id, digest, array("f", vector).tobytes()) for digest, vector in vectors.items()],
+            )
+            self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,1 @@
+"""`cairn eval`: BEIR datasets through Cairn's own ingestion and search, scored with ir-measures."""

@@ -1,0 +1,146 @@
+"""`cairn eval` end to end on a tiny generated BEIR folder: the real model, real Chroma and BM25,
+the embedding cache across runs, whole documents, and contextual prefixes from a local LLM stand-in."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI, Request
+
+from cairn import cli
+from cairn import eval as evaluation
+from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.settings import Settings
+from tests.support import serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+CORPUS = {
+    "volcano": ("Volcanoes", "A volcano erupts when magma rises through cracks in the crust. Lava then flows down its "
+                "slopes and ash clouds drift for miles. Some volcanoes sleep for centuries before waking."),
+    "bread": ("Baking bread", "Knead the dough for ten minutes, then let the yeast make it rise in a warm place. Bake "
+              "the loaf until the crust sounds hollow when tapped. Cool it on a rack before slicing."),
+    "tides": ("Ocean tides", "The gravity of the moon pulls on the oceans and raises a bulge of water. As the earth "
+              "turns, coasts pass through the bulges and see high tide and low tide twice a day."),
+    "bees": ("Honey bees", "Worker bees collect nectar from flowers and carry it back to the hive. They fan it with "
+             "their wings until the water evaporates and the nectar thickens into honey, then seal it in wax."),
+    "chess": ("Chess openings", "The opening moves of a chess game fight for the centre of the board. Knights and "
+              "bishops come out early, and the king castles to safety behind a wall of pawns."),
+}
+QUERIES = {
+    "q-lava": ("why does lava come out of a mountain", "volcano"),
+    "q-yeast": ("how do I make a loaf rise with yeast", "bread"),
+    "q-tide": ("what causes high and low tide", "tides"),
+    "q-honey": ("how do bees turn nectar into honey", "bees"),
+}
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    folder = tmp_path / "tiny-beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, (t, x) in CORPUS.items()), encoding="utf-8"
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": text}) + "\n" for q, (text, _) in QUERIES.items()), encoding="utf-8"
+    )
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{doc}\t1\n" for q, (_, doc) in QUERIES.items()), encoding="utf-8"
+    )
+    return folder
+
+
+def settings_for(tmp_path: Path, **overrides) -> Settings:
+    fields = {"data_dir": tmp_path / "data", "chunk_size_tokens": 24, "chunk_overlap_tokens": 4, "llm_base_url": None}
+    return Settings(**(fields | overrides))
+
+
+def evaluate(capsys, dataset: Path, settings: Settings, embedder, **options) -> dict:
+    options = {"split": "test", "mode": "all", "whole_docs": False, "as_json": True} | options
+    assert evaluation.run(dataset, settings=settings, embedder=embedder, **options) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_every_mode_is_scored_and_a_second_run_reuses_the_embeddings(
+    capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    settings = settings_for(tmp_path)
+    first = evaluate(capsys, dataset, settings, embedder)
+    assert (first["dataset"], first["split"], first["queries"], first["documents"]) == ("tiny-beir", "test", 4, 5)
+    assert first["chunks"] > 5, "24-token chunks: several per document"
+    assert list(first["modes"]) == ["dense", "keyword", "hybrid"]
+    modes = first["modes"]
+    assert modes["dense"]["ndcg@10"] == modes["hybrid"]["ndcg@10"] == modes["hybrid"]["recall@10"] == 1.0
+    assert modes["keyword"]["ndcg@10"] > 0.8, "BM25 on five short documents: nearly always right"
+    for mode, result in modes.items():
+        assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p95"], mode
+    assert (first["ingest"]["computed"], first["ingest"]["reused"]) == (first["chunks"], 0)
+    assert first["ann"]["recall"] == 1.0 and first["ann"]["chunks"] == first["chunks"]
+    assert [(p["a"], p["b"]) for p in first["paired_ndcg@10"]] == [("keyword", "dense"), ("hybrid", "dense"), ("hybrid", "keyword")]
+    for pair in first["paired_ndcg@10"]:
+        assert pair["mean"] == pytest.approx(modes[pair["a"]]["ndcg@10"] - modes[pair["b"]]["ndcg@10"], abs=1e-3)
+    assert first["contextual"]["measured"] is False
+
+    again = evaluate(capsys, dataset, settings, embedder, mode="dense")
+    assert (again["ingest"]["computed"], again["ingest"]["reused"]) == (0, first["chunks"])
+    assert again["modes"]["dense"]["ndcg@10"] == 1.0 and list(again["modes"]) == ["dense"]
+
+
+def test_whole_documents_are_single_chunks_and_the_table_prints(
+    capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    report = evaluate(capsys, dataset, settings_for(tmp_path), embedder, whole_docs=True, mode="dense")
+    assert report["chunks"] == report["documents"] == 5
+    assert report["chunking"] == {"whole_docs": True, "chunk_size_tokens": embedder.max_tokens, "chunk_overlap_tokens": 0}
+    evaluate_table = evaluation.run(
+        dataset, split="test", mode="hybrid", whole_docs=False, as_json=False, settings=settings_for(tmp_path), embedder=embedder
+    )
+    table = capsys.readouterr().out
+    assert evaluate_table == 0
+    assert "nDCG@10" in table and "\nhybrid " in table and "HNSW:" in table and "contextual chunking: not measured" in table
+
+
+def test_a_folder_that_is_not_a_dataset_is_refused_before_loading_the_model(capsys, tmp_path: Path) -> None:
+    assert cli.main(["eval", str(tmp_path / "nothing-here"), "--json"]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+@pytest.fixture
+def llm() -> Iterator[tuple[str, list[str]]]:
+    calls: list[str] = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request) -> dict:
+        body = await request.json()
+        document = body["messages"][-1]["content"].split("<document>\n", 1)[1]
+        calls.append(document)
+        answer = f"From a short article that begins: {document.split('.', 1)[0]}."
+        return {
+            "id": f"cmpl-{len(calls)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+        }
+
+    with serve_in_thread(app) as url:
+        yield url, calls
+
+
+def test_with_an_llm_endpoint_the_effect_of_contextual_prefixes_is_reported(
+    capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder, llm
+) -> None:
+    url, calls = llm
+    settings = settings_for(tmp_path, llm_base_url=f"{url}/v1", llm_model="ctx-model", contextual_max_retries=0)
+    report = evaluate(capsys, dataset, settings, embedder, mode="keyword")
+    assert len(calls) >= 5, "a prefix was asked for every chunk"
+    contextual = report["contextual"]
+    assert contextual["measured"] is True and contextual["model"] == "ctx-model"
+    effect = contextual["ndcg@10"]["keyword"]
+    assert effect["without"] == report["modes"]["keyword"]["ndcg@10"]
+    assert effect["paired_mean"] == pytest.approx(effect["with"] - effect["without"], abs=1e-3)

@@ -1,0 +1,95 @@
+"""The persistent embedding cache: encode a text once per model, read it back afterwards."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
+from tests.unit.retrieval.fakes import FakeEmbedder
+
+pytestmark = pytest.mark.unit
+
+
+class CountingEmbedder(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.document_calls: list[list[str]] = []
+        self.query_calls = 0
+
+    async def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.document_calls.append(list(texts))
+        return await super().embed_documents(texts)
+
+    async def embed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return await super().embed_query(text)
+
+
+def cache(inner: FakeEmbedder, path: Path, model_id: str = "fake:torch") -> CachingEmbedder:
+    return CachingEmbedder(inner, path=path / "cache.sqlite3", model_id=model_id)
+
+
+async def test_only_unseen_texts_are_encoded_and_order_is_kept(tmp_path: Path) -> None:
+    inner = CountingEmbedder()
+    embedder = cache(inner, tmp_path)
+    first = await embedder.embed_documents(["alpha beta", "gamma", "alpha beta"])
+    assert inner.document_calls == [["alpha beta", "gamma"]], "a duplicate inside one call is encoded once"
+    assert (embedder.stats.hits, embedder.stats.misses) == (0, 3)
+    again = await embedder.embed_documents(["gamma", "delta", "alpha beta"])
+    assert inner.document_calls[-1] == ["delta"]
+    expected = [first[1], await FakeEmbedder().embed_query("delta"), first[0]]
+    assert np.allclose(again, expected, atol=1e-7), "float32 storage keeps the vector"
+    assert (embedder.stats.hits, embedder.stats.misses) == (2, 4)
+
+
+async def test_cached_vectors_survive_a_restart(tmp_path: Path) -> None:
+    inner = CountingEmbedder()
+    first = await cache(inner, tmp_path).embed_documents(["persisted text"])
+    reopened_inner = CountingEmbedder()
+    reopened = cache(reopened_inner, tmp_path)
+    assert np.allclose(await reopened.embed_documents(["persisted text"]), first, atol=1e-7)
+    assert reopened_inner.document_calls == []
+
+
+async def test_another_model_id_does_not_reuse_vectors(tmp_path: Path) -> None:
+    await cache(CountingEmbedder(), tmp_path, "model-a:torch").embed_documents(["shared text"])
+    other = CountingEmbedder()
+    await cache(other, tmp_path, "model-a:onnx-int8").embed_documents(["shared text"])
+    assert other.document_calls == [["shared text"]]
+
+
+async def test_queries_and_token_counts_go_to_the_wrapped_embedder(tmp_path: Path) -> None:
+    inner = CountingEmbedder()
+    embedder = cache(inner, tmp_path)
+    assert await embedder.embed_query("a query") == await FakeEmbedder().embed_query("a query")
+    assert inner.query_calls == 1 and inner.document_calls == []
+    assert embedder.count_tokens("three little words") == 3
+    assert embedder.max_tokens == inner.max_tokens
+
+
+async def test_many_texts_are_looked_up_in_batches(tmp_path: Path) -> None:
+    texts = [f"text number {i}" for i in range(1200)]  # more than one SQL lookup batch
+    inner = CountingEmbedder()
+    embedder = cache(inner, tmp_path)
+    vectors = await embedder.embed_documents(texts)
+    assert np.allclose(await embedder.embed_documents(texts), vectors, atol=1e-7)
+    assert len(inner.document_calls) == 1 and embedder.stats.hits == 1200
+
+
+def test_a_model_id_is_required(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        CachingEmbedder(FakeEmbedder(), path=tmp_path / "c.sqlite3", model_id="")
+
+
+def test_the_fingerprint_changes_with_the_model_files_and_the_backend(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    torch_id = model_fingerprint(model, backend="torch")
+    assert torch_id.startswith("model:torch:")
+    assert model_fingerprint(model, backend="onnx-int8") != torch_id
+    assert model_fingerprint(model, backend="torch") == torch_id
+    (model / "weights.bin").write_bytes(b"\0" * 10)
+    assert model_fingerprint(model, backend="torch") != torch_id
