@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from services.retrieval.adapters.chroma_store import ChromaStore
+from services.retrieval.filters import matches, parse_filter
 from services.retrieval.ports import StoredChunk, VectorStore
 from tests.unit.retrieval.fakes import FakeStore
 
@@ -70,3 +71,95 @@ async def test_upsert_overwrites_by_chunk_id(store: VectorStore) -> None:
     (info,) = await store.list_documents()
     assert info.content_hashes == frozenset({"new"}) and info.chunks == 1
     assert await store.heartbeat() is True
+
+
+@pytest.fixture(params=["fake", "embedded", "server"])
+async def two_writers(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> tuple[VectorStore, VectorStore]:
+    """Two stores on one index, as two retrieval replicas see it."""
+    if request.param == "fake":
+        first = FakeStore()
+        return first, FakeStore(shared_with=first)
+    if request.param == "embedded":
+        return ChromaStore(collection=unique, path=tmp_path / "chroma"), ChromaStore(collection=unique, path=tmp_path / "chroma")
+    server = request.getfixturevalue("chroma_server")
+    return ChromaStore(collection=unique, url=server.url), ChromaStore(collection=unique, url=server.url)
+
+
+async def test_chunks_are_read_back_by_id_by_document_or_all(store: VectorStore) -> None:
+    await store.upsert([chunk("a", 0, unit(1, 0)), chunk("a", 1, unit(0, 1)), chunk("b", 0, unit(1, 1), page=2)])
+    by_id = await store.get_chunks(ids=["a#1", "b#0", "nope#0"], with_embeddings=True)
+    assert sorted(c.chunk_id for c in by_id) == ["a#1", "b#0"]
+    b0 = next(c for c in by_id if c.chunk_id == "b#0")
+    assert b0.doc_id == "b" and b0.content == "b chunk 0" and b0.metadata["page"] == 2
+    assert b0.embedding == pytest.approx(unit(1, 1), abs=1e-6)
+    by_doc = await store.get_chunks(doc_ids=["a"])
+    assert sorted(c.chunk_id for c in by_doc) == ["a#0", "a#1"] and all(c.embedding == [] for c in by_doc)
+    assert len(await store.get_chunks()) == 3
+    assert await store.get_chunks(ids=[]) == []
+
+
+async def test_each_writer_sees_the_documents_the_other_wrote(two_writers) -> None:
+    first, second = two_writers
+    changed, cursor1 = await first.changes(None)
+    assert changed is None, "no cursor yet: reload everything"
+    _, cursor2 = await second.changes(None)
+    await first.upsert([chunk("a", 0, unit(1, 0)), chunk("b", 0, unit(0, 1))])
+    await second.upsert([chunk("c", 0, unit(1, 1))])
+    assert await second.delete(doc_id="zzz") == 0  # deleting nothing is no change
+
+    changed, cursor1 = await first.changes(cursor1)
+    assert changed == {"c"}, "its own writes are not reported back"
+    changed, cursor2 = await second.changes(cursor2)
+    assert changed == {"a", "b"}
+    await second.delete(doc_id="a")
+    changed, cursor1 = await first.changes(cursor1)
+    assert changed == {"a"}
+    assert (await first.changes(cursor1))[0] == set() and (await second.changes(cursor2))[0] == set()
+
+
+FILTERS = [
+    {"category": "x"},
+    {"category": {"$ne": "x"}},
+    {"category": {"$in": ["y", "z"]}},
+    {"category": {"$nin": ["y"]}},
+    {"page": 2},
+    {"page": 2.0},
+    {"page": {"$gte": 2}},
+    {"page": {"$gt": 1, "$lte": 3}},
+    {"page": {"$in": [1, 3.5]}},
+    {"score": {"$lt": 0.5}},
+    {"draft": True},
+    {"draft": {"$ne": True}},
+    {"published": {"$gte": "2024-05-01"}},
+    {"doc_id": "b", "page": {"$lt": 10}},
+    {"page": "2"},
+]
+
+
+@pytest.mark.parametrize("where", FILTERS, ids=[str(f) for f in FILTERS])
+async def test_filters_select_exactly_what_the_keyword_leg_selects(store: VectorStore, where: dict) -> None:
+    """Chroma's `where` and services.retrieval.filters.matches must agree, or modes would disagree."""
+    metas = [
+        {"category": "x", "page": 1, "score": 0.25, "draft": True, "published": 1714521600},
+        {"category": "y", "page": 2, "score": 0.75, "draft": False, "published": 1714521599},
+        {"category": "z", "page": 3.5},
+        {"page": "2"},
+    ]
+    await store.upsert([chunk(doc, i, unit(1, i + 1), **meta) for i, (doc, meta) in enumerate(zip("abcd", metas))])
+    hits = await store.query(embedding=unit(1, 1), top_k=10, where=where)
+    expected = {c.chunk_id for c in await store.get_chunks() if matches(parse_filter(where), c.metadata)}
+    assert {h.chunk_id for h in hits} == expected
+
+
+async def test_hnsw_parameters_are_set_and_ef_search_follows_settings(tmp_path: Path, unique: str) -> None:
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma", ef_search=77, ef_construction=150, max_neighbors=24)
+    await store.upsert([chunk("a", 0, unit(1, 0))])
+    reopened = ChromaStore(collection=unique, path=tmp_path / "chroma", ef_search=120)
+    assert await reopened.get_document("a") is not None
+    client = chromadb.PersistentClient(path=str(tmp_path / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
+    hnsw = client.get_collection(unique).configuration["hnsw"]
+    assert hnsw["space"] == "cosine" and hnsw["ef_search"] == 120
+    assert (hnsw["ef_construction"], hnsw["max_neighbors"]) == (150, 24), "fixed when the collection was created"

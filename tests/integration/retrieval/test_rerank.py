@@ -1,0 +1,72 @@
+"""RERANK_MODEL with a real (tiny, randomly initialised) sentence-transformers CrossEncoder saved by the test."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.retrieval.main import create_app
+from services.retrieval.settings import Settings
+from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "integration-token"
+AUTH = {"X-Service-Token": TOKEN}
+WORDS = "backups run nightly kept thirty days restore archive invoices sent monthly billing contact the a and of".split()
+DOCS = [
+    "Backups run nightly.",
+    "Backups are kept thirty days.",
+    "Restore the nightly archive.",
+    "Invoices are sent monthly.",
+    "The billing contact gets invoices.",
+    "Backups and invoices and the archive.",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    path = tmp_path_factory.mktemp("tiny-cross-encoder")
+    vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
+    torch.manual_seed(7)
+    config = BertConfig(
+        vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=64, num_labels=1, initializer_range=0.3,
+    )
+    BertForSequenceClassification(config).save_pretrained(path)
+    BertTokenizer(vocab=vocab).save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def client(tmp_path: Path, tiny_cross_encoder: Path) -> Iterator[TestClient]:
+    settings = Settings(service_token=TOKEN, data_dir=tmp_path, rerank_model=tiny_cross_encoder, rerank_candidates=6)
+    with TestClient(create_app(settings, embedder=FakeEmbedder(), store=FakeStore())) as client:
+        for i, text in enumerate(DOCS):
+            assert client.post("/documents", json={"text": text, "doc_id": f"d{i}"}, headers=AUTH).status_code == 200
+        yield client
+
+
+def test_rerank_orders_by_the_cross_encoders_scores(client: TestClient, tiny_cross_encoder: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    query = "backups archive invoices"
+    plain = client.post("/search", json={"query": query, "top_k": 6, "rerank": False}, headers=AUTH).json()["results"]
+    reranked = client.post("/search", json={"query": query, "top_k": 6}, headers=AUTH).json()["results"]
+    assert {r["chunk_id"] for r in reranked} == {r["chunk_id"] for r in plain} and len(plain) >= 4
+
+    expected = CrossEncoder(str(tiny_cross_encoder), device="cpu").predict([(query, r["content"]) for r in plain])
+    by_chunk = {r["chunk_id"]: float(score) for r, score in zip(plain, expected)}
+    assert len(set(by_chunk.values())) == len(by_chunk), "the random model must tell the passages apart"
+    assert [r["chunk_id"] for r in reranked] == sorted(by_chunk, key=by_chunk.get, reverse=True)
+    for result in reranked:
+        assert result["rerank_score"] == pytest.approx(by_chunk[result["chunk_id"]], abs=1e-5)
+    assert [r["chunk_id"] for r in reranked] != [r["chunk_id"] for r in plain], "the test needs an order rerank changes"
+    assert all(r["rerank_score"] is None for r in plain)
