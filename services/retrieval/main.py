@@ -15,6 +15,7 @@ from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
 from services.retrieval.adapters.reranker import CrossEncoderReranker
 from services.retrieval.api import router
+from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
 from services.retrieval.ports import Embedder, VectorStore
 from services.retrieval.search import SearchOptions
 from services.retrieval.settings import Settings
@@ -73,6 +74,13 @@ def create_app(
                 cache_size=settings.query_cache_size,
             )
         app.state.embedder = embedder or owned
+        vector_cache = None
+        if settings.embedding_cache:
+            vector_cache = app.state.embedder = CachingEmbedder(
+                app.state.embedder,
+                path=settings.embedding_cache_path,
+                model_id=model_fingerprint(settings.model_path(), backend="torch"),
+            )
         app.state.contextualizer = build_contextualizer(settings)
         log.info(
             "retrieval ready",
@@ -91,6 +99,8 @@ def create_app(
                 await sync_task
             if app.state.reranker is not None:
                 app.state.reranker.close()
+            if vector_cache is not None:
+                vector_cache.close()
             if owned is not None:
                 owned.close()
             if app.state.contextualizer is not None:

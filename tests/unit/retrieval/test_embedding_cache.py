@@ -5,9 +5,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
-from tests.unit.retrieval.fakes import FakeEmbedder
+from services.retrieval.main import create_app
+from services.retrieval.settings import Settings
+from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 
 pytestmark = pytest.mark.unit
 
@@ -93,3 +96,17 @@ def test_the_fingerprint_changes_with_the_model_files_and_the_backend(tmp_path: 
     assert model_fingerprint(model, backend="torch") == torch_id
     (model / "weights.bin").write_bytes(b"\0" * 10)
     assert model_fingerprint(model, backend="torch") != torch_id
+
+
+def test_the_service_reuses_cached_vectors_when_embedding_cache_is_on(tmp_path: Path) -> None:
+    auth = {"X-Service-Token": "cache-token"}
+    document = {"text": "# Tides\n\nThe moon pulls the sea.", "doc_id": "tides.md"}
+    for enabled, expected_calls in ((True, 1), (False, 2)):
+        inner = CountingEmbedder()
+        settings = Settings(service_token="cache-token", data_dir=tmp_path / str(enabled), embedding_cache=enabled)
+        with TestClient(create_app(settings, embedder=inner, store=FakeStore())) as client:
+            assert client.post("/documents", json=document, headers=auth).json()["status"] == "added"
+            assert client.delete("/documents/tides.md", headers=auth).status_code == 200
+            assert client.post("/documents", json=document, headers=auth).json()["status"] == "added"
+        assert len(inner.document_calls) == expected_calls, f"EMBEDDING_CACHE={enabled}"
+        assert (tmp_path / str(enabled) / "embedding-cache.sqlite3").exists() is enabled
