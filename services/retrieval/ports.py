@@ -101,6 +101,12 @@ class VectorStore(Protocol):
         `where`: a services.retrieval.filters.Filter, or a filter as a request sends it (parsed here).
         """
 
+    async def nearest(
+        self, *, embedding: list[float], top_k: int, where: Filter | Mapping[str, object] | None = None
+    ) -> list[tuple[str, float]]:
+        """(chunk_id, cosine distance) of the top_k nearest chunks, like `query` but without content or
+        metadata, which cost most of a query's time when many candidates are asked for."""
+
     async def get_chunks(
         self, *, ids: list[str] | None = None, doc_ids: list[str] | None = None, with_embeddings: bool = False
     ) -> list[StoredChunk]:

@@ -98,79 +98,102 @@ async def search(
     reranking = reranker is not None and rerank is not False
     where = parse_filter(filters)
     need = max(top_k, options.rerank_candidates) if reranking else top_k
-    depth = max(need, options.candidates) if mode == "hybrid" else need
 
-    async def dense_leg() -> tuple[list[float], list[Any]]:
+    if mode == "dense":
         vector = await embedder.embed_query(query)
-        return vector, await store.query(embedding=vector, top_k=depth, where=where)
-
-    async def keyword_leg() -> list[Any]:
-        return await keywords.search(query=query, top_k=depth, where=where)  # type: ignore[union-attr]
-
-    vector: list[float] | None = None
-    dense_hits: list[Any] = []
-    keyword_hits: list[Any] = []
-    if mode == "hybrid":
-        (vector, dense_hits), keyword_hits = await asyncio.gather(dense_leg(), keyword_leg())
-    elif mode == "dense":
-        vector, dense_hits = await dense_leg()
+        hits = await store.query(embedding=vector, top_k=need, where=where)
+        results = []
+        for rank, hit in enumerate(hits, start=1):
+            cosine = _cosine(hit.distance)
+            if threshold is None or cosine >= threshold:
+                results.append(SearchHit(hit.chunk_id, hit.doc_id, hit.content, cosine, cosine, None, hit.metadata, dense_rank=rank))
     else:
-        keyword_hits = await keyword_leg()
-
-    hits: dict[str, SearchHit] = {}
-    for rank, hit in enumerate(dense_hits, start=1):
-        cosine = _cosine(hit.distance)
-        hits[hit.chunk_id] = SearchHit(hit.chunk_id, hit.doc_id, hit.content, cosine, cosine, None, hit.metadata, dense_rank=rank)
-    for rank, hit in enumerate(keyword_hits, start=1):
-        found = hits.get(hit.chunk_id)
-        if found is None:
-            hits[hit.chunk_id] = SearchHit(hit.chunk_id, hit.doc_id, hit.content, hit.score, None, hit.score, hit.metadata, keyword_rank=rank)
-        else:
-            hits[hit.chunk_id] = replace(found, keyword_score=hit.score, keyword_rank=rank)
-
-    if mode == "hybrid":
-        fused = reciprocal_rank_fusion(
-            {"dense": [h.chunk_id for h in dense_hits], "keyword": [h.chunk_id for h in keyword_hits]},
-            k=options.rrf_k,
-            weights={"dense": options.dense_weight, "keyword": options.keyword_weight},
+        results = await _keyword_or_hybrid(
+            query=query, mode=mode, need=need, where=where, threshold=threshold,
+            embedder=embedder, store=store, keywords=keywords, options=options,  # type: ignore[arg-type]
         )
-        ordered = [replace(hits[chunk_id], score=score) for chunk_id, score in fused]
-    else:
-        ordered = list(hits.values())  # each leg already returns best first
-
-    if mode == "hybrid" or (mode == "keyword" and threshold is not None):
-        if vector is None:
-            vector = await embedder.embed_query(query)
-        results = await _with_dense_scores(ordered, vector=vector, store=store, threshold=threshold, need=need)
-    else:
-        results = [h for h in ordered if threshold is None or (h.dense_score is not None and h.dense_score >= threshold)][:need]
 
     if reranking and results:
         results = await _rerank(results, query=query, reranker=reranker, depth=options.rerank_candidates)  # type: ignore[arg-type]
     return results[:top_k]
 
 
-async def _with_dense_scores(
-    ordered: list[SearchHit], *, vector: list[float], store: VectorStore, threshold: float | None, need: int
+async def _keyword_or_hybrid(
+    *,
+    query: str,
+    mode: Mode,
+    need: int,
+    where: Filter,
+    threshold: float | None,
+    embedder: Embedder,
+    store: VectorStore,
+    keywords: KeywordIndex,
+    options: SearchOptions,
 ) -> list[SearchHit]:
-    """The first `need` hits (in order) whose cosine passes `threshold`, each with its dense_score;
-    embeddings are fetched only for the chunks that may be returned."""
+    depth = max(need, options.candidates) if mode == "hybrid" else need
+    vector: list[float] | None = None
+    nearest: list[tuple[str, float]] = []
+
+    async def dense_leg() -> tuple[list[float], list[tuple[str, float]]]:
+        query_vector = await embedder.embed_query(query)
+        # Ids and distances only: content is fetched below for the few chunks returned.
+        return query_vector, await store.nearest(embedding=query_vector, top_k=depth, where=where)
+
+    if mode == "hybrid":
+        (vector, nearest), keyword_hits = await asyncio.gather(
+            dense_leg(), keywords.search(query=query, top_k=depth, where=where)
+        )
+    else:
+        keyword_hits = await keywords.search(query=query, top_k=depth, where=where)
+        if threshold is not None:
+            vector = await embedder.embed_query(query)
+
+    hits: dict[str, SearchHit] = {}
+    for rank, (chunk_id, distance) in enumerate(nearest, start=1):
+        cosine = _cosine(distance)
+        hits[chunk_id] = SearchHit(chunk_id, "", "", cosine, cosine, None, {}, dense_rank=rank)
+    for rank, hit in enumerate(keyword_hits, start=1):
+        found = hits.get(hit.chunk_id)
+        base = found or SearchHit(hit.chunk_id, hit.doc_id, hit.content, hit.score, None, None, hit.metadata)
+        hits[hit.chunk_id] = replace(
+            base, doc_id=hit.doc_id, content=hit.content, metadata=hit.metadata, keyword_score=hit.score, keyword_rank=rank
+        )
+
+    if mode == "hybrid":
+        fused = reciprocal_rank_fusion(
+            {"dense": [chunk_id for chunk_id, _ in nearest], "keyword": [h.chunk_id for h in keyword_hits]},
+            k=options.rrf_k,
+            weights={"dense": options.dense_weight, "keyword": options.keyword_weight},
+        )
+        ordered = [replace(hits[chunk_id], score=score) for chunk_id, score in fused]
+    else:
+        ordered = [hits[h.chunk_id] for h in keyword_hits]
+    return await _complete(ordered, vector=vector, store=store, threshold=threshold, need=need)
+
+
+async def _complete(
+    ordered: list[SearchHit], *, vector: list[float] | None, store: VectorStore, threshold: float | None, need: int
+) -> list[SearchHit]:
+    """The first `need` hits (in order) whose cosine passes `threshold`, each with its content and, when
+    `vector` is given, its dense_score. What a leg did not supply is read from the store in one call
+    per window, and only for the chunks that may be returned."""
     results: list[SearchHit] = []
     position = 0
     while position < len(ordered) and len(results) < need:
         window = ordered[position : position + need - len(results)]
         position += len(window)
-        missing = [h.chunk_id for h in window if h.dense_score is None]
-        cosines: dict[str, float] = {}
-        if missing:
-            stored = await store.get_chunks(ids=missing, with_embeddings=True)
-            cosines = {chunk.chunk_id: _dot(vector, chunk.embedding) for chunk in stored}
+        missing = [h.chunk_id for h in window if not h.doc_id or (vector is not None and h.dense_score is None)]
+        stored = {c.chunk_id: c for c in await store.get_chunks(ids=missing, with_embeddings=vector is not None)} if missing else {}
         for hit in window:
-            if hit.dense_score is None:
-                if hit.chunk_id not in cosines:
-                    continue  # deleted since the keyword index saw it
-                hit = replace(hit, dense_score=cosines[hit.chunk_id])
-            if threshold is None or hit.dense_score >= threshold:  # type: ignore[operator]
+            if hit.chunk_id in missing:
+                chunk = stored.get(hit.chunk_id)
+                if chunk is None:
+                    continue  # deleted since a leg saw it
+                if not hit.doc_id:
+                    hit = replace(hit, doc_id=chunk.doc_id, content=chunk.content, metadata=chunk.metadata)
+                if hit.dense_score is None and vector is not None:
+                    hit = replace(hit, dense_score=_dot(vector, chunk.embedding))
+            if threshold is None or (hit.dense_score is not None and hit.dense_score >= threshold):
                 results.append(hit)
     return results
 

@@ -97,10 +97,12 @@ class ChromaStore:
             return self._connect_locked()
 
     def _connect_locked(self) -> _Collections:
+        if self._collections is not None:
+            return self._collections
         import chromadb
         from chromadb.config import Settings as ChromaSettings
 
-        no_telemetry = ChromaSettings(anonymized_telemetry=False)
+        no_telemetry = ChromaSettings(anonymized_telemetry=False)  # a pydantic BaseSettings: milliseconds to build
         if self._client is None:
             if self._url is not None:
                 parsed = urlparse(self._url)
@@ -127,10 +129,10 @@ class ChromaStore:
             # Chroma warns about the embedding function config of a collection made without one.
             warnings.simplefilter("ignore", DeprecationWarning)
             current = (collection.configuration or {}).get("hnsw") or {}
+            if current.get("ef_search") != self._hnsw["ef_search"]:
+                collection.modify(configuration={"hnsw": {"ef_search": self._hnsw["ef_search"]}})
         if current.get("space") != "cosine":
             log.warning("collection is not in cosine space; scores will be wrong", extra={"space": current.get("space")})
-        if current.get("ef_search") != self._hnsw["ef_search"]:
-            collection.modify(configuration={"hnsw": {"ef_search": self._hnsw["ef_search"]}})
         fixed = {k: current.get(k) for k in ("ef_construction", "max_neighbors")}
         if fixed != {k: self._hnsw[k] for k in fixed}:
             log.warning("collection was created with other HNSW build parameters; rebuild it to change them", extra=fixed)
@@ -218,6 +220,17 @@ class ChromaStore:
                 result["ids"][0], result["documents"][0], result["metadatas"][0], result["distances"][0]
             )
         ]
+
+    async def nearest(
+        self, *, embedding: list[float], top_k: int, where: Filter | Mapping[str, Any] | None = None
+    ) -> list[tuple[str, float]]:
+        if top_k < 1:
+            raise ValueError("top_k must be >= 1")
+        clause = to_where(where)
+        result = await self._run(
+            lambda c: c.chunks.query(query_embeddings=[embedding], n_results=top_k, where=clause, include=["distances"])
+        )
+        return [(cid, float(dist)) for cid, dist in zip(result["ids"][0], result["distances"][0])]
 
     async def get_chunks(
         self, *, ids: list[str] | None = None, doc_ids: list[str] | None = None, with_embeddings: bool = False

@@ -1,6 +1,7 @@
 """One contract, three implementations: the in-memory fake, embedded Chroma and Chroma server."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,10 @@ async def test_query_ranks_by_cosine_distance_and_filters(store: VectorStore) ->
     filtered = await store.query(embedding=unit(1, 0.1, 0), top_k=3, where={"category": "x", "doc_id": "b"})
     assert [h.chunk_id for h in filtered] == ["b#0"]
     assert await store.query(embedding=unit(1, 0, 0), top_k=1) != []
+    nearest = await store.nearest(embedding=unit(1, 0.1, 0), top_k=3)
+    assert [cid for cid, _ in nearest] == ["a#0", "a#1", "b#0"]
+    assert [d for _, d in nearest] == pytest.approx([h.distance for h in hits], abs=1e-6)
+    assert await store.nearest(embedding=unit(1, 0.1, 0), top_k=3, where={"category": "y"}) == [("a#1", pytest.approx(hits[1].distance, abs=1e-6))]
 
 
 async def test_documents_are_listed_and_deleted(store: VectorStore) -> None:
@@ -160,6 +165,8 @@ async def test_hnsw_parameters_are_set_and_ef_search_follows_settings(tmp_path: 
     reopened = ChromaStore(collection=unique, path=tmp_path / "chroma", ef_search=120)
     assert await reopened.get_document("a") is not None
     client = chromadb.PersistentClient(path=str(tmp_path / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
-    hnsw = client.get_collection(unique).configuration["hnsw"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Chroma's, about collections made without an embedding function
+        hnsw = client.get_collection(unique).configuration["hnsw"]
     assert hnsw["space"] == "cosine" and hnsw["ef_search"] == 120
     assert (hnsw["ef_construction"], hnsw["max_neighbors"]) == (150, 24), "fixed when the collection was created"

@@ -104,6 +104,9 @@ class FakeStore:
         ]
         return sorted(hits, key=lambda h: h.distance)[:top_k]
 
+    async def nearest(self, *, embedding: list[float], top_k: int, where: Filter | dict | None = None) -> list[tuple[str, float]]:
+        return [(hit.chunk_id, hit.distance) for hit in await self.query(embedding=embedding, top_k=top_k, where=where)]
+
     async def get_document(self, doc_id: str) -> DocumentInfo | None:
         return next((d for d in await self.list_documents() if d.doc_id == doc_id), None)
 

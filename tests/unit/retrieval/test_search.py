@@ -85,8 +85,8 @@ class OneNearest:
     def __init__(self, inner) -> None:
         self.inner = inner
 
-    async def query(self, **kwargs):
-        return (await self.inner.query(**kwargs))[:1]
+    async def nearest(self, **kwargs):
+        return (await self.inner.nearest(**kwargs))[:1]
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
