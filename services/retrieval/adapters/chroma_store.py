@@ -2,7 +2,7 @@
 
 We always pass our own embeddings; Chroma's default embedding function would download a model.
 Every write is also recorded in a small side collection, "<collection>-changes", so that other
-replicas sharing the server can tell which documents changed (see `changes`).
+replicas sharing the server can tell which documents changed (see chroma_changes).
 """
 from __future__ import annotations
 
@@ -10,21 +10,19 @@ import asyncio
 import itertools
 import logging
 import threading
-import time
-import uuid
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlparse
 
 import httpx
-import numpy as np
 from chromadb.errors import ChromaError
 
-from services.retrieval.filters import Filter, parse_filter
-from services.retrieval.ports import DOCUMENT_FIELDS, ChunkHit, DocumentInfo, MetadataValue, StoredChunk, VectorStore
+from services.retrieval.adapters.chroma_changes import ChangeLog
+from services.retrieval.adapters.chroma_records import chunks_of, clean, group, to_where
+from services.retrieval.filters import Filter
+from services.retrieval.ports import ChunkHit, DocumentInfo, StoredChunk, VectorStore
 from shared.errors import DependencyUnavailable
 
 __all__ = ["ChromaStore", "VectorStore", "to_where"]
@@ -35,30 +33,11 @@ T = TypeVar("T")
 _PAGE = 5000
 _IDS_PER_CALL = 500
 _FAILURES = (ChromaError, httpx.HTTPError, OSError, TimeoutError)
-# Change records older than this are deleted; a replica that could not read the feed for longer
-# reloads everything anyway (its cursor is dropped on any failure).
-CHANGES_KEPT_S = 900.0
-_PRUNE_EVERY_S = 60.0
-
-
-def to_where(where: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A Chroma `where` clause for a filter (see services.retrieval.filters)."""
-    conditions = parse_filter(where).conditions
-    clauses = [{c.key: {c.op: list(c.value) if isinstance(c.value, tuple) else c.value}} for c in conditions]
-    if not clauses:
-        return None
-    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
 class _Collections(NamedTuple):
     chunks: Any
     changes: Any
-
-
-@dataclass(frozen=True)
-class _Cursor:
-    collections: tuple[str, str]
-    seen: frozenset[str]
 
 
 class ChromaStore:
@@ -88,9 +67,7 @@ class ChromaStore:
         self._client: Any = None
         self._collections: _Collections | None = None
         self._lock = threading.Lock()
-        self.writer_id = uuid.uuid4().hex[:12]
-        self._sequence = itertools.count(1)
-        self._last_prune = 0.0
+        self._log = ChangeLog()
 
     def _connect(self) -> _Collections:
         with self._lock:
@@ -165,14 +142,6 @@ class ChromaStore:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def _record(self, c: _Collections, doc_ids: set[str]) -> None:
-        c.changes.add(
-            ids=[f"{self.writer_id}:{next(self._sequence):012d}"],
-            embeddings=[[1.0]],
-            documents=["\n".join(sorted(doc_ids))],
-            metadatas=[{"writer": self.writer_id, "at": time.time()}],
-        )
-
     async def upsert(self, chunks: list[StoredChunk]) -> None:
         if not chunks:
             return
@@ -182,9 +151,9 @@ class ChromaStore:
                 ids=[chunk.chunk_id for chunk in chunks],
                 embeddings=[chunk.embedding for chunk in chunks],
                 documents=[chunk.content for chunk in chunks],
-                metadatas=[_clean(chunk.metadata) | {"doc_id": chunk.doc_id} for chunk in chunks],
+                metadatas=[clean(chunk.metadata) | {"doc_id": chunk.doc_id} for chunk in chunks],
             )
-            self._record(c, {chunk.doc_id for chunk in chunks})
+            self._log.record(c.changes, {chunk.doc_id for chunk in chunks})
 
         await self._run(write)
 
@@ -196,7 +165,7 @@ class ChromaStore:
         def remove(c: _Collections) -> int:
             deleted = int((c.chunks.delete(where=where) or {}).get("deleted", 0))
             if deleted:
-                self._record(c, {doc_id})
+                self._log.record(c.changes, {doc_id})
             return deleted
 
         return await self._run(remove)
@@ -251,29 +220,14 @@ class ChromaStore:
             for start in range(0, len(doc_ids or []), _IDS_PER_CALL):
                 where = {"doc_id": {"$in": doc_ids[start : start + _IDS_PER_CALL]}}
                 pages.append(await self._run(lambda c, w=where: c.chunks.get(where=w, include=include)))
-        return [chunk for page in pages for chunk in _chunks(page, with_embeddings)]
+        return [chunk for page in pages for chunk in chunks_of(page, with_embeddings)]
 
     async def changes(self, cursor: object | None) -> tuple[set[str] | None, object]:
-        def read(c: _Collections) -> tuple[set[str] | None, _Cursor]:
-            now = time.time()
-            if now - self._last_prune > _PRUNE_EVERY_S:
-                c.changes.delete(where={"at": {"$lt": now - CHANGES_KEPT_S}})
-                self._last_prune = now
-            current = _Cursor((str(c.chunks.id), str(c.changes.id)), frozenset(c.changes.get(include=[])["ids"]))
-            if not isinstance(cursor, _Cursor) or cursor.collections != current.collections:
-                return None, current
-            new = [i for i in current.seen - cursor.seen if not i.startswith(f"{self.writer_id}:")]
-            doc_ids: set[str] = set()
-            for start in range(0, len(new), _IDS_PER_CALL):
-                for text in c.changes.get(ids=new[start : start + _IDS_PER_CALL], include=["documents"])["documents"]:
-                    doc_ids.update(d for d in (text or "").split("\n") if d)
-            return doc_ids, current
-
-        return await self._run(read)
+        return await self._run(lambda c: self._log.read(chunks=c.chunks, changes=c.changes, cursor=cursor))
 
     async def get_document(self, doc_id: str) -> DocumentInfo | None:
         result = await self._run(lambda c: c.chunks.get(where={"doc_id": doc_id}, include=["metadatas"]))
-        documents = _group(result["metadatas"])
+        documents = group(result["metadatas"])
         return documents[0] if documents else None
 
     async def list_documents(self) -> list[DocumentInfo]:
@@ -285,7 +239,7 @@ class ChromaStore:
             if len(page["ids"]) < _PAGE:
                 break
             offset += _PAGE
-        return _group(metadatas)
+        return group(metadatas)
 
     async def heartbeat(self) -> bool:
         try:
@@ -293,40 +247,3 @@ class ChromaStore:
             return True
         except DependencyUnavailable:
             return False
-
-
-def _clean(metadata: dict[str, Any]) -> dict[str, MetadataValue]:
-    # Chroma accepts only str/int/float/bool values.
-    return {key: value for key, value in metadata.items() if value is not None}
-
-
-def _chunks(page: dict[str, Any], with_embeddings: bool) -> list[StoredChunk]:
-    embeddings = page.get("embeddings") if with_embeddings else None
-    return [
-        StoredChunk(
-            chunk_id=cid,
-            doc_id=str(meta.get("doc_id", "")),
-            content=doc or "",
-            embedding=np.asarray(embeddings[i], dtype=float).tolist() if embeddings is not None else [],
-            metadata=dict(meta),
-        )
-        for i, (cid, doc, meta) in enumerate(zip(page["ids"], page["documents"], page["metadatas"]))
-    ]
-
-
-def _group(metadatas: list[dict[str, Any]]) -> list[DocumentInfo]:
-    by_doc: dict[str, list[dict[str, Any]]] = {}
-    for meta in metadatas:
-        by_doc.setdefault(str(meta.get("doc_id", "")), []).append(meta)
-    documents = []
-    for doc_id in sorted(by_doc):
-        chunks = sorted(by_doc[doc_id], key=lambda m: m.get("chunk_index", 0))
-        documents.append(
-            DocumentInfo(
-                doc_id=doc_id,
-                chunks=len(chunks),
-                content_hashes=frozenset(str(m.get("content_hash", "")) for m in chunks),
-                metadata={k: chunks[0][k] for k in DOCUMENT_FIELDS if k in chunks[0]},
-            )
-        )
-    return documents

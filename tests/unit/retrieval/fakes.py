@@ -7,7 +7,7 @@ import re
 from dataclasses import replace
 
 from services.retrieval.filters import Filter, matches, parse_filter
-from services.retrieval.ports import DOCUMENT_FIELDS, ChunkHit, DocumentInfo, MetadataValue, StoredChunk
+from services.retrieval.ports import DOCUMENT_FIELDS, ChunkHit, DocumentInfo, StoredChunk
 from shared.errors import DependencyUnavailable
 
 _WORD = re.compile(r"\w+")

@@ -34,7 +34,7 @@ async def indexed() -> Indexed:
     embedder = FakeEmbedder()
     store, index, sync = keyword_indexed(FakeStore())
     await sync.refresh()
-    for source, (text, category, level) in DOCS.items():
+    for source, (text, category, _) in DOCS.items():
         await ingest_document(
             NewDocument(text=text, source=source, category=category),
             embedder=embedder, store=store, chunk_size=50, chunk_overlap=0,

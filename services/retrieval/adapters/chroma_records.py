@@ -1,0 +1,56 @@
+"""Between Chroma's shapes and ours: `where` clauses from filters, records from `get` pages."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from services.retrieval.filters import Filter, parse_filter
+from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo, MetadataValue, StoredChunk
+
+
+def to_where(where: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A Chroma `where` clause for a filter (see services.retrieval.filters)."""
+    conditions = parse_filter(where).conditions
+    clauses = [{c.key: {c.op: list(c.value) if isinstance(c.value, tuple) else c.value}} for c in conditions]
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def clean(metadata: dict[str, Any]) -> dict[str, MetadataValue]:
+    # Chroma accepts only str/int/float/bool values.
+    return {key: value for key, value in metadata.items() if value is not None}
+
+
+def chunks_of(page: dict[str, Any], with_embeddings: bool) -> list[StoredChunk]:
+    embeddings = page.get("embeddings") if with_embeddings else None
+    return [
+        StoredChunk(
+            chunk_id=cid,
+            doc_id=str(meta.get("doc_id", "")),
+            content=doc or "",
+            embedding=np.asarray(embeddings[i], dtype=float).tolist() if embeddings is not None else [],
+            metadata=dict(meta),
+        )
+        for i, (cid, doc, meta) in enumerate(zip(page["ids"], page["documents"], page["metadatas"]))
+    ]
+
+
+def group(metadatas: list[dict[str, Any]]) -> list[DocumentInfo]:
+    by_doc: dict[str, list[dict[str, Any]]] = {}
+    for meta in metadatas:
+        by_doc.setdefault(str(meta.get("doc_id", "")), []).append(meta)
+    documents = []
+    for doc_id in sorted(by_doc):
+        chunks = sorted(by_doc[doc_id], key=lambda m: m.get("chunk_index", 0))
+        documents.append(
+            DocumentInfo(
+                doc_id=doc_id,
+                chunks=len(chunks),
+                content_hashes=frozenset(str(m.get("content_hash", "")) for m in chunks),
+                metadata={k: chunks[0][k] for k in DOCUMENT_FIELDS if k in chunks[0]},
+            )
+        )
+    return documents
