@@ -12,7 +12,7 @@ from fastapi import Depends, FastAPI
 from services.retrieval.adapters.bm25_index import keyword_indexed
 from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.context_llm import build_contextualizer
-from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.adapters.embedder import embedder_from_settings
 from services.retrieval.adapters.reranker import CrossEncoderReranker
 from services.retrieval.api import router
 from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
@@ -66,20 +66,14 @@ def create_app(
             app.state.reranker = await asyncio.to_thread(CrossEncoderReranker, settings.rerank_model)
         owned = None
         if embedder is None:
-            owned = await asyncio.to_thread(
-                SentenceTransformerEmbedder,
-                settings.model_path(),
-                threads=settings.torch_threads,
-                batch_size=settings.embed_batch_size,
-                cache_size=settings.query_cache_size,
-            )
+            owned = await asyncio.to_thread(embedder_from_settings, settings)
         app.state.embedder = embedder or owned
         vector_cache = None
         if settings.embedding_cache:
             vector_cache = app.state.embedder = CachingEmbedder(
                 app.state.embedder,
                 path=settings.embedding_cache_path,
-                model_id=model_fingerprint(settings.model_path(), backend="torch"),
+                model_id=model_fingerprint(settings.model_path(), backend=settings.embedding_backend),
             )
         app.state.contextualizer = build_contextualizer(settings)
         log.info(

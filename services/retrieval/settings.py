@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -28,6 +29,24 @@ class Settings(CommonSettings):
     embed_batch_size: int = Field(64, ge=1, validation_alias=aliases("EMBED_BATCH_SIZE", "embed_batch_size"))
     query_cache_size: int = Field(1024, ge=0, validation_alias=aliases("QUERY_CACHE_SIZE", "query_cache_size"))
     torch_threads: int = Field(2, ge=1, validation_alias=aliases("TORCH_THREADS", "torch_threads"))
+    embedding_backend: Literal["torch", "onnx-int8"] = Field(
+        "torch",
+        validation_alias=aliases("EMBEDDING_BACKEND", "embedding_backend"),
+        description="torch (sentence-transformers) or onnx-int8 (exported once to data_dir/models, run by onnxruntime).",
+    )
+    embed_batch_window_ms: float = Field(
+        4.0,
+        ge=0,
+        le=1000,
+        validation_alias=aliases("EMBED_BATCH_WINDOW_MS", "embed_batch_window_ms"),
+        description="How long an idle embedder waits for more queries to encode together.",
+    )
+    embed_max_query_batch: int = Field(
+        32,
+        ge=1,
+        validation_alias=aliases("EMBED_MAX_QUERY_BATCH", "embed_max_query_batch"),
+        description="Most queries encoded in one call; 1 turns micro-batching off.",
+    )
     embedding_cache: bool = Field(
         False,
         validation_alias=aliases("EMBEDDING_CACHE", "embedding_cache"),
@@ -82,6 +101,10 @@ class Settings(CommonSettings):
     @property
     def chroma_path(self) -> Path:
         return self.data_dir / "chroma"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.data_dir / "models"
 
     @property
     def embedding_cache_path(self) -> Path:

@@ -1,36 +1,59 @@
-"""sentence-transformers behind the Embedder protocol: loaded from a local directory, never the hub."""
+"""The embedding model behind the Embedder protocol: PyTorch (sentence-transformers) or ONNX Runtime int8.
+
+Both load from a local directory, never the hub, and run inside a BatchingEmbedder (one worker thread,
+micro-batched queries, LRU). Construct off the event loop: loading takes seconds.
+"""
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
+from services.retrieval.encoding import BatchingEmbedder
 from services.retrieval.ports import Embedder
 
-__all__ = ["Embedder", "SentenceTransformerEmbedder"]
+if TYPE_CHECKING:
+    from services.retrieval.settings import Settings
+
+__all__ = ["BACKENDS", "Embedder", "SentenceTransformerEmbedder", "TorchEncoder", "configure_thread_pools", "embedder_from_settings"]
+
+Backend = Literal["torch", "onnx-int8"]
+BACKENDS: tuple[str, ...] = ("torch", "onnx-int8")
 
 log = logging.getLogger("cairn.retrieval.embedder")
 
 
-class SentenceTransformerEmbedder:
-    """Encodes on one dedicated worker thread so the event loop never waits on torch.
+def configure_thread_pools() -> None:
+    """Keep numpy's BLAS pool to one thread; the model's own threads are set by each encoder.
 
-    Construct it off the event loop (loading takes seconds): `await asyncio.to_thread(SentenceTransformerEmbedder, ...)`.
+    The encode already keeps every core busy; a BLAS pool of the same size running beside it (numpy
+    products in search or evaluation) made a query encode much slower on 2 cores.
     """
+    from threadpoolctl import threadpool_limits
 
-    def __init__(self, model_path: Path, *, threads: int = 2, batch_size: int = 64, cache_size: int = 1024) -> None:
-        if batch_size < 1 or threads < 1 or cache_size < 0:
-            raise ValueError("batch_size and threads must be >= 1, cache_size >= 0")
+    threadpool_limits(limits=1, user_api="blas")
+
+
+def _offline() -> None:
+    # Without these, a missing file makes transformers retry the hub for about a minute.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class TorchEncoder:
+    """sentence-transformers on the CPU with `threads` intra-op threads."""
+
+    backend = "torch"
+
+    def __init__(self, model_path: Path, *, threads: int = 2, batch_size: int = 64) -> None:
+        if threads < 1 or batch_size < 1:
+            raise ValueError("threads and batch_size must be >= 1")
         if not Path(model_path).is_dir():
             raise FileNotFoundError(f"embedding model directory not found: {model_path}")
-        # Without these, a missing file makes transformers retry the hub for about a minute.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        _offline()
         import torch
         from sentence_transformers import SentenceTransformer
         from transformers import AutoTokenizer
@@ -44,44 +67,57 @@ class SentenceTransformerEmbedder:
         self._counter_lock = threading.Lock()
         self._max_tokens = int(self._model.max_seq_length) - 2  # [CLS] and [SEP]
         self._batch_size = batch_size
-        self._cache: OrderedDict[str, list[float]] = OrderedDict()
-        self._cache_size = cache_size
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.model_name = Path(model_path).name
-        log.info("embedding model loaded", extra={"model_path": str(model_path), "load_s": round(time.perf_counter() - started, 2)})
+        log.info("embedding model loaded", extra={"model_path": str(model_path), "backend": self.backend, "load_s": round(time.perf_counter() - started, 2)})
 
     @property
     def max_tokens(self) -> int:
         return self._max_tokens
 
-    def _encode(self, texts: list[str]) -> list[list[float]]:
+    def encode(self, texts: list[str]) -> list[list[float]]:
         vectors = self._model.encode(
             texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
         return vectors.tolist()
 
-    async def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        loop = asyncio.get_running_loop()
-        vectors: list[list[float]] = []
-        # One executor job per batch, so queries arriving during a long ingest wait one batch, not all.
-        for start in range(0, len(texts), self._batch_size):
-            vectors += await loop.run_in_executor(self._executor, self._encode, texts[start : start + self._batch_size])
-        return vectors
-
-    async def embed_query(self, text: str) -> list[float]:
-        if (cached := self._cache.get(text)) is not None:
-            self._cache.move_to_end(text)
-            return cached
-        (vector,) = await asyncio.get_running_loop().run_in_executor(self._executor, self._encode, [text])
-        if self._cache_size:
-            self._cache[text] = vector
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return vector
-
     def count_tokens(self, text: str) -> int:
         with self._counter_lock:
             return len(self._counter(text, add_special_tokens=False, verbose=False)["input_ids"])
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+
+class SentenceTransformerEmbedder(BatchingEmbedder):
+    """The PyTorch backend as an Embedder."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        threads: int = 2,
+        batch_size: int = 64,
+        cache_size: int = 1024,
+        batch_window_ms: float = 4.0,
+        max_query_batch: int = 32,
+    ) -> None:
+        super().__init__(
+            TorchEncoder(model_path, threads=threads, batch_size=batch_size),
+            batch_size=batch_size,
+            cache_size=cache_size,
+            batch_window_ms=batch_window_ms,
+            max_query_batch=max_query_batch,
+        )
+
+
+def embedder_from_settings(settings: Settings, *, cache_size: int | None = None) -> BatchingEmbedder:
+    """The configured backend, loaded (the ONNX model is exported on first use). Blocks for seconds."""
+    configure_thread_pools()
+    options = {
+        "batch_size": settings.embed_batch_size,
+        "cache_size": settings.query_cache_size if cache_size is None else cache_size,
+        "batch_window_ms": settings.embed_batch_window_ms,
+        "max_query_batch": settings.embed_max_query_batch,
+    }
+    if settings.embedding_backend == "onnx-int8":
+        from services.retrieval.adapters.onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(settings.model_path(), models_dir=settings.models_dir, threads=settings.torch_threads, **options)
+    return SentenceTransformerEmbedder(settings.model_path(), threads=settings.torch_threads, **options)

@@ -1,0 +1,91 @@
+"""An Embedder over any synchronous encoder: one worker thread, micro-batched queries, an LRU of queries.
+
+The encoder runs only on the embedder's single worker thread, so the event loop never waits on the model
+and the model never runs twice at once. Queries and documents are batched separately, each with at most
+one batch queued on the worker: a query therefore waits for at most one document batch, however large
+the ingest. Document texts from concurrent ingests are merged into batches of up to `batch_size`.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from services.retrieval.microbatch import MicroBatcher
+
+
+class Encoder(Protocol):
+    """A loaded embedding model."""
+
+    model_name: str
+    backend: str
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest input (without special tokens) the model embeds without truncation."""
+
+    def encode(self, texts: list[str]) -> list[list[float]]:
+        """Unit-length vectors, in order. Called from one thread at a time (the embedder's worker)."""
+
+    def count_tokens(self, text: str) -> int:
+        """Model tokens in `text`, special tokens excluded. Safe to call from any thread."""
+
+
+class BatchingEmbedder:
+    """Implements the Embedder protocol (ports.py) on top of an Encoder."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        *,
+        batch_size: int = 64,
+        cache_size: int = 1024,
+        batch_window_ms: float = 4.0,
+        max_query_batch: int = 32,
+    ) -> None:
+        if batch_size < 1 or max_query_batch < 1:
+            raise ValueError("batch_size and max_query_batch must be >= 1")
+        if cache_size < 0 or batch_window_ms < 0:
+            raise ValueError("cache_size and batch_window_ms must be >= 0")
+        self.encoder = encoder
+        self.model_name = encoder.model_name
+        self.backend = encoder.backend
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        self._cache_size = cache_size
+        self.queries: MicroBatcher[str, list[float]] = MicroBatcher(
+            self._encode, window_s=batch_window_ms / 1000, max_batch=max_query_batch
+        )
+        # No window for documents: an ingest has all its texts at once, and a late one joins the next batch.
+        self.documents: MicroBatcher[str, list[float]] = MicroBatcher(self._encode, window_s=0, max_batch=batch_size)
+        self.cache_hits = 0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.encoder.max_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self.encoder.count_tokens(text)
+
+    async def _encode(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encoder.encode, texts)
+
+    async def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await self.documents.submit_many(texts) if texts else []
+
+    async def embed_query(self, text: str) -> list[float]:
+        if (cached := self._cache.get(text)) is not None:
+            self._cache.move_to_end(text)
+            self.cache_hits += 1
+            return cached
+        vector = await self.queries.submit(text)
+        if self._cache_size:
+            self._cache[text] = vector
+            self._cache.move_to_end(text)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return vector
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,105 @@
+"""Micro-batching: concurrent single-item requests share one batched call.
+
+An item arriving while nothing is running waits at most `window_s` for company; items arriving while a
+batch is running wait for it to finish and then go together (up to `max_batch`). So an idle service
+adds at most the window to a request, and a busy one batches by itself, however long the encode takes.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class MicroBatcher(Generic[K, V]):
+    """`await submit(item)` returns `run_batch(items)[i]` for that item.
+
+    `run_batch` gets distinct items (duplicates in one batch are computed once) and must return one
+    result per item, in order. At most one batch runs at a time. If it raises, every caller waiting on
+    that batch gets the exception. Use from one event loop.
+    """
+
+    def __init__(self, run_batch: Callable[[list[K]], Awaitable[list[V]]], *, window_s: float, max_batch: int) -> None:
+        if window_s < 0:
+            raise ValueError("window_s must be >= 0")
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self._run_batch = run_batch
+        self._window_s = window_s
+        self._max_batch = max_batch
+        self._pending: dict[K, list[asyncio.Future[V]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._running: asyncio.Task[None] | None = None
+        self.batch_sizes: list[int] = []  # of every batch run, for tests and the bench; cleared by the caller
+
+    async def submit(self, item: K) -> V:
+        future = self._enqueue(item)
+        self._wake()
+        return await future
+
+    async def submit_many(self, items: list[K]) -> list[V]:
+        """Every item's result, in order; the items may be split over several batches."""
+        futures = [self._enqueue(item) for item in items]
+        self._wake()
+        # return_exceptions: one failed batch fails many futures; each must be retrieved, not just the first.
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return list(results)
+
+    def _enqueue(self, item: K) -> asyncio.Future[V]:
+        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(item, []).append(future)
+        return future
+
+    def _wake(self) -> None:
+        if self._running is not None or not self._pending:
+            return  # the running batch starts the next one when it ends
+        loop = asyncio.get_running_loop()
+        if len(self._pending) >= self._max_batch or self._window_s == 0:
+            self._start(loop)
+        elif self._timer is None:
+            self._timer = loop.call_later(self._window_s, self._start, loop)
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._running is not None or not self._pending:
+            return
+        batch = {}
+        for item in list(self._pending)[: self._max_batch]:
+            batch[item] = self._pending.pop(item)
+        self._running = loop.create_task(self._run(batch, loop))
+
+    async def _run(self, batch: dict[K, list[asyncio.Future[V]]], loop: asyncio.AbstractEventLoop) -> None:
+        items = list(batch)
+        self.batch_sizes.append(len(items))
+        try:
+            results = await self._run_batch(items)
+            if len(results) != len(items):
+                raise RuntimeError(f"run_batch returned {len(results)} results for {len(items)} items")
+        except asyncio.CancelledError:
+            for futures in batch.values():
+                for future in futures:
+                    future.cancel()
+            self._running = None
+            raise
+        except Exception as exc:
+            for futures in batch.values():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(exc)
+        else:
+            for item, result in zip(items, results):
+                for future in batch[item]:
+                    if not future.done():  # a caller that gave up (cancelled) is skipped
+                        future.set_result(result)
+        self._running = None
+        # Whatever queued up meanwhile has already waited at least one batch: go at once.
+        if self._pending:
+            self._start(loop)

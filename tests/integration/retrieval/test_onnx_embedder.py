@@ -1,0 +1,107 @@
+"""The onnx-int8 backend against the PyTorch model it was exported from, on real text."""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.retrieval.adapters.embedder import SentenceTransformerEmbedder, embedder_from_settings
+from services.retrieval.adapters.onnx_embedder import OnnxEmbedder
+from services.retrieval.adapters.onnx_export import INFO_FILE
+from services.retrieval.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def real_sentences(count: int = 50) -> list[str]:
+    """Prose sentences of the project's own documentation: varied lengths, real vocabulary."""
+    sentences: list[str] = []
+    for page in sorted(DOCS.glob("*.md")):
+        prose = " ".join(line for line in page.read_text().splitlines() if line and not line.startswith(("#", "|", "```", "-")))
+        sentences += [s.strip() for s in re.split(r"(?<=[.!?])\s+", prose) if len(s.split()) >= 4]
+    step = max(1, len(sentences) // count)
+    return sentences[::step][:count]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-data")
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder(data_dir: Path) -> Iterator[OnnxEmbedder]:
+    started = time.perf_counter()
+    model = OnnxEmbedder(Settings().model_path(), models_dir=data_dir / "models", threads=2)
+    print(f"\nonnx int8 export and load: {time.perf_counter() - started:.1f}s")
+    yield model
+    model.close()
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b))
+
+
+async def test_int8_vectors_stay_close_to_pytorch_on_real_sentences(
+    onnx_embedder: OnnxEmbedder, embedder: SentenceTransformerEmbedder
+) -> None:
+    sentences = real_sentences()
+    assert len(sentences) == 50
+    reference = await embedder.embed_documents(sentences)
+    quantised = await onnx_embedder.embed_documents(sentences)
+    similarities = [cosine(r, q) for r, q in zip(reference, quantised, strict=True)]
+    mean = sum(similarities) / len(similarities)
+    print(f"\nonnx int8 vs torch on {len(sentences)} sentences: mean cosine {mean:.4f}, min {min(similarities):.4f}")
+    assert mean >= 0.985
+    assert min(similarities) >= 0.95
+    assert all(abs(cosine(q, q) - 1.0) < 1e-4 for q in quantised), "unit length"
+
+
+async def test_int8_ranks_like_pytorch(onnx_embedder: OnnxEmbedder, embedder: SentenceTransformerEmbedder) -> None:
+    sentences = real_sentences()
+    query = "How do I change where Cairn keeps its data?"
+    ranked = {}
+    for name, model in (("torch", embedder), ("onnx", onnx_embedder)):
+        vectors = await model.embed_documents(sentences)
+        q = await model.embed_query(query)
+        ranked[name] = sorted(range(len(sentences)), key=lambda i: -cosine(q, vectors[i]))[:5]
+    assert len(set(ranked["torch"]) & set(ranked["onnx"])) >= 4, ranked
+
+
+async def test_truncation_and_token_counts_match_pytorch(onnx_embedder: OnnxEmbedder, embedder: SentenceTransformerEmbedder) -> None:
+    long_text = " ".join(real_sentences()) * 3  # far beyond the model's 256-token window
+    for text in [*real_sentences()[:10], long_text, "ok"]:
+        assert onnx_embedder.count_tokens(text) == embedder.count_tokens(text)
+    assert onnx_embedder.max_tokens == embedder.max_tokens
+    (reference,) = await embedder.embed_documents([long_text])
+    (quantised,) = await onnx_embedder.embed_documents([long_text])
+    assert cosine(reference, quantised) >= 0.97, "both cut the text at the same window"
+
+
+async def test_concurrent_queries_through_onnx_are_batched_and_kept_apart(onnx_embedder: OnnxEmbedder) -> None:
+    queries = real_sentences()[:16]
+    alone = [await onnx_embedder.embed_query(q + " ?") for q in queries]
+    onnx_embedder.queries.batch_sizes.clear()
+    together = await asyncio.gather(*(onnx_embedder.embed_query(q + " ?!") for q in queries))
+    assert max(onnx_embedder.queries.batch_sizes) > 1, "concurrent queries shared an encode"
+    # Same sentence with one more punctuation mark: its own vector, not a neighbour's.
+    assert all(cosine(a, t) > 0.9 for a, t in zip(alone, together))
+    assert all(cosine(together[i], alone[i]) > cosine(together[i], alone[(i + 1) % 16]) for i in range(16))
+
+
+def test_the_export_is_cached_and_the_setting_selects_it(onnx_embedder: OnnxEmbedder, data_dir: Path) -> None:
+    (export,) = (data_dir / "models").iterdir()
+    assert (export / INFO_FILE).is_file()
+    started = time.perf_counter()
+    reloaded = embedder_from_settings(Settings(data_dir=data_dir, embedding_backend="onnx-int8"))
+    try:
+        assert isinstance(reloaded, OnnxEmbedder) and reloaded.backend == "onnx-int8"
+        assert list((data_dir / "models").iterdir()) == [export], "the second start reuses the export"
+        assert time.perf_counter() - started < 30
+    finally:
+        reloaded.close()

@@ -1,0 +1,121 @@
+"""The micro-batcher: concurrent callers share one batched call, each gets its own result or the error."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.retrieval.microbatch import MicroBatcher
+
+pytestmark = pytest.mark.unit
+
+
+class RecordingRun:
+    """A batched function that records every batch; `gate` holds a batch until the test opens it."""
+
+    def __init__(self, *, fail_on: str | None = None) -> None:
+        self.batches: list[list[str]] = []
+        self.fail_on = fail_on
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, items: list[str]) -> list[str]:
+        self.batches.append(list(items))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_on in items:
+            raise RuntimeError(f"cannot encode {self.fail_on}")
+        return [item.upper() for item in items]
+
+
+async def test_concurrent_callers_within_the_window_share_one_call() -> None:
+    run = RecordingRun()
+    batcher = MicroBatcher(run, window_s=0.05, max_batch=32)
+    words = [f"w{i}" for i in range(10)]
+    results = await asyncio.gather(*(batcher.submit(w) for w in words))
+    assert results == [w.upper() for w in words], "each caller gets the result of its own item"
+    assert run.batches == [words]
+    assert batcher.batch_sizes == [10]
+
+
+async def test_max_batch_starts_a_batch_without_waiting_for_the_window() -> None:
+    run = RecordingRun()
+    batcher = MicroBatcher(run, window_s=60.0, max_batch=4)  # the window alone would time the test out
+    results = await asyncio.wait_for(asyncio.gather(*(batcher.submit(f"q{i}") for i in range(4))), timeout=5)
+    assert results == ["Q0", "Q1", "Q2", "Q3"]
+    assert run.batches == [["q0", "q1", "q2", "q3"]]
+
+
+async def test_items_arriving_during_a_batch_go_together_in_the_next() -> None:
+    run = RecordingRun()
+    run.gate = asyncio.Event()
+    batcher = MicroBatcher(run, window_s=0, max_batch=3)
+    first = asyncio.ensure_future(batcher.submit("a"))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert run.batches == [["a"]], "an idle batcher with no window starts at once"
+    later = [asyncio.ensure_future(batcher.submit(x)) for x in ("b", "c", "d", "e")]
+    await asyncio.sleep(0.01)
+    assert run.batches == [["a"]], "only one batch runs at a time"
+    run.gate.set()
+    assert await first == "A"
+    assert await asyncio.gather(*later) == ["B", "C", "D", "E"]
+    assert run.batches == [["a"], ["b", "c", "d"], ["e"]], "queued items split by max_batch, in arrival order"
+
+
+async def test_duplicates_in_one_batch_are_computed_once() -> None:
+    run = RecordingRun()
+    batcher = MicroBatcher(run, window_s=0.05, max_batch=32)
+    results = await asyncio.gather(batcher.submit("x"), batcher.submit("y"), batcher.submit("x"))
+    assert results == ["X", "Y", "X"]
+    assert run.batches == [["x", "y"]]
+
+
+async def test_submit_many_keeps_order_across_batches() -> None:
+    run = RecordingRun()
+    batcher = MicroBatcher(run, window_s=0, max_batch=2)
+    texts = ["t1", "t2", "t3", "t4", "t5"]
+    assert await batcher.submit_many(texts) == ["T1", "T2", "T3", "T4", "T5"]
+    assert run.batches == [["t1", "t2"], ["t3", "t4"], ["t5"]]
+
+
+async def test_an_error_reaches_every_caller_of_that_batch_and_the_next_batch_still_runs() -> None:
+    run = RecordingRun(fail_on="bad")
+    batcher = MicroBatcher(run, window_s=0.05, max_batch=32)
+    results = await asyncio.gather(batcher.submit("ok"), batcher.submit("bad"), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) and "cannot encode bad" in str(r) for r in results), results
+    assert await batcher.submit("fine") == "FINE", "a failed batch does not wedge the batcher"
+
+
+async def test_submit_many_raises_when_its_batch_fails() -> None:
+    batcher = MicroBatcher(RecordingRun(fail_on="bad"), window_s=0, max_batch=8)
+    with pytest.raises(RuntimeError, match="cannot encode bad"):
+        await batcher.submit_many(["one", "bad", "two"])
+
+
+async def test_a_wrong_number_of_results_is_an_error_not_a_silent_mismatch() -> None:
+    async def short(items: list[str]) -> list[str]:
+        return items[:-1]
+
+    batcher = MicroBatcher(short, window_s=0, max_batch=8)
+    with pytest.raises(RuntimeError, match="returned 1 results for 2 items"):
+        await batcher.submit_many(["a", "b"])
+
+
+async def test_a_caller_that_gives_up_does_not_disturb_the_others() -> None:
+    run = RecordingRun()
+    run.gate = asyncio.Event()
+    batcher = MicroBatcher(run, window_s=0.01, max_batch=32)
+    impatient = asyncio.ensure_future(batcher.submit("gone"))
+    patient = asyncio.ensure_future(batcher.submit("stays"))
+    await asyncio.sleep(0.05)
+    impatient.cancel()
+    run.gate.set()
+    assert await patient == "STAYS"
+    assert impatient.cancelled()
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError):
+        MicroBatcher(RecordingRun(), window_s=-1, max_batch=4)
+    with pytest.raises(ValueError):
+        MicroBatcher(RecordingRun(), window_s=0.01, max_batch=0)
