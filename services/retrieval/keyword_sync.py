@@ -79,8 +79,9 @@ class KeywordSync:
         self._cursor = cursor
 
     async def maybe_build(self) -> None:
-        """Rebuild a stale index in the background, at most once per twice the last build's time."""
-        if self._index.dirty and time.monotonic() - self._last_build >= max(self._interval_s, 2 * self._index.last_build_s):
+        """Rebuild a stale index in the background; idle at least as long as the last build took, so
+        a stream of changes from other replicas costs at most about half a core."""
+        if self._index.dirty and time.monotonic() - self._last_build >= self._index.last_build_s:
             await asyncio.to_thread(self._index.build)
             self._last_build = time.monotonic()
 

@@ -1,8 +1,10 @@
 """BM25 over the stored chunks, in memory (bm25s), with English stopwords and a Snowball stemmer.
 
-The index is rebuilt from cached token ids when it is searched after a change (bm25s has no
-incremental update: document frequencies and lengths are global). Keeping it equal to the store,
-across replicas too, is services.retrieval.keyword_sync's job; this class only holds and searches.
+The BM25 matrix is rebuilt from cached token ids after changes (bm25s has no incremental update:
+document frequencies and lengths are global). A search waits for that rebuild only when this
+replica itself wrote since the last one (read your own writes); changes read from other replicas are
+built in the background while searches use the previous matrix. Keeping the index equal to the
+store, across replicas too, is services.retrieval.keyword_sync's job.
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ class Bm25Index:
         self._build_lock = threading.Lock()
         self._built = _Built(None, [], 0)
         self._dirty = False
+        self._local_changes = False  # written through this replica since the last build
         self.loaded = False
         self.last_build_s = 0.0
 
@@ -94,7 +97,7 @@ class Bm25Index:
             for chunk_id, entry in prepared:
                 self._put(chunk_id, entry)
                 self._touched[entry.doc_id] = self._generation
-            self._dirty = True
+            self._dirty = self._local_changes = True
 
     def remove(self, doc_id: str, *, from_chunk_index: int = 0) -> None:
         """A local delete of a document's chunks with chunk_index >= from_chunk_index."""
@@ -104,7 +107,7 @@ class Bm25Index:
                 if int(self._entries[chunk_id].metadata.get("chunk_index", 0)) >= from_chunk_index:
                     self._drop(chunk_id)
             self._touched[doc_id] = self._generation
-            self._dirty = True
+            self._dirty = self._local_changes = True
 
     def load(self, chunks: Sequence[StoredChunk], *, doc_ids: Iterable[str] | None, since: int) -> set[str]:
         """Make the given documents (None: all) hold exactly `chunks`, as read from the store.
@@ -170,7 +173,7 @@ class Bm25Index:
                     return
                 rows = sorted(self._entries.items())
                 vocab = dict(self._vocab)
-                self._dirty = False
+                self._dirty = self._local_changes = False
             started = time.perf_counter()
             bm25 = None
             if rows and vocab:
@@ -186,7 +189,7 @@ class Bm25Index:
             raise ValueError("top_k must be >= 1")
         if not self.loaded:
             raise DependencyUnavailable("chroma", "the keyword index has not been loaded from chroma yet")
-        if self._dirty:
+        if self._local_changes or (self._dirty and not self._built.rows):
             self.build()
         built = self._built
         vocab = self._vocab  # read-only here; CPython dict lookups are safe beside inserts

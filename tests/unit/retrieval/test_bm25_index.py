@@ -80,8 +80,10 @@ def test_load_replaces_documents_but_keeps_newer_local_changes() -> None:
     assert skipped == {"b"}
     assert ids(index.search_now(query="new apples", top_k=1)) == ["a#0"]
     assert index.search_now(query="fresh", top_k=1)[0].content == "fresh bananas"
-    # A full load drops documents the store no longer has.
+    # A full load drops documents the store no longer has (searches see it once built).
     index.load([chunk("c", 0, "cherries")], doc_ids=None, since=index.generation)
+    assert index.search_now(query="apples", top_k=1) != [], "the previous matrix until the next build"
+    index.build()
     assert len(index) == 1 and index.search_now(query="apples", top_k=1) == []
 
 

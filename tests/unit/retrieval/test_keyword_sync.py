@@ -22,6 +22,12 @@ def found(index, query: str) -> set[str]:
     return {hit.doc_id for hit in index.search_now(query=query, top_k=10)}
 
 
+async def catch_up(sync, index) -> None:
+    """One round of what KeywordSync.run does (which also waits between builds)."""
+    await sync.refresh()
+    index.build()
+
+
 @pytest.fixture
 async def replicas():
     first_store = FakeStore()
@@ -36,18 +42,30 @@ async def test_writes_reach_the_other_replica_at_its_next_refresh(replicas) -> N
     (store1, index1, sync1), (store2, index2, sync2) = replicas
     await store1.upsert([chunk("a", 0, "apples and pears"), chunk("a", 1, "more pears")])
     assert found(index1, "pears") == {"a"} and found(index2, "pears") == set()
-    await sync2.refresh()
+    await catch_up(sync2, index2)
     assert found(index2, "pears") == {"a"}
 
     await store2.delete(doc_id="a", from_chunk_index=1)
     await store2.upsert([chunk("a", 0, "plums now")])
     assert found(index2, "pears") == set() and found(index1, "plums") == set()
-    await sync1.refresh()
+    await catch_up(sync1, index1)
     assert found(index1, "plums") == {"a"} and found(index1, "pears") == set()
 
     await store1.delete(doc_id="a")
-    await sync2.refresh()
+    await catch_up(sync2, index2)
     assert found(index2, "plums") == set() and len(index2) == 0
+
+
+async def test_searches_wait_for_own_writes_but_not_for_other_replicas_writes(replicas) -> None:
+    (store1, index1, sync1), (store2, index2, sync2) = replicas
+    await store1.upsert([chunk("a", 0, "apples")])
+    assert found(index1, "apples") == {"a"}, "read your own writes"
+    await catch_up(sync2, index2)
+    await store1.upsert([chunk("b", 0, "bananas")])
+    await sync2.refresh()
+    assert index2.dirty and found(index2, "bananas") == set(), "served from the previous matrix meanwhile"
+    index2.build()
+    assert found(index2, "bananas") == {"b"}
 
 
 async def test_own_writes_are_not_read_back(replicas) -> None:
@@ -74,7 +92,7 @@ async def test_after_the_store_was_unreachable_everything_is_reloaded(replicas) 
     await store1.upsert([chunk("b", 0, "bananas")])
     store1.inner.chunks["ghost#0"] = chunk("ghost", 0, "ghosts written without a change record")
     store2.inner.available = True
-    await sync2.refresh()
+    await catch_up(sync2, index2)
     assert found(index2, "bananas") == {"b"} and found(index2, "ghosts") == {"ghost"}
 
 
@@ -86,7 +104,7 @@ async def test_a_failed_write_is_read_back_at_the_next_refresh(replicas) -> None
     store1.inner.available = True
     # The write did land after all (a timeout after Chroma applied it), without a change record.
     store1.inner.chunks["c#0"] = chunk("c", 0, "cherries")
-    await sync1.refresh()
+    await catch_up(sync1, index1)
     assert found(index1, "cherries") == {"c"}
 
 
