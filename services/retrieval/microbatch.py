@@ -1,8 +1,10 @@
 """Micro-batching: concurrent single-item requests share one batched call.
 
-An item arriving while nothing is running waits at most `window_s` for company; items arriving while a
-batch is running wait for it to finish and then go together (up to `max_batch`). So an idle service
-adds at most the window to a request, and a busy one batches by itself, however long the encode takes.
+- Items submitted while a batch runs wait for it and then go together (up to `max_batch`): under load,
+  batches form by themselves, whatever the encode time.
+- An item reaching an idle batcher goes on the next event-loop turn, with everything submitted in the
+  same turn. It waits up to `window_s` for company only if requests have recently overlapped (within
+  BURST_MEMORY_S), so a lone client never pays the window and concurrent clients share encodes.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+BURST_MEMORY_S = 1.0
 
 
 class MicroBatcher(Generic[K, V]):
@@ -31,8 +35,9 @@ class MicroBatcher(Generic[K, V]):
         self._window_s = window_s
         self._max_batch = max_batch
         self._pending: dict[K, list[asyncio.Future[V]]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self._running: asyncio.Task[None] | None = None
+        self._overlap_at = float("-inf")  # loop time an item last arrived while others were pending or running
         self.batch_sizes: list[int] = []  # of every batch run, for tests and the bench; cleared by the caller
 
     async def submit(self, item: K) -> V:
@@ -52,7 +57,10 @@ class MicroBatcher(Generic[K, V]):
         return list(results)
 
     def _enqueue(self, item: K) -> asyncio.Future[V]:
-        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self._pending or self._running is not None:
+            self._overlap_at = loop.time()
+        future: asyncio.Future[V] = loop.create_future()
         self._pending.setdefault(item, []).append(future)
         return future
 
@@ -60,10 +68,13 @@ class MicroBatcher(Generic[K, V]):
         if self._running is not None or not self._pending:
             return  # the running batch starts the next one when it ends
         loop = asyncio.get_running_loop()
-        if len(self._pending) >= self._max_batch or self._window_s == 0:
+        if len(self._pending) >= self._max_batch:
             self._start(loop)
         elif self._timer is None:
-            self._timer = loop.call_later(self._window_s, self._start, loop)
+            if self._window_s > 0 and loop.time() - self._overlap_at < BURST_MEMORY_S:
+                self._timer = loop.call_later(self._window_s, self._start, loop)
+            else:
+                self._timer = loop.call_soon(self._start, loop)
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._timer is not None:

@@ -39,7 +39,7 @@ class Settings(CommonSettings):
         ge=0,
         le=1000,
         validation_alias=aliases("EMBED_BATCH_WINDOW_MS", "embed_batch_window_ms"),
-        description="How long an idle embedder waits for more queries to encode together.",
+        description="Once searches overlap, how long an idle embedder waits for more queries to encode together.",
     )
     embed_max_query_batch: int = Field(
         32,

@@ -37,12 +37,42 @@ async def test_concurrent_callers_within_the_window_share_one_call() -> None:
     assert batcher.batch_sizes == [10]
 
 
+async def test_a_lone_request_to_a_quiet_batcher_does_not_wait_for_the_window() -> None:
+    run = RecordingRun()
+    batcher = MicroBatcher(run, window_s=60.0, max_batch=32)  # waiting for the window would time the test out
+    assert await asyncio.wait_for(batcher.submit("alone"), timeout=5) == "ALONE"
+    assert await asyncio.wait_for(batcher.submit("later"), timeout=5) == "LATER"
+    assert run.batches == [["alone"], ["later"]]
+
+
+async def overlap(batcher: MicroBatcher) -> None:
+    """Two requests at once: the batcher now knows clients are concurrent."""
+    await asyncio.gather(batcher.submit("first"), batcher.submit("second"))
+
+
+async def test_after_concurrent_requests_a_new_one_waits_for_company() -> None:
+    run = RecordingRun()
+    batcher = MicroBatcher(run, window_s=0.5, max_batch=32)
+    await overlap(batcher)
+    x = asyncio.ensure_future(batcher.submit("x"))
+    await asyncio.sleep(0.02)  # well inside the window
+    y = asyncio.ensure_future(batcher.submit("y"))
+    assert await asyncio.gather(x, y) == ["X", "Y"]
+    assert run.batches == [["first", "second"], ["x", "y"]]
+
+
 async def test_max_batch_starts_a_batch_without_waiting_for_the_window() -> None:
     run = RecordingRun()
-    batcher = MicroBatcher(run, window_s=60.0, max_batch=4)  # the window alone would time the test out
-    results = await asyncio.wait_for(asyncio.gather(*(batcher.submit(f"q{i}") for i in range(4))), timeout=5)
-    assert results == ["Q0", "Q1", "Q2", "Q3"]
-    assert run.batches == [["q0", "q1", "q2", "q3"]]
+    batcher = MicroBatcher(run, window_s=60.0, max_batch=4)
+    await overlap(batcher)
+    waiting = []
+    for i in range(3):
+        waiting.append(asyncio.ensure_future(batcher.submit(f"q{i}")))
+        await asyncio.sleep(0.01)
+    assert run.batches == [["first", "second"]], "three requests wait for the window"
+    waiting.append(asyncio.ensure_future(batcher.submit("q3")))
+    assert await asyncio.wait_for(asyncio.gather(*waiting), timeout=5) == ["Q0", "Q1", "Q2", "Q3"]
+    assert run.batches[1:] == [["q0", "q1", "q2", "q3"]]
 
 
 async def test_items_arriving_during_a_batch_go_together_in_the_next() -> None:
@@ -50,9 +80,8 @@ async def test_items_arriving_during_a_batch_go_together_in_the_next() -> None:
     run.gate = asyncio.Event()
     batcher = MicroBatcher(run, window_s=0, max_batch=3)
     first = asyncio.ensure_future(batcher.submit("a"))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    assert run.batches == [["a"]], "an idle batcher with no window starts at once"
+    await asyncio.sleep(0.01)
+    assert run.batches == [["a"]], "an idle batcher starts on the next turn of the loop"
     later = [asyncio.ensure_future(batcher.submit(x)) for x in ("b", "c", "d", "e")]
     await asyncio.sleep(0.01)
     assert run.batches == [["a"]], "only one batch runs at a time"
