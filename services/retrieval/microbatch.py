@@ -23,7 +23,7 @@ class MicroBatcher(Generic[K, V]):
 
     `run_batch` gets distinct items (duplicates in one batch are computed once) and must return one
     result per item, in order. At most one batch runs at a time. If it raises, every caller waiting on
-    that batch gets the exception. Use from one event loop.
+    that batch gets the exception. Use from one event loop at a time.
     """
 
     def __init__(self, run_batch: Callable[[list[K]], Awaitable[list[V]]], *, window_s: float, max_batch: int) -> None:
@@ -37,6 +37,7 @@ class MicroBatcher(Generic[K, V]):
         self._pending: dict[K, list[asyncio.Future[V]]] = {}
         self._timer: asyncio.Handle | None = None
         self._running: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._overlap_at = float("-inf")  # loop time an item last arrived while others were pending or running
         self.batch_sizes: list[int] = []  # of every batch run, for tests and the bench; cleared by the caller
 
@@ -58,6 +59,10 @@ class MicroBatcher(Generic[K, V]):
 
     def _enqueue(self, item: K) -> asyncio.Future[V]:
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # A new event loop (a restarted app, another test): what the old one left behind died with it.
+            self._loop, self._pending, self._timer, self._running = loop, {}, None, None
+            self._overlap_at = float("-inf")
         if self._pending or self._running is not None:
             self._overlap_at = loop.time()
         future: asyncio.Future[V] = loop.create_future()

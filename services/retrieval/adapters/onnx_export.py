@@ -124,7 +124,7 @@ def export_int8(model_path: Path, out_dir: Path) -> dict[str, object]:
     fused.save_model_to_file(str(fused_path))
     root = logging.getLogger()
     level = root.level
-    root.setLevel(max(level, logging.WARNING))  # the quantiser logs a line per tensor on the root logger
+    root.setLevel(max(level, logging.ERROR))  # the quantiser logs a line per tensor, and advice, on the root logger
     try:
         quantize_dynamic(
             str(fused_path), str(out_dir / MODEL_FILE), weight_type=QuantType.QInt8, per_channel=True,

@@ -148,3 +148,17 @@ def test_arguments_are_checked() -> None:
         MicroBatcher(RecordingRun(), window_s=-1, max_batch=4)
     with pytest.raises(ValueError):
         MicroBatcher(RecordingRun(), window_s=0.01, max_batch=0)
+
+
+def test_a_batcher_outlives_its_event_loop() -> None:
+    """An app restarted on a new loop (or the next test) reuses the embedder: nothing left hanging."""
+    run = RecordingRun()
+    batcher = MicroBatcher(run, window_s=60.0, max_batch=32)
+
+    async def abandon() -> None:
+        await overlap(batcher)
+        asyncio.ensure_future(batcher.submit("left behind"))  # waits for the window when the loop ends
+        await asyncio.sleep(0.01)
+
+    asyncio.run(abandon())
+    assert asyncio.run(asyncio.wait_for(batcher.submit("next loop"), timeout=5)) == "NEXT LOOP"
