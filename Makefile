@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install up down status test test-unit compose-config clean
+.PHONY: install up down status test test-unit bench compose-config clean
 
 install: $(STAMP)
 
@@ -30,6 +30,12 @@ test: install
 
 test-unit: install
 	$(BIN)/python -m pytest -m unit
+
+# Speed figures, each a ratio against a baseline measured in the same run (not part of `make test`).
+# The first run builds a ~20k-chunk SciFact index under CAIRN_DATA_DIR/bench (long: every chunk is
+# encoded once); later runs reuse it. BENCH_ARGS passes options, e.g. BENCH_ARGS="--repeats 5".
+bench: install
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 compose-config:
 	docker-compose -f docker-compose.yml config --quiet

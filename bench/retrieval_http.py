@@ -1,0 +1,202 @@
+"""/search over real HTTP against retrieval processes serving the ~20k-chunk SciFact index:
+
+- one client: /search p50 (dense, hybrid) against a bare query encode p50 measured in this process in
+  the same repeat (same model, same threads, same queries);
+- 32 concurrent clients: /search throughput with micro-batching (EMBED_MAX_QUERY_BATCH=32) against a
+  second process with it off (EMBED_MAX_QUERY_BATCH=1), measured alternately.
+
+Both processes run the default torch backend with QUERY_CACHE_SIZE=0, so every request encodes.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+
+from bench.common import REPO, Figure, load_average, percentile
+from shared.web import SERVICE_TOKEN_HEADER
+
+CLIENTS = 32
+REQUESTS_PER_CLIENT = 8
+RUN_LIMIT_S = 120.0  # a measurement stops issuing requests after this, whatever it has done
+SINGLE_CLIENT_QUERIES = 100
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RetrievalProcess:
+    """`python -m services.retrieval` on a copy of the bench index, on a free loopback port."""
+
+    def __init__(self, *, name: str, index: Path, scratch: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.data_dir = scratch / name
+        shutil.copytree(index / "chroma", self.data_dir / "chroma")
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = secrets.token_urlsafe(24)
+        self.log_path = scratch / f"{name}.log"
+        self._env = {
+            k: v for k, v in os.environ.items()
+            if k not in {"CHROMA_URL", "RERANK_MODEL", "CONTEXTUAL_CHUNKS", "EMBEDDING_CACHE", "EMBEDDING_BACKEND"}
+        } | {
+            "CAIRN_DATA_DIR": str(self.data_dir),
+            "CHROMA_COLLECTION": "bench",
+            "RETRIEVAL_HOST": "127.0.0.1",
+            "RETRIEVAL_PORT": str(self.port),
+            "CAIRN_SERVICE_TOKEN": self.token,
+            "QUERY_CACHE_SIZE": "0",
+            "LOG_LEVEL": "WARNING",
+            "KEYWORD_SYNC_INTERVAL_S": "60",  # no other replica writes here; keeps the idle process quiet
+            "HF_HUB_OFFLINE": "1",
+        } | env
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "services.retrieval"], cwd=REPO, env=self._env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def wait_ready(self, timeout_s: float = 600) -> float:
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"retrieval process {self.name} exited; see {self.log_path}:\n{self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"retrieval process {self.name} not ready after {timeout_s}s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+
+def _single_client_ms(server: RetrievalProcess, queries: list[str], *, mode: str) -> list[float]:
+    samples = []
+    with httpx.Client(base_url=server.url, headers={SERVICE_TOKEN_HEADER: server.token}, timeout=30) as client:
+        for query in queries:
+            started = time.perf_counter()
+            response = client.post("/search", json={"query": query, "top_k": 10, "mode": mode})
+            samples.append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200 or not response.json()["results"]:
+                raise RuntimeError(f"/search on {server.name} answered {response.status_code}: {response.text[:300]}")
+    return samples
+
+
+async def _load(server: RetrievalProcess, queries: list[str], *, mode: str) -> tuple[float, list[float]]:
+    """CLIENTS workers, REQUESTS_PER_CLIENT requests each (fewer if RUN_LIMIT_S passes): requests/s and latencies."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    next_query = iter(range(len(queries) * 1000))
+    deadline = time.monotonic() + RUN_LIMIT_S
+    connector = aiohttp.TCPConnector(limit=CLIENTS)
+    async with aiohttp.ClientSession(
+        base_url=server.url, headers={SERVICE_TOKEN_HEADER: server.token}, connector=connector,
+        timeout=aiohttp.ClientTimeout(total=60),
+    ) as session:
+
+        async def client() -> None:
+            for _ in range(REQUESTS_PER_CLIENT):
+                if time.monotonic() > deadline:
+                    return
+                query = queries[next(next_query) % len(queries)]
+                started = time.perf_counter()
+                async with session.post("/search", json={"query": query, "top_k": 10, "mode": mode}) as response:
+                    await response.read()
+                    if response.status != 200:
+                        failures.append(f"{response.status}")
+                latencies.append((time.perf_counter() - started) * 1000)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(CLIENTS)))
+        elapsed = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"{len(failures)} failed requests to {server.name}: {failures[:5]}")
+    return len(latencies) / elapsed, latencies
+
+
+def run(*, index: Path, chunks: int, queries: list[str], bare, threads: int, repeats: int, log=print) -> list[Figure]:
+    """`bare`: a loaded SentenceTransformer for the encode baseline."""
+    modes = ("dense", "hybrid")
+    latency = {
+        mode: Figure(
+            name=f"/search p50 {mode}, 1 client, {chunks} chunks", unit="ms", kind="excess", target=5.0,
+            baseline_name="bare query encode p50", note="real HTTP to a retrieval process; baseline encodes the same queries in the bench process",
+        )
+        for mode in modes
+    }
+    throughput = {
+        mode: Figure(
+            name=f"/search throughput {mode}, {CLIENTS} clients", unit="req/s", kind="ratio", target=2.0,
+            baseline_name="micro-batching off", note=f"{CLIENTS} aiohttp clients x {REQUESTS_PER_CLIENT} requests, real HTTP",
+        )
+        for mode in modes
+    }
+    tails: dict[str, list[str]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-http-") as scratch:
+        servers = {
+            "batched": RetrievalProcess(name="batched", index=index, scratch=Path(scratch), env={"EMBED_MAX_QUERY_BATCH": "32"}),
+            "unbatched": RetrievalProcess(name="unbatched", index=index, scratch=Path(scratch), env={"EMBED_MAX_QUERY_BATCH": "1"}),
+        }
+        try:
+            for server in servers.values():
+                server.start()
+            for server in servers.values():
+                log(f"http: retrieval process '{server.name}' ready in {server.wait_ready():.1f}s")
+                for mode in modes:  # first searches build the BM25 matrix and warm the model
+                    _single_client_ms(server, queries[:5], mode=mode)
+            offset = 0
+            for repeat in range(repeats):
+                sample = queries[offset : offset + SINGLE_CLIENT_QUERIES]
+                offset += SINGLE_CLIENT_QUERIES
+                encode_ms = []
+                for query in sample:
+                    started = time.perf_counter()
+                    bare.encode([query], batch_size=1, normalize_embeddings=True, show_progress_bar=False)
+                    encode_ms.append((time.perf_counter() - started) * 1000)
+                encode_p50 = statistics.median(encode_ms)
+                line = [f"  repeat {repeat + 1}/{repeats}: bare encode p50 {encode_p50:.1f} ms"]
+                for mode in modes:
+                    p50 = statistics.median(_single_client_ms(servers["batched"], sample, mode=mode))
+                    latency[mode].add(p50, encode_p50)
+                    line.append(f"{mode} p50 {p50:.1f} ms")
+                for mode in modes:
+                    order = ["batched", "unbatched"] if repeat % 2 == 0 else ["unbatched", "batched"]
+                    rates = {}
+                    for name in order:
+                        rate, samples = asyncio.run(_load(servers[name], queries, mode=mode))
+                        rates[name] = rate
+                        tails[mode].append(f"{name} p50 {percentile(samples, 50):.0f} / p95 {percentile(samples, 95):.0f} ms")
+                    throughput[mode].add(rates["batched"], rates["unbatched"])
+                    line.append(f"{mode} {rates['batched']:.0f} vs {rates['unbatched']:.0f} req/s")
+                log(", ".join(line) + f" (load {load_average():.1f})")
+        finally:
+            for server in servers.values():
+                server.stop()
+    for mode in modes:
+        throughput[mode].note += "; latency under load: " + "; ".join(tails[mode][-2:])
+    return [*latency.values(), *throughput.values()]

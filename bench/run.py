@@ -1,0 +1,101 @@
+"""`make bench`: the retrieval speed figures, each against a baseline measured in the same run, as the
+median of several repeats (this machine's speed drifts within an hour; only same-run ratios compare).
+
+Sections: threads (why BLAS is held to one thread), ingest (real ingestion path vs bare encode, per
+backend), http (/search p50 vs bare encode, and throughput with vs without micro-batching, over real
+HTTP on a ~20k-chunk SciFact index built once and kept under CAIRN_DATA_DIR/bench/).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+SECTIONS = ("threads", "ingest", "http")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per figure; the median is reported (default 3)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {', '.join(SECTIONS)}")
+    parser.add_argument("--ingest-docs", type=int, default=120, help="SciFact documents per ingest repeat (default 120)")
+    parser.add_argument("--scifact", help="BEIR SciFact folder (default: $CAIRN_EVALSETS/scifact or ../shared/evalsets/scifact)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a figure misses its target")
+    args = parser.parse_args(argv)
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    if unknown := set(sections) - set(SECTIONS):
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from bench import retrieval_http, retrieval_ingest, retrieval_threads
+    from bench.common import format_table, load_average, scifact_dir
+    from bench.corpus import queries as read_queries
+    from bench.index import ensure_index
+    from services.retrieval.adapters.embedder import configure_thread_pools
+    from services.retrieval.settings import Settings
+
+    settings = Settings()
+    dataset = scifact_dir(args.scifact)
+    if not dataset.is_dir():
+        print(f"error: no SciFact folder at {dataset} (give --scifact or CAIRN_EVALSETS)", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    load_before = load_average()
+    torch.set_num_threads(settings.torch_threads)
+    bare = SentenceTransformer(str(settings.model_path()), device="cpu")
+    queries = read_queries(dataset)
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    figures = []
+    context: dict[str, object] = {}
+    if "threads" in sections:
+        log("threads: query encode beside numpy")
+        figures += retrieval_threads.run(bare=bare, queries=queries, repeats=args.repeats, log=log)
+    configure_thread_pools()  # from here on, as the service runs
+    if "ingest" in sections:
+        figures += retrieval_ingest.run(
+            settings=settings, dataset_dir=dataset, bare=bare, repeats=args.repeats, sample=args.ingest_docs, log=log
+        )
+    if "http" in sections:
+        index, info = asyncio.run(ensure_index(settings, dataset))
+        context["index"] = {"path": str(index), **info}
+        log(f"http: index of {info['chunks']} chunks ({'reused' if info['reused'] else 'built now'}: {info})")
+        figures += retrieval_http.run(
+            index=index, chunks=int(info["chunks"]), queries=queries, bare=bare,
+            threads=settings.torch_threads, repeats=args.repeats, log=log,
+        )
+    report = {
+        "section": "retrieval",
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "repeats": args.repeats,
+        "cpus": os.cpu_count(),
+        "torch_threads": settings.torch_threads,
+        "load_average": {"start": round(load_before, 2), "end": round(load_average(), 2)},
+        "seconds": round(time.perf_counter() - started, 1),
+        **context,
+        "figures": [f.as_dict() for f in figures],
+    }
+    print(format_table(figures))
+    for figure in figures:
+        if figure.note:
+            print(f"  {figure.name}: {figure.note}")
+    print(f"load average {report['load_average']['start']} -> {report['load_average']['end']} on {os.cpu_count()} CPUs; "
+          f"{report['seconds']}s")
+    print(json.dumps(report, indent=2))
+    out = settings.data_dir / "bench" / "retrieval-last.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    return 1 if args.strict and any(f.passed is False for f in figures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
