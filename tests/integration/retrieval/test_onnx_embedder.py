@@ -105,3 +105,24 @@ def test_the_export_is_cached_and_the_setting_selects_it(onnx_embedder: OnnxEmbe
         assert time.perf_counter() - started < 30
     finally:
         reloaded.close()
+
+
+def test_the_service_runs_on_the_onnx_backend(onnx_embedder: OnnxEmbedder, data_dir: Path, tmp_path: Path) -> None:
+    """EMBEDDING_BACKEND=onnx-int8 end to end: the app loads the cached export, ingests and finds by meaning."""
+    from fastapi.testclient import TestClient
+
+    from services.retrieval.main import create_app
+
+    settings = Settings(service_token="onnx-token", data_dir=data_dir, embedding_backend="onnx-int8", chroma_collection=f"onnx-{tmp_path.name}")
+    auth = {"X-Service-Token": "onnx-token"}
+    documents = {
+        "backup.md": "# Backups\n\nCopy the data folder every night; restoring means copying it back while the services are stopped.",
+        "login.md": "# Signing in\n\nUsers sign in with a username and a password and receive a bearer token.",
+    }
+    with TestClient(create_app(settings)) as client:
+        assert client.app.state.embedder.backend == "onnx-int8"
+        for source, text in documents.items():
+            assert client.post("/documents", json={"text": text, "source": source}, headers=auth).status_code == 200
+        for query, expected in (("how do I restore a saved copy of my files", "backup.md"), ("authentication credentials", "login.md")):
+            response = client.post("/search", json={"query": query, "mode": "dense", "top_k": 1}, headers=auth)
+            assert response.status_code == 200 and response.json()["results"][0]["doc_id"] == expected
