@@ -17,6 +17,12 @@ from services.retrieval.encoding import BatchingEmbedder
 
 log = logging.getLogger("cairn.retrieval.embedder")
 
+# An ingest batch of 64 mixed chunks padded to its longest wastes about a quarter of the encode on
+# padding; run shortest-first in groups of 32 instead. Measured on SciFact 128-token chunks, batches of
+# 64: groups of 16 or 32 encoded 10-25 % more chunks/s than one group of 64 (the machine was loaded).
+# int8 activations are quantised per group, so a vector moves slightly with its group (cosine ~0.994).
+SUB_BATCH = 32
+
 
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -76,9 +82,9 @@ class OnnxEncoder:
         # The file's own truncation and padding (128, fixed, for MiniLM) are not what sentence-transformers
         # uses: it truncates at max_seq_length and pads to the longest text of the batch.
         self._tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
-        padding = self._tokenizer.padding or {}
+        self._pad_id = int((self._tokenizer.padding or {}).get("pad_id", 0))
         self._tokenizer.enable_truncation(max_length=window)
-        self._tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"))
+        self._tokenizer.no_padding()  # padded per group in _run
         self._counter = Tokenizer.from_file(str(model_path / "tokenizer.json"))
         self._counter.no_truncation()
         self._counter.no_padding()
@@ -88,19 +94,38 @@ class OnnxEncoder:
     def max_tokens(self) -> int:
         return self._max_tokens
 
-    def encode(self, texts: list[str]) -> list[list[float]]:
+    def encode(self, texts: list[str], *, sub_batch: int = SUB_BATCH) -> list[list[float]]:
         if not texts:
             return []
         encodings = self._tokenizer.encode_batch(texts)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        feeds = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64), "attention_mask": mask}
+        size = max(1, sub_batch)
+        # Shortest first, in groups padded to their own longest, so short chunks don't pay for long ones.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids)) if size < len(texts) else list(range(len(texts)))
+        vectors = np.empty((len(texts), 0), dtype=np.float32)
+        for start in range(0, len(order), size):
+            group = order[start : start + size]
+            pooled = self._run([encodings[i] for i in group])
+            if vectors.shape[1] == 0:
+                vectors = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
+            vectors[group] = pooled
+        return vectors.tolist()
+
+    def _run(self, encodings: list) -> np.ndarray:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        types = np.zeros_like(ids)
+        for row, e in enumerate(encodings):
+            n = len(e.ids)
+            ids[row, :n], mask[row, :n], types[row, :n] = e.ids, e.attention_mask, e.type_ids
+        ids[mask == 0] = self._pad_id
+        feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
-            feeds["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+            feeds["token_type_ids"] = types
         (hidden,) = self._session.run(["last_hidden_state"], feeds)
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-        return pooled.tolist()
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
 
     def count_tokens(self, text: str) -> int:
         with self._counter_lock:
