@@ -13,6 +13,7 @@ from services.retrieval.chunking import chunk_text
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
 from tests.integration.retrieval.chroma_server import ChromaServer
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -147,7 +148,17 @@ def test_chroma_server_down_gives_503_then_recovers(tmp_path: Path, embedder: Se
         try:
             added = client.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH)
             assert added.status_code == 200 and added.json()["status"] == "added"
-            hit = client.post("/search", json={"query": "How do I add a user?"}, headers=AUTH).json()["results"][0]
+            # The keyword index reloads in the background once Chroma is back: recovery is by
+            # itself but not instant, so allow it a bounded time.
+            searched: list = []
+
+            def search_recovered() -> bool:
+                response = client.post("/search", json={"query": "How do I add a user?"}, headers=AUTH)
+                searched.append(response)
+                return response.status_code == 200 and bool(response.json()["results"])
+
+            wait_until(search_recovered, timeout=20, interval=0.5, what=f"search to recover: {searched[-1:]}")
+            hit = searched[-1].json()["results"][0]
             assert hit["doc_id"] == "users.md"
             assert client.get("/readyz").status_code == 200
             server.stop()
