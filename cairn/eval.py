@@ -22,7 +22,7 @@ from services.retrieval import search as search_module
 from services.retrieval.adapters.bm25_index import keyword_indexed
 from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.context_llm import build_contextualizer
-from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.adapters.embedder import embedder_from_settings
 from services.retrieval.contextual import Contextualizer
 from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
 from services.retrieval.evaluation.ann import AnnReport, ann_recall
@@ -75,14 +75,10 @@ async def _evaluate(
     model_path = settings.model_path()
     owned = None
     if embedder is None:
-        owned = embedder = await asyncio.to_thread(
-            SentenceTransformerEmbedder,
-            model_path,
-            threads=settings.torch_threads,
-            batch_size=settings.embed_batch_size,
-            cache_size=0,  # every mode pays for its query encodes, so latencies compare fairly
-        )
-    cached = CachingEmbedder(embedder, path=settings.embedding_cache_path, model_id=model_fingerprint(model_path, backend="torch"))
+        # No query cache: every mode pays for its query encodes, so latencies compare fairly.
+        owned = embedder = await asyncio.to_thread(embedder_from_settings, settings, cache_size=0)
+    backend = getattr(embedder, "backend", settings.embedding_backend)
+    cached = CachingEmbedder(embedder, path=settings.embedding_cache_path, model_id=model_fingerprint(model_path, backend=backend))
     contextualizer = build_contextualizer(settings, force=True)
     try:
         measured = await _measure(dataset, settings=settings, embedder=cached, modes=modes, whole_docs=whole_docs)
@@ -114,6 +110,7 @@ async def _evaluate(
         modes=measured.modes,
         ann=measured.ann,
         contextual=contextual,
+        embedding={"model": getattr(embedder, "model_name", model_path.name), "backend": backend},
     )
 
 

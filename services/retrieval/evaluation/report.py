@@ -23,6 +23,7 @@ class EvalReport:
     modes: list[ModeReport]
     ann: AnnReport | None = None
     contextual: dict[str, Any] = field(default_factory=dict)
+    embedding: dict[str, str] = field(default_factory=dict)  # model, backend
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -32,6 +33,7 @@ class EvalReport:
             "documents": self.ingest.documents,
             "chunks": self.ingest.chunks,
             "chunking": self.chunking,
+            "embedding": self.embedding,
             "ingest": {"seconds": round(self.ingest.seconds, 2), **self.embeddings, "failures": self.ingest.failures},
             "modes": {
                 m.mode: {
@@ -64,7 +66,8 @@ class EvalReport:
         )
         lines = [
             f"{self.dataset} ({self.split}): {self.queries} queries, {self.ingest.documents} documents, "
-            f"{self.ingest.chunks} chunks — {chunking}",
+            f"{self.ingest.chunks} chunks — {chunking}"
+            + (f"; {self.embedding['model']} on {self.embedding['backend']}" if self.embedding else ""),
             f"ingest {self.ingest.seconds:.1f} s: {self.embeddings['computed']} embeddings computed, "
             f"{self.embeddings['reused']} reused from the cache; {len(self.ingest.failures)} documents failed",
             "",
