@@ -107,6 +107,15 @@ async def test_concurrent_ingests_are_merged_into_full_batches(encoder: Recordin
     embedder.close()
 
 
+async def test_document_texts_are_encoded_in_calls_of_similar_length(encoder: RecordingEncoder) -> None:
+    # Each call pads its texts to the longest one: mixing short and long texts wastes the encode.
+    embedder = BatchingEmbedder(encoder, batch_size=2)
+    texts = ["a", "a b c d e f", "a b", "a b c d e f g h", "a b c", "a b c d"]
+    assert await embedder.embed_documents(texts) == [bag_of_words(t) for t in texts], "results keep the input order"
+    assert encoder.calls == [["a b c d e f g h", "a b c d e f"], ["a b c d", "a b c"], ["a b", "a"]]
+    embedder.close()
+
+
 async def test_a_query_waits_for_at_most_the_running_document_batch(encoder: RecordingEncoder) -> None:
     embedder = BatchingEmbedder(encoder, batch_size=2, batch_window_ms=0)
     encoder.gate = threading.Event()
