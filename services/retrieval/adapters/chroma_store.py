@@ -22,6 +22,7 @@ from chromadb.errors import ChromaError
 from services.retrieval.adapters.chroma_changes import ChangeLog
 from services.retrieval.adapters.chroma_records import chunks_of, clean, group, to_where
 from services.retrieval.filters import Filter
+from services.retrieval.microbatch import MicroBatcher
 from services.retrieval.ports import ChunkHit, DocumentInfo, StoredChunk, VectorStore
 from shared.errors import DependencyUnavailable
 
@@ -32,12 +33,23 @@ T = TypeVar("T")
 
 _PAGE = 5000
 _IDS_PER_CALL = 500
+_UPSERT_PER_CALL = 1000  # well under Chroma's maximum batch size
+_WRITES_PER_BATCH = 64
 _FAILURES = (ChromaError, httpx.HTTPError, OSError, TimeoutError)
 
 
 class _Collections(NamedTuple):
     chunks: Any
     changes: Any
+
+
+class _Write:
+    """One caller's chunks. Hashed by identity, so the write batcher never merges two callers into one."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: list[StoredChunk]) -> None:
+        self.chunks = chunks
 
 
 class ChromaStore:
@@ -68,6 +80,9 @@ class ChromaStore:
         self._collections: _Collections | None = None
         self._lock = threading.Lock()
         self._log = ChangeLog()
+        # A Chroma write has a fixed cost (about 13 ms of CPU for a 4-chunk upsert, against 0.8 ms per chunk
+        # in large ones), so the chunks of documents ingested at the same time go in one upsert.
+        self._writes: MicroBatcher[_Write, None] = MicroBatcher(self._upsert_together, window_s=0, max_batch=_WRITES_PER_BATCH)
 
     def _connect(self) -> _Collections:
         with self._lock:
@@ -143,19 +158,27 @@ class ChromaStore:
     # -- writes ---------------------------------------------------------------------------------
 
     async def upsert(self, chunks: list[StoredChunk]) -> None:
-        if not chunks:
-            return
+        if chunks:
+            await self._writes.submit(_Write(chunks))
 
-        def write(c: _Collections) -> None:
-            c.chunks.upsert(
-                ids=[chunk.chunk_id for chunk in chunks],
-                embeddings=[chunk.embedding for chunk in chunks],
-                documents=[chunk.content for chunk in chunks],
-                metadatas=[clean(chunk.metadata) | {"doc_id": chunk.doc_id} for chunk in chunks],
-            )
-            self._log.record(c.changes, {chunk.doc_id for chunk in chunks})
+    async def _upsert_together(self, writes: list[_Write]) -> list[None]:
+        # One call cannot hold the same id twice; of a chunk written twice, the later write wins.
+        latest = {chunk.chunk_id: chunk for write in writes for chunk in write.chunks}
+        chunks = list(latest.values())
+        for start in range(0, len(chunks), _UPSERT_PER_CALL):
+            part = chunks[start : start + _UPSERT_PER_CALL]
 
-        await self._run(write)
+            def write(c: _Collections, part: list[StoredChunk] = part) -> None:
+                c.chunks.upsert(
+                    ids=[chunk.chunk_id for chunk in part],
+                    embeddings=[chunk.embedding for chunk in part],
+                    documents=[chunk.content for chunk in part],
+                    metadatas=[clean(chunk.metadata) | {"doc_id": chunk.doc_id} for chunk in part],
+                )
+                self._log.record(c.changes, {chunk.doc_id for chunk in part})
+
+            await self._run(write)
+        return [None] * len(writes)
 
     async def delete(self, *, doc_id: str, from_chunk_index: int = 0) -> int:
         where: dict[str, Any] = {"doc_id": doc_id}

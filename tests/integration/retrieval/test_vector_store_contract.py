@@ -1,6 +1,7 @@
 """One contract, three implementations: the in-memory fake, embedded Chroma and Chroma server."""
 from __future__ import annotations
 
+import asyncio
 import warnings
 from pathlib import Path
 
@@ -88,6 +89,34 @@ async def two_writers(request: pytest.FixtureRequest, tmp_path: Path, unique: st
         return ChromaStore(collection=unique, path=tmp_path / "chroma"), ChromaStore(collection=unique, path=tmp_path / "chroma")
     server = request.getfixturevalue("chroma_server")
     return ChromaStore(collection=unique, url=server.url), ChromaStore(collection=unique, url=server.url)
+
+
+async def test_concurrent_writes_all_land_and_a_chunk_written_twice_keeps_the_later_write(store: VectorStore) -> None:
+    writes = [[chunk(f"d{d}", i, unit(1, d, i)) for i in range(3)] for d in range(10)]
+    writes.append([chunk("d0", 0, unit(0, 0, 1), content_hash="again")])
+    await asyncio.gather(*(store.upsert(w) for w in writes))
+    listed = await store.list_documents()
+    assert [(d.doc_id, d.chunks) for d in listed] == [(f"d{d}", 3) for d in range(10)]
+    (first,) = await store.get_chunks(ids=["d0#0"], with_embeddings=True)
+    assert first.metadata["content_hash"] == "again" and first.embedding == pytest.approx(unit(0, 0, 1), abs=1e-6)
+
+
+async def test_chroma_writes_of_concurrent_callers_share_upsert_calls(tmp_path: Path, unique: str) -> None:
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    await store.open()
+    calls: list[int] = []
+    collection = store._connect().chunks
+    original = collection.upsert
+
+    def counting_upsert(**kwargs):
+        calls.append(len(kwargs["ids"]))
+        return original(**kwargs)
+
+    collection.upsert = counting_upsert
+    await store.upsert([chunk("warm", 0, unit(1, 0))])
+    await asyncio.gather(*(store.upsert([chunk(f"d{d}", i, unit(1, d)) for i in range(2)]) for d in range(12)))
+    assert sum(calls) == 25 and len(calls) <= 3, f"12 concurrent writes took {len(calls) - 1} upsert calls"
+    assert len(await store.list_documents()) == 13
 
 
 async def test_chunks_are_read_back_by_id_by_document_or_all(store: VectorStore) -> None:
