@@ -4,7 +4,7 @@ Logic modules (chunking, ingestion, search) import only this; adapters/ implemen
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -161,6 +161,10 @@ class KeywordIndex(Protocol):
 
     async def search(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
         """Up to top_k chunks containing query terms, best BM25 score first, that satisfy `where`."""
+
+    def held(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
+        """Those of `chunk_ids` the index holds, with content and metadata but no embedding. The index
+        trails other replicas' writes by up to one sync interval; a chunk it lacks is read from the store."""
 
 
 class Reranker(Protocol):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from services.retrieval.filters import Filter, parse_filter
 from services.retrieval.fusion import reciprocal_rank_fusion
-from services.retrieval.ports import Embedder, KeywordIndex, MetadataValue, Reranker, VectorStore
+from services.retrieval.ports import Embedder, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore
 from shared.errors import ServiceError
 
 Mode = Literal["hybrid", "dense", "keyword"]
@@ -31,7 +31,7 @@ class RerankUnavailable(ServiceError):
 class SearchOptions:
     """How hybrid search and reranking behave (settings HYBRID_*, RRF_K, RERANK_CANDIDATES)."""
 
-    candidates: int = 100  # per leg, before fusion
+    candidates: int = 200  # chunks per leg, before fusion
     rrf_k: float = 60.0
     dense_weight: float = 1.0
     keyword_weight: float = 1.0
@@ -61,6 +61,12 @@ class SearchHit:
 def _cosine(distance: float) -> float:
     # Cosine space: distance = 1 - cosine similarity.
     return max(-1.0, min(1.0, 1.0 - distance))
+
+
+def _dense_hit(chunk_id: str, distance: float, rank: int) -> SearchHit:
+    """A dense leg's hit, still without content (see _complete)."""
+    cosine = _cosine(distance)
+    return SearchHit(chunk_id, "", "", cosine, cosine, None, {}, dense_rank=rank)
 
 
 def _dot(a: list[float], b: list[float]) -> float:
@@ -101,12 +107,11 @@ async def search(
 
     if mode == "dense":
         vector = await embedder.embed_query(query)
-        hits = await store.query(embedding=vector, top_k=need, where=where)
-        results = []
-        for rank, hit in enumerate(hits, start=1):
-            cosine = _cosine(hit.distance)
-            if threshold is None or cosine >= threshold:
-                results.append(SearchHit(hit.chunk_id, hit.doc_id, hit.content, cosine, cosine, None, hit.metadata, dense_rank=rank))
+        # Ids and distances only: reading content and metadata in the same Chroma call cost more than the
+        # rest of the search together; the keyword index holds them in memory.
+        nearest = await store.nearest(embedding=vector, top_k=need, where=where)
+        ordered = [_dense_hit(chunk_id, distance, rank) for rank, (chunk_id, distance) in enumerate(nearest, start=1)]
+        results = await _complete(ordered, vector=None, store=store, keywords=keywords, threshold=threshold, need=need)
     else:
         results = await _keyword_or_hybrid(
             query=query, mode=mode, need=need, where=where, threshold=threshold,
@@ -148,10 +153,7 @@ async def _keyword_or_hybrid(
         if threshold is not None:
             vector = await embedder.embed_query(query)
 
-    hits: dict[str, SearchHit] = {}
-    for rank, (chunk_id, distance) in enumerate(nearest, start=1):
-        cosine = _cosine(distance)
-        hits[chunk_id] = SearchHit(chunk_id, "", "", cosine, cosine, None, {}, dense_rank=rank)
+    hits = {chunk_id: _dense_hit(chunk_id, distance, rank) for rank, (chunk_id, distance) in enumerate(nearest, start=1)}
     for rank, hit in enumerate(keyword_hits, start=1):
         found = hits.get(hit.chunk_id)
         base = found or SearchHit(hit.chunk_id, hit.doc_id, hit.content, hit.score, None, None, hit.metadata)
@@ -168,20 +170,29 @@ async def _keyword_or_hybrid(
         ordered = [replace(hits[chunk_id], score=score) for chunk_id, score in fused]
     else:
         ordered = [hits[h.chunk_id] for h in keyword_hits]
-    return await _complete(ordered, vector=vector, store=store, threshold=threshold, need=need)
+    return await _complete(ordered, vector=vector, store=store, keywords=keywords, threshold=threshold, need=need)
 
 
 async def _complete(
-    ordered: list[SearchHit], *, vector: list[float] | None, store: VectorStore, threshold: float | None, need: int
+    ordered: list[SearchHit],
+    *,
+    vector: list[float] | None,
+    store: VectorStore,
+    keywords: KeywordIndex | None,
+    threshold: float | None,
+    need: int,
 ) -> list[SearchHit]:
     """The first `need` hits (in order) whose cosine passes `threshold`, each with its content and, when
-    `vector` is given, its dense_score. What a leg did not supply is read from the store in one call
-    per window, and only for the chunks that may be returned."""
+    `vector` is given, its dense_score. Content a leg did not supply comes from the keyword index, else
+    from the store; so do the embeddings of keyword-only hits. The store is read in one call per window,
+    and only for the chunks that may be returned."""
     results: list[SearchHit] = []
     position = 0
     while position < len(ordered) and len(results) < need:
         window = ordered[position : position + need - len(results)]
         position += len(window)
+        held = keywords.held(h.chunk_id for h in window if not h.doc_id) if keywords is not None else {}
+        window = [_with_content(hit, held[hit.chunk_id]) if hit.chunk_id in held else hit for hit in window]
         missing = [h.chunk_id for h in window if not h.doc_id or (vector is not None and h.dense_score is None)]
         stored = {c.chunk_id: c for c in await store.get_chunks(ids=missing, with_embeddings=vector is not None)} if missing else {}
         for hit in window:
@@ -190,12 +201,16 @@ async def _complete(
                 if chunk is None:
                     continue  # deleted since a leg saw it
                 if not hit.doc_id:
-                    hit = replace(hit, doc_id=chunk.doc_id, content=chunk.content, metadata=chunk.metadata)
+                    hit = _with_content(hit, chunk)
                 if hit.dense_score is None and vector is not None:
                     hit = replace(hit, dense_score=_dot(vector, chunk.embedding))
             if threshold is None or (hit.dense_score is not None and hit.dense_score >= threshold):
                 results.append(hit)
     return results
+
+
+def _with_content(hit: SearchHit, chunk: StoredChunk) -> SearchHit:
+    return replace(hit, doc_id=chunk.doc_id, content=chunk.content, metadata=chunk.metadata)
 
 
 async def _rerank(results: list[SearchHit], *, query: str, reranker: Reranker, depth: int) -> list[SearchHit]:

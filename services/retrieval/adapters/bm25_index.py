@@ -214,6 +214,14 @@ class Bm25Index:
     async def search(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
         return await asyncio.to_thread(self.search_now, query=query, top_k=top_k, where=where)
 
+    def held(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
+        entries = self._entries  # single lookups are safe beside the writers' lock-held updates
+        found = {}
+        for chunk_id in chunk_ids:
+            if (entry := entries.get(chunk_id)) is not None:
+                found[chunk_id] = StoredChunk(chunk_id, entry.doc_id, entry.content, [], dict(entry.metadata))
+        return found
+
 
 def keyword_indexed(store: VectorStore, *, interval_s: float = 1.0) -> tuple[SyncedStore, Bm25Index, KeywordSync]:
     """Wrap `store` so that its writes reach a new BM25 index; poll for other replicas' writes with

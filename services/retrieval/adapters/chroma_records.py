@@ -24,6 +24,11 @@ def clean(metadata: dict[str, Any]) -> dict[str, MetadataValue]:
     return {key: value for key, value in metadata.items() if value is not None}
 
 
+def chunk_fields(meta: Mapping[str, Any]) -> dict[str, MetadataValue]:
+    """A stored chunk's metadata as written: without the doc_id the store adds to every chunk."""
+    return {key: value for key, value in meta.items() if key != "doc_id"}
+
+
 def chunks_of(page: dict[str, Any], with_embeddings: bool) -> list[StoredChunk]:
     embeddings = page.get("embeddings") if with_embeddings else None
     return [
@@ -32,7 +37,7 @@ def chunks_of(page: dict[str, Any], with_embeddings: bool) -> list[StoredChunk]:
             doc_id=str(meta.get("doc_id", "")),
             content=doc or "",
             embedding=np.asarray(embeddings[i], dtype=float).tolist() if embeddings is not None else [],
-            metadata=dict(meta),
+            metadata=chunk_fields(meta),
         )
         for i, (cid, doc, meta) in enumerate(zip(page["ids"], page["documents"], page["metadatas"]))
     ]

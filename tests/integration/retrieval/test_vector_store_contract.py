@@ -181,7 +181,7 @@ async def test_filters_select_exactly_what_the_keyword_leg_selects(store: Vector
     ]
     await store.upsert([chunk(doc, i, unit(1, i + 1), **meta) for i, (doc, meta) in enumerate(zip("abcd", metas))])
     hits = await store.query(embedding=unit(1, 1), top_k=10, where=where)
-    expected = {c.chunk_id for c in await store.get_chunks() if matches(parse_filter(where), c.metadata)}
+    expected = {c.chunk_id for c in await store.get_chunks() if matches(parse_filter(where), c.metadata | {"doc_id": c.doc_id})}
     assert {h.chunk_id for h in hits} == expected
 
 

@@ -65,7 +65,7 @@ class FakeStore:
         self._check()
         everything = ids is None and doc_ids is None
         return [
-            replace(c, metadata=dict(c.metadata) | {"doc_id": c.doc_id}, embedding=list(c.embedding) if with_embeddings else [])
+            replace(c, metadata=dict(c.metadata), embedding=list(c.embedding) if with_embeddings else [])
             for c in self.chunks.values()
             if everything or c.chunk_id in (ids or ()) or c.doc_id in (doc_ids or ())
         ]
@@ -98,7 +98,7 @@ class FakeStore:
         self._check()
         condition = parse_filter(where)
         hits = [
-            ChunkHit(c.chunk_id, c.doc_id, c.content, 1.0 - sum(a * b for a, b in zip(embedding, c.embedding)), dict(c.metadata) | {"doc_id": c.doc_id})
+            ChunkHit(c.chunk_id, c.doc_id, c.content, 1.0 - sum(a * b for a, b in zip(embedding, c.embedding)), dict(c.metadata))
             for c in self.chunks.values()
             if matches(condition, c.metadata | {"doc_id": c.doc_id})
         ]

@@ -181,3 +181,37 @@ async def test_a_keyword_hit_deleted_from_the_store_is_not_returned(indexed: Ind
     del indexed.store.inner.chunks["eval.md#0"]
     hits = await indexed.search(query="measure ndcg", top_k=3)
     assert "eval.md#0" not in {h.chunk_id for h in hits}
+
+
+class CountingReads:
+    """A store that counts the chunk reads search makes after its legs."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.read_ids: list[str] = []
+
+    async def get_chunks(self, *, ids=None, **kwargs):
+        self.read_ids += ids or []
+        return await self.inner.get_chunks(ids=ids, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+async def test_dense_results_take_their_content_from_the_keyword_index(indexed: Indexed) -> None:
+    store = CountingReads(indexed.store)
+    hits = await search(query="how do I add a user", top_k=3, mode="dense", embedder=indexed.embedder, store=store, keywords=indexed.index)
+    assert hits[0].doc_id == "users.md" and "cairn user add" in hits[0].content
+    assert hits[0].metadata["category"] == "admin" and hits[0].metadata["level"] == 3
+    assert store.read_ids == [], "no store read when the keyword index holds every result"
+
+
+async def test_a_chunk_the_keyword_index_lacks_is_read_from_the_store(indexed: Indexed) -> None:
+    # Another replica's write, not yet synced into this replica's keyword index.
+    indexed.index.remove("users.md")
+    store = CountingReads(indexed.store)
+    hits = await search(query="how do I add a user", top_k=3, mode="dense", embedder=indexed.embedder, store=store, keywords=indexed.index)
+    assert hits[0].doc_id == "users.md" and "cairn user add" in hits[0].content
+    assert store.read_ids == ["users.md#0"]
+    alone = await search(query="how do I add a user", top_k=3, mode="dense", embedder=indexed.embedder, store=indexed.store)
+    assert [(h.chunk_id, h.content, h.metadata) for h in alone] == [(h.chunk_id, h.content, h.metadata) for h in hits]
