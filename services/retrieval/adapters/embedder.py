@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from services.retrieval.encoding import BatchingEmbedder
 from services.retrieval.ports import Embedder
@@ -86,25 +86,10 @@ class TorchEncoder:
 
 
 class SentenceTransformerEmbedder(BatchingEmbedder):
-    """The PyTorch backend as an Embedder."""
+    """The PyTorch backend as an Embedder; `batching` goes to BatchingEmbedder (cache_size, ...)."""
 
-    def __init__(
-        self,
-        model_path: Path,
-        *,
-        threads: int = 2,
-        batch_size: int = 64,
-        cache_size: int = 1024,
-        batch_window_ms: float = 4.0,
-        max_query_batch: int = 32,
-    ) -> None:
-        super().__init__(
-            TorchEncoder(model_path, threads=threads, batch_size=batch_size),
-            batch_size=batch_size,
-            cache_size=cache_size,
-            batch_window_ms=batch_window_ms,
-            max_query_batch=max_query_batch,
-        )
+    def __init__(self, model_path: Path, *, threads: int = 2, batch_size: int = 64, **batching: Any) -> None:
+        super().__init__(TorchEncoder(model_path, threads=threads, batch_size=batch_size), batch_size=batch_size, **batching)
 
 
 def embedder_from_settings(settings: Settings, *, cache_size: int | None = None) -> BatchingEmbedder:

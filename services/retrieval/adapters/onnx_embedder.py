@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -133,23 +134,8 @@ class OnnxEncoder:
 
 
 class OnnxEmbedder(BatchingEmbedder):
-    """The onnx-int8 backend as an Embedder; exports and caches the model under `models_dir` on first use."""
+    """The onnx-int8 backend as an Embedder; exports and caches the model under `models_dir` on first use.
+    `batching` goes to BatchingEmbedder (batch_size, cache_size, ...)."""
 
-    def __init__(
-        self,
-        model_path: Path,
-        *,
-        models_dir: Path,
-        threads: int = 2,
-        batch_size: int = 64,
-        cache_size: int = 1024,
-        batch_window_ms: float = 4.0,
-        max_query_batch: int = 32,
-    ) -> None:
-        super().__init__(
-            OnnxEncoder(model_path, models_dir=models_dir, threads=threads),
-            batch_size=batch_size,
-            cache_size=cache_size,
-            batch_window_ms=batch_window_ms,
-            max_query_batch=max_query_batch,
-        )
+    def __init__(self, model_path: Path, *, models_dir: Path, threads: int = 2, **batching: Any) -> None:
+        super().__init__(OnnxEncoder(model_path, models_dir=models_dir, threads=threads), **batching)
