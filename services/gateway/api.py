@@ -86,8 +86,11 @@ async def documents(
     return await _forward(retrieval, request, session, settings, path="/documents")
 
 
-@api_router.delete("/documents/{doc_id:path}", summary="Delete a document (admin)")
-async def delete_document(
+# GET covers /documents/{id}/similar too: the suffix travels inside the path parameter.
+@api_router.api_route(
+    "/documents/{doc_id:path}", methods=["GET", "DELETE"], summary="Read, delete or find documents similar to one (admin)"
+)
+async def document(
     doc_id: str, request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
 ) -> Response:
     return await _forward(retrieval, request, session, settings, path=f"/documents/{doc_id}")

@@ -54,3 +54,21 @@ def test_a_pdf_uploaded_through_the_gateway_is_parsed_by_retrieval(gateway: Test
 
     refused = gateway.post("/api/documents", files={"file": ("sheet.xlsx", b"PK\x03\x04", "application/octet-stream")})
     assert refused.status_code == 415 and "sheet.xlsx" in refused.json()["message"]
+
+
+def test_a_document_its_similar_documents_and_its_deletion_go_through_the_gateway(gateway: TestClient) -> None:
+    texts = {
+        "notes/boilers.md": "# Boilers\n\nBoilers are serviced every autumn by a heating engineer.",
+        "notes/heating.md": "# Heating\n\nA heating engineer checks the boiler and radiators each autumn.",
+        "notes/garden.md": "# Garden\n\nTomatoes are planted out after the last frost in May.",
+    }
+    for source, text in texts.items():
+        assert gateway.post("/api/documents", json={"text": text, "source": source}).status_code == 200
+    document = gateway.get("/api/documents/notes/boilers.md")
+    assert document.status_code == 200 and document.json()["title"] == "Boilers"
+    similar = gateway.get("/api/documents/notes/boilers.md/similar", params={"top_k": 2})
+    assert similar.status_code == 200, similar.text
+    assert [d["doc_id"] for d in similar.json()["results"]] == ["notes/heating.md", "notes/garden.md"]
+    assert gateway.delete("/api/documents/notes/boilers.md").status_code == 200
+    missing = gateway.get("/api/documents/notes/boilers.md")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
