@@ -110,7 +110,7 @@ async def _evaluate(
         modes=measured.modes,
         ann=measured.ann,
         contextual=contextual,
-        embedding={"model": getattr(embedder, "model_name", model_path.name), "backend": backend},
+        embedding={"model": str(settings.embedding_model_path or "all-MiniLM-L6-v2 (packaged)"), "backend": backend},
     )
 
 

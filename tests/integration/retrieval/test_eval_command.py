@@ -83,6 +83,7 @@ def test_every_mode_is_scored_and_a_second_run_reuses_the_embeddings(
     for pair in first["paired_ndcg@10"]:
         assert pair["mean"] == pytest.approx(modes[pair["a"]]["ndcg@10"] - modes[pair["b"]]["ndcg@10"], abs=1e-3)
     assert first["contextual"]["measured"] is False
+    assert first["embedding"] == {"model": "all-MiniLM-L6-v2 (packaged)", "backend": "torch"}
 
     again = evaluate(capsys, dataset, settings, embedder, mode="dense")
     assert (again["ingest"]["computed"], again["ingest"]["reused"]) == (0, first["chunks"])
