@@ -75,7 +75,7 @@ class Settings(CommonSettings):
     hnsw_ef_search: int = Field(100, ge=1, validation_alias=aliases("HNSW_EF_SEARCH", "hnsw_ef_search"))
     hnsw_ef_construction: int = Field(200, ge=1, validation_alias=aliases("HNSW_EF_CONSTRUCTION", "hnsw_ef_construction"))
     hnsw_max_neighbors: int = Field(32, ge=1, validation_alias=aliases("HNSW_MAX_NEIGHBORS", "hnsw_max_neighbors"))
-    hybrid_candidates: int = Field(100, ge=1, le=1000, validation_alias=aliases("HYBRID_CANDIDATES", "hybrid_candidates"))
+    hybrid_candidates: int = Field(200, ge=1, le=1000, validation_alias=aliases("HYBRID_CANDIDATES", "hybrid_candidates"))
     rrf_k: float = Field(60.0, ge=0, validation_alias=aliases("RRF_K", "rrf_k"))
     hybrid_dense_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_DENSE_WEIGHT", "hybrid_dense_weight"))
     hybrid_keyword_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_KEYWORD_WEIGHT", "hybrid_keyword_weight"))
