@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -38,11 +39,16 @@ class Encoder(Protocol):
 
 
 class BatchingEmbedder:
-    """Implements the Embedder protocol (ports.py) on top of an Encoder."""
+    """Implements the Embedder protocol (ports.py) on top of an Encoder.
+
+    `encoder` may be a loader, called on the worker thread. Give one for a model with an OpenMP pool
+    (PyTorch): each thread that runs parallel work gets a pool of its own, and with two pools on two cores
+    a query encode measured twice as slow, because OpenMP then stops spinning and sleeps between steps.
+    """
 
     def __init__(
         self,
-        encoder: Encoder,
+        encoder: Encoder | Callable[[], Encoder],
         *,
         batch_size: int = 64,
         cache_size: int = 1024,
@@ -53,10 +59,16 @@ class BatchingEmbedder:
             raise ValueError("batch_size and max_query_batch must be >= 1")
         if cache_size < 0 or batch_window_ms < 0:
             raise ValueError("cache_size and batch_window_ms must be >= 0")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        if not hasattr(encoder, "encode"):
+            try:
+                encoder = self._executor.submit(encoder).result()
+            except BaseException:
+                self._executor.shutdown(wait=False)
+                raise
         self.encoder = encoder
         self.model_name = encoder.model_name
         self.backend = encoder.backend
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         self._cache_size = cache_size
         self._batch_size = batch_size

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from services.retrieval.filters import Filter, parse_filter
 from services.retrieval.fusion import reciprocal_rank_fusion
-from services.retrieval.ports import Embedder, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore
+from services.retrieval.ports import Embedder, KeywordHit, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore
 from shared.errors import ServiceError
 
 Mode = Literal["hybrid", "dense", "keyword"]
@@ -63,12 +63,6 @@ def _cosine(distance: float) -> float:
     return max(-1.0, min(1.0, 1.0 - distance))
 
 
-def _dense_hit(chunk_id: str, distance: float, rank: int) -> SearchHit:
-    """A dense leg's hit, still without content (see _complete)."""
-    cosine = _cosine(distance)
-    return SearchHit(chunk_id, "", "", cosine, cosine, None, {}, dense_rank=rank)
-
-
 def _dot(a: list[float], b: list[float]) -> float:
     return max(-1.0, min(1.0, sum(x * y for x, y in zip(a, b))))
 
@@ -109,9 +103,9 @@ async def search(
         vector = await embedder.embed_query(query)
         # Ids and distances only: reading content and metadata in the same Chroma call cost more than the
         # rest of the search together; the keyword index holds them in memory.
-        nearest = await store.nearest(embedding=vector, top_k=need, where=where)
-        ordered = [_dense_hit(chunk_id, distance, rank) for rank, (chunk_id, distance) in enumerate(nearest, start=1)]
-        results = await _complete(ordered, vector=None, store=store, keywords=keywords, threshold=threshold, need=need)
+        legs = _Legs(dense=await store.nearest(embedding=vector, top_k=need, where=where), keyword=[])
+        ordered = [(chunk_id, cosine) for chunk_id, (_, cosine) in legs.dense.items()]
+        results = await _complete(ordered, legs, vector=None, store=store, keywords=keywords, threshold=threshold, need=need)
     else:
         results = await _keyword_or_hybrid(
             query=query, mode=mode, need=need, where=where, threshold=threshold,
@@ -153,28 +147,40 @@ async def _keyword_or_hybrid(
         if threshold is not None:
             vector = await embedder.embed_query(query)
 
-    hits = {chunk_id: _dense_hit(chunk_id, distance, rank) for rank, (chunk_id, distance) in enumerate(nearest, start=1)}
-    for rank, hit in enumerate(keyword_hits, start=1):
-        found = hits.get(hit.chunk_id)
-        base = found or SearchHit(hit.chunk_id, hit.doc_id, hit.content, hit.score, None, None, hit.metadata)
-        hits[hit.chunk_id] = replace(
-            base, doc_id=hit.doc_id, content=hit.content, metadata=hit.metadata, keyword_score=hit.score, keyword_rank=rank
-        )
-
+    legs = _Legs(dense=nearest, keyword=keyword_hits)
     if mode == "hybrid":
-        fused = reciprocal_rank_fusion(
+        ordered = reciprocal_rank_fusion(
             {"dense": [chunk_id for chunk_id, _ in nearest], "keyword": [h.chunk_id for h in keyword_hits]},
             k=options.rrf_k,
             weights={"dense": options.dense_weight, "keyword": options.keyword_weight},
         )
-        ordered = [replace(hits[chunk_id], score=score) for chunk_id, score in fused]
     else:
-        ordered = [hits[h.chunk_id] for h in keyword_hits]
-    return await _complete(ordered, vector=vector, store=store, keywords=keywords, threshold=threshold, need=need)
+        ordered = [(h.chunk_id, h.score) for h in keyword_hits]
+    return await _complete(ordered, legs, vector=vector, store=store, keywords=keywords, threshold=threshold, need=need)
+
+
+class _Legs:
+    """What each leg returned, by chunk id; makes the SearchHit of a chunk only when it may be returned
+    (a hybrid search fuses hundreds of candidates and returns ten)."""
+
+    def __init__(self, *, dense: list[tuple[str, float]], keyword: list[KeywordHit]) -> None:
+        self.dense = {chunk_id: (rank, _cosine(distance)) for rank, (chunk_id, distance) in enumerate(dense, start=1)}
+        self.keyword = {hit.chunk_id: (rank, hit) for rank, hit in enumerate(keyword, start=1)}
+
+    def hit(self, chunk_id: str, score: float) -> SearchHit:
+        dense_rank, cosine = self.dense.get(chunk_id, (None, None))
+        keyword_rank, found = self.keyword.get(chunk_id, (None, None))
+        if found is None:  # content comes later (see _complete)
+            return SearchHit(chunk_id, "", "", score, cosine, None, {}, dense_rank=dense_rank)
+        return SearchHit(
+            chunk_id, found.doc_id, found.content, score, cosine, found.score, found.metadata,
+            dense_rank=dense_rank, keyword_rank=keyword_rank,
+        )
 
 
 async def _complete(
-    ordered: list[SearchHit],
+    ordered: list[tuple[str, float]],
+    legs: _Legs,
     *,
     vector: list[float] | None,
     store: VectorStore,
@@ -182,14 +188,14 @@ async def _complete(
     threshold: float | None,
     need: int,
 ) -> list[SearchHit]:
-    """The first `need` hits (in order) whose cosine passes `threshold`, each with its content and, when
-    `vector` is given, its dense_score. Content a leg did not supply comes from the keyword index, else
-    from the store; so do the embeddings of keyword-only hits. The store is read in one call per window,
-    and only for the chunks that may be returned."""
+    """The first `need` of the (chunk id, score) pairs in `ordered` whose cosine passes `threshold`, as
+    hits with their content and, when `vector` is given, their dense_score. Content a leg did not supply
+    comes from the keyword index, else from the store; so do the embeddings of keyword-only hits. The
+    store is read in one call per window, and only for the chunks that may be returned."""
     results: list[SearchHit] = []
     position = 0
     while position < len(ordered) and len(results) < need:
-        window = ordered[position : position + need - len(results)]
+        window = [legs.hit(chunk_id, score) for chunk_id, score in ordered[position : position + need - len(results)]]
         position += len(window)
         held = keywords.held(h.chunk_id for h in window if not h.doc_id) if keywords is not None else {}
         window = [_with_content(hit, held[hit.chunk_id]) if hit.chunk_id in held else hit for hit in window]

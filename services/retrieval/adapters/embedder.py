@@ -89,7 +89,7 @@ class SentenceTransformerEmbedder(BatchingEmbedder):
     """The PyTorch backend as an Embedder; `batching` goes to BatchingEmbedder (cache_size, ...)."""
 
     def __init__(self, model_path: Path, *, threads: int = 2, batch_size: int = 64, **batching: Any) -> None:
-        super().__init__(TorchEncoder(model_path, threads=threads, batch_size=batch_size), batch_size=batch_size, **batching)
+        super().__init__(lambda: TorchEncoder(model_path, threads=threads, batch_size=batch_size), batch_size=batch_size, **batching)
 
 
 def embedder_from_settings(settings: Settings, *, cache_size: int | None = None) -> BatchingEmbedder:

@@ -138,4 +138,4 @@ class OnnxEmbedder(BatchingEmbedder):
     `batching` goes to BatchingEmbedder (batch_size, cache_size, ...)."""
 
     def __init__(self, model_path: Path, *, models_dir: Path, threads: int = 2, **batching: Any) -> None:
-        super().__init__(OnnxEncoder(model_path, models_dir=models_dir, threads=threads), **batching)
+        super().__init__(lambda: OnnxEncoder(model_path, models_dir=models_dir, threads=threads), **batching)
