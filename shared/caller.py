@@ -11,7 +11,7 @@ class Caller(BaseModel):
     session_id: str | None = None
 
 
-def caller_from_headers(request: Request) -> Caller:
+async def caller_from_headers(request: Request) -> Caller:
     roles = request.headers.get("X-User-Roles", "")
     return Caller(
         user_id=request.headers.get("X-User-Id") or None,

@@ -153,11 +153,11 @@ def create_service_app(
     return app
 
 
-def service_token_guard(settings: CommonSettings) -> Callable[[Request], None]:
+def service_token_guard(settings: CommonSettings) -> Callable[[Request], Awaitable[None]]:
     """A dependency that admits only callers presenting the internal service token."""
     expected = settings.service_token.get_secret_value().encode()
 
-    def guard(request: Request) -> None:
+    async def guard(request: Request) -> None:
         given = request.headers.get(SERVICE_TOKEN_HEADER, "").encode()
         if not secrets.compare_digest(given, expected):
             raise Unauthorized("missing or wrong service token")

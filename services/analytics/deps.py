@@ -9,7 +9,7 @@ from services.analytics.domain import EventStore
 from shared.errors import ServiceError
 
 
-def _store(request: Request) -> EventStore:
+async def _store(request: Request) -> EventStore:
     return request.app.state.store
 
 

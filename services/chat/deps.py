@@ -9,7 +9,7 @@ from services.chat.pipeline import ChatPipeline
 from shared.caller import Caller, caller_from_headers
 
 
-def get_pipeline(request: Request) -> ChatPipeline:
+async def get_pipeline(request: Request) -> ChatPipeline:
     return request.app.state.pipeline
 
 

@@ -17,15 +17,15 @@ from shared.errors import Forbidden
 _bearer = HTTPBearer(auto_error=False, description="The token from POST /auth/login")
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _users(request: Request) -> UserStore:
+async def _users(request: Request) -> UserStore:
     return request.app.state.users
 
 
-def _sessions(request: Request) -> SessionStore:
+async def _sessions(request: Request) -> SessionStore:
     return request.app.state.sessions
 
 
@@ -62,8 +62,8 @@ AnalystSession = Annotated[Session, Depends(role("analyst"))]
 AdminSession = Annotated[Session, Depends(role("admin"))]
 
 
-def upstream(name: str) -> Callable[[Request], Upstream]:
-    def get(request: Request) -> Upstream:
+def upstream(name: str) -> Callable[[Request], Coroutine[Any, Any, Upstream]]:
+    async def get(request: Request) -> Upstream:
         return request.app.state.upstreams[name]
 
     return get

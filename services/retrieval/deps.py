@@ -1,4 +1,8 @@
-"""The retrieval service's dependencies, each named once."""
+"""The retrieval service's dependencies, each named once.
+
+All async, though none awaits: FastAPI runs a plain `def` dependency on a worker thread, a thread hop per
+dependency per request.
+"""
 from __future__ import annotations
 
 from typing import Annotated
@@ -11,31 +15,31 @@ from services.retrieval.search import SearchOptions
 from services.retrieval.settings import Settings
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _embedder(request: Request) -> Embedder:
+async def _embedder(request: Request) -> Embedder:
     return request.app.state.embedder
 
 
-def _store(request: Request) -> VectorStore:
+async def _store(request: Request) -> VectorStore:
     return request.app.state.store
 
 
-def _contextualizer(request: Request) -> Contextualizer | None:
+async def _contextualizer(request: Request) -> Contextualizer | None:
     return getattr(request.app.state, "contextualizer", None)
 
 
-def _keywords(request: Request) -> KeywordIndex:
+async def _keywords(request: Request) -> KeywordIndex:
     return request.app.state.keywords
 
 
-def _reranker(request: Request) -> Reranker | None:
+async def _reranker(request: Request) -> Reranker | None:
     return getattr(request.app.state, "reranker", None)
 
 
-def _search_options(request: Request) -> SearchOptions:
+async def _search_options(request: Request) -> SearchOptions:
     return request.app.state.search_options
 
 
