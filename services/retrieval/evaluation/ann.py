@@ -20,7 +20,7 @@ class AnnReport:
     recall: float  # mean share of the exact top-k that the store returned
     chunks: int
     queries: int
-    query_ms: dict[str, float]  # p50, p95 of store.query alone (no query encoding)
+    query_ms: dict[str, float]  # p50, p95 of the store's nearest-neighbour query alone (ids and distances, as search asks)
 
 
 async def ann_recall(
@@ -31,7 +31,7 @@ async def ann_recall(
     embeddings: dict[str, list[float]],
     k: int = 10,
 ) -> AnnReport:
-    """Exact top-k by brute force (numpy, cosine on unit vectors) against store.query's top-k.
+    """Exact top-k by brute force (numpy, cosine on unit vectors) against the store's approximate top-k.
 
     A returned chunk counts when it is at least as similar as the exact k-th, so chunks with identical
     vectors (duplicate text) do not count as misses.
@@ -48,9 +48,9 @@ async def ann_recall(
         similarities = matrix @ np.asarray(vector, dtype=np.float32)
         kth = np.partition(similarities, len(ids) - k)[len(ids) - k]
         started = time.perf_counter()
-        hits = await store.query(embedding=vector, top_k=k)
+        nearest = await store.nearest(embedding=vector, top_k=k)
         latencies.append((time.perf_counter() - started) * 1000)
-        found = sum(1 for hit in hits if hit.chunk_id in position and similarities[position[hit.chunk_id]] >= kth - _TIE)
+        found = sum(1 for chunk_id, _ in nearest if chunk_id in position and similarities[position[chunk_id]] >= kth - _TIE)
         recalls.append(min(found, k) / k)
     return AnnReport(
         k=k, recall=float(np.mean(recalls)), chunks=len(ids), queries=len(queries), query_ms=percentiles(latencies)

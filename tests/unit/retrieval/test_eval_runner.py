@@ -10,7 +10,6 @@ from services.retrieval.evaluation.ann import ann_recall
 from services.retrieval.evaluation.beir import BeirDataset, BeirDocument
 from services.retrieval.evaluation.corpus import RecordingStore
 from services.retrieval.evaluation.runner import chunks_to_request, ingest_corpus, run_mode
-from services.retrieval.ports import ChunkHit
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 
 pytestmark = pytest.mark.unit
@@ -99,10 +98,10 @@ class VectorsStore(FakeStore):
         super().__init__()
         self.vectors, self.skip_best = vectors, skip_best
 
-    async def query(self, *, embedding, top_k, where=None) -> list[ChunkHit]:
+    async def nearest(self, *, embedding, top_k, where=None) -> list[tuple[str, float]]:
         ranked = sorted(self.vectors, key=lambda cid: -sum(a * b for a, b in zip(embedding, self.vectors[cid])))
         ranked = ranked[1 : top_k + 1] if self.skip_best else ranked[:top_k]
-        return [ChunkHit(cid, cid, "", 0.0, {}) for cid in ranked]
+        return [(cid, 0.0) for cid in ranked]
 
 
 async def test_the_hnsw_check_compares_with_exact_search() -> None:
