@@ -2,8 +2,9 @@
 
 - one client: /search p50 (dense, hybrid) against a bare query encode p50 measured in this process in
   the same repeat (same model, same threads, same queries);
-- 32 concurrent clients: /search throughput with micro-batching (EMBED_MAX_QUERY_BATCH=32) against a
-  second process with it off (EMBED_MAX_QUERY_BATCH=1), measured alternately.
+- 32 concurrent clients: /search throughput with micro-batching (query encodes and index lookups,
+  EMBED_MAX_QUERY_BATCH=32 and SEARCH_MAX_QUERY_BATCH=32) against a second process with both off (1),
+  measured alternately.
 
 Both processes run the default torch backend with QUERY_CACHE_SIZE=0, so every request encodes.
 """
@@ -159,8 +160,8 @@ def run(*, index: Path, chunks: int, queries: list[str], bare, threads: int, rep
     tails: dict[str, list[str]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="cairn-bench-http-") as scratch:
         servers = {
-            "batched": RetrievalProcess(name="batched", index=index, scratch=Path(scratch), env={"EMBED_MAX_QUERY_BATCH": "32"}),
-            "unbatched": RetrievalProcess(name="unbatched", index=index, scratch=Path(scratch), env={"EMBED_MAX_QUERY_BATCH": "1"}),
+            "batched": RetrievalProcess(name="batched", index=index, scratch=Path(scratch), env={"EMBED_MAX_QUERY_BATCH": "32", "SEARCH_MAX_QUERY_BATCH": "32"}),
+            "unbatched": RetrievalProcess(name="unbatched", index=index, scratch=Path(scratch), env={"EMBED_MAX_QUERY_BATCH": "1", "SEARCH_MAX_QUERY_BATCH": "1"}),
         }
         try:
             for server in servers.values():

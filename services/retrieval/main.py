@@ -43,6 +43,7 @@ def create_app(
                 ef_search=settings.hnsw_ef_search,
                 ef_construction=settings.hnsw_ef_construction,
                 max_neighbors=settings.hnsw_max_neighbors,
+                max_query_batch=settings.search_max_query_batch,
             )
             await chroma.open()
         # Every write goes through the synced store, so the keyword index follows this replica's

@@ -47,6 +47,12 @@ class Settings(CommonSettings):
         validation_alias=aliases("EMBED_MAX_QUERY_BATCH", "embed_max_query_batch"),
         description="Most queries encoded in one call; 1 turns micro-batching off.",
     )
+    search_max_query_batch: int = Field(
+        32,
+        ge=1,
+        validation_alias=aliases("SEARCH_MAX_QUERY_BATCH", "search_max_query_batch"),
+        description="Most concurrent searches (same top_k and filter) sent to Chroma in one call; 1 turns this off.",
+    )
     embedding_cache: bool = Field(
         False,
         validation_alias=aliases("EMBEDDING_CACHE", "embedding_cache"),

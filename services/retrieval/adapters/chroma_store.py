@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import threading
 import warnings
@@ -49,6 +50,19 @@ class _Collections(NamedTuple):
     changes: Any
 
 
+class _Query:
+    """One caller's nearest-neighbour query. Hashed by identity, like _Write."""
+
+    __slots__ = ("vector", "top_k", "where")
+
+    def __init__(self, vector: list[float], top_k: int, where: dict[str, Any] | None) -> None:
+        self.vector, self.top_k, self.where = vector, top_k, where
+
+    def shape(self) -> str:
+        """Queries of one shape (vector length, top_k and filter) can go in one Chroma call."""
+        return json.dumps([len(self.vector), self.top_k, self.where], sort_keys=True)
+
+
 class _Write:
     """One caller's chunks. Hashed by identity, so the write batcher never merges two callers into one."""
 
@@ -72,6 +86,7 @@ class ChromaStore:
         ef_search: int = 100,
         ef_construction: int = 200,
         max_neighbors: int = 32,
+        max_query_batch: int = 32,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded) or url (server)")
@@ -89,6 +104,10 @@ class ChromaStore:
         # A Chroma write has a fixed cost (about 13 ms of CPU for a 4-chunk upsert, against 0.8 ms per chunk
         # in large ones), so the chunks of documents ingested at the same time go in one upsert.
         self._writes: MicroBatcher[_Write, None] = MicroBatcher(self._upsert_together, window_s=0, max_batch=_WRITES_PER_BATCH)
+        # Likewise for concurrent searches: one call of 32 queries measured 3x cheaper per query than 32 calls.
+        self._queries: MicroBatcher[_Query, list[tuple[str, float]] | Exception] = MicroBatcher(
+            self._nearest_together, window_s=0, max_batch=max_query_batch
+        )
 
     def _connect(self) -> _Collections:
         with self._lock:
@@ -224,11 +243,32 @@ class ChromaStore:
     ) -> list[tuple[str, float]]:
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
-        clause = to_where(where)
-        result = await self._run(
-            lambda c: c.chunks.query(query_embeddings=_matrix(embedding), n_results=top_k, where=clause, include=["distances"])
-        )
-        return [(cid, float(dist)) for cid, dist in zip(result["ids"][0], result["distances"][0])]
+        found = await self._queries.submit(_Query(embedding, top_k, to_where(where)))
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    async def _nearest_together(self, queries: list[_Query]) -> list[list[tuple[str, float]] | Exception]:
+        by_shape: dict[str, list[int]] = {}
+        for position, query in enumerate(queries):
+            by_shape.setdefault(query.shape(), []).append(position)
+        results: list[list[tuple[str, float]] | Exception] = [[] for _ in queries]
+        for positions in by_shape.values():
+            first = queries[positions[0]]
+            try:
+                matrix = np.asarray([queries[p].vector for p in positions], dtype=np.float32)
+                found = await self._run(
+                    lambda c, m=matrix, q=first: c.chunks.query(
+                        query_embeddings=m, n_results=q.top_k, where=q.where, include=["distances"]
+                    )
+                )
+            except Exception as exc:  # one shape's failure (a filter Chroma rejects) stays with its callers
+                for p in positions:
+                    results[p] = exc
+                continue
+            for row, p in enumerate(positions):
+                results[p] = [(cid, float(dist)) for cid, dist in zip(found["ids"][row], found["distances"][row])]
+        return results
 
     async def get_chunks(
         self, *, ids: list[str] | None = None, doc_ids: list[str] | None = None, with_embeddings: bool = False

@@ -199,3 +199,34 @@ async def test_hnsw_parameters_are_set_and_ef_search_follows_settings(tmp_path: 
         hnsw = client.get_collection(unique).configuration["hnsw"]
     assert hnsw["space"] == "cosine" and hnsw["ef_search"] == 120
     assert (hnsw["ef_construction"], hnsw["max_neighbors"]) == (150, 24), "fixed when the collection was created"
+
+
+async def test_concurrent_searches_share_chroma_calls_and_each_gets_its_own_answer(tmp_path: Path, unique: str) -> None:
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    await store.upsert([chunk(f"d{d}", 0, unit(1, d, 0), category="even" if d % 2 == 0 else "odd") for d in range(8)])
+    collection = store._connect().chunks
+    calls: list[int] = []
+    original = collection.query
+
+    def counting_query(**kwargs):
+        calls.append(len(kwargs["query_embeddings"]))
+        return original(**kwargs)
+
+    collection.query = counting_query
+    await store.nearest(embedding=unit(1, 0, 0), top_k=1)  # warm: the first call goes alone
+    calls.clear()
+    plain = [store.nearest(embedding=unit(1, d, 0), top_k=1) for d in range(8)]
+    filtered = [store.nearest(embedding=unit(1, d, 0), top_k=1, where={"category": "odd"}) for d in range(8)]
+    results = await asyncio.gather(*plain, *filtered)
+    assert [r[0][0] for r in results[:8]] == [f"d{d}#0" for d in range(8)], "each query its own nearest chunk"
+    assert all(r[0][0] in {f"d{d}#0" for d in (1, 3, 5, 7)} for r in results[8:]), "the filter applied to its own queries"
+    assert sum(calls) == 16 and len(calls) <= 4, f"16 concurrent searches took {len(calls)} Chroma calls"
+
+
+async def test_a_search_chroma_rejects_fails_alone(tmp_path: Path, unique: str) -> None:
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    await store.upsert([chunk("a", 0, unit(1, 0)), chunk("b", 0, unit(0, 1))])
+    wrong_size = store.nearest(embedding=[1.0, 0.0, 0.0], top_k=1)  # the collection's vectors have 2 dimensions
+    good = store.nearest(embedding=unit(1, 0), top_k=1)
+    bad, fine = await asyncio.gather(wrong_size, good, return_exceptions=True)
+    assert isinstance(bad, Exception) and fine == [("a#0", pytest.approx(0.0, abs=1e-5))]
