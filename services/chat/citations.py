@@ -1,5 +1,6 @@
-"""Citation post-processing: keep the [n] markers that point at a passage, renumber them in order of
-first use, and describe each cited passage."""
+"""Citation post-processing: read the markers the model wrote ([n], [n, m], [n-m], [Citation n],
+[Title > Section]), keep those that point at a passage, merge passages of the same document page,
+renumber in order of first use, rewrite every marker to the plain [n] form and describe each cited passage."""
 from __future__ import annotations
 
 import re
@@ -7,10 +8,29 @@ from dataclasses import dataclass
 
 from services.chat.chunks import RetrievedChunk
 
-SNIPPET_CHARS = 240
-_MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
+SNIPPET_CHARS = 200
+# Any bracketed text not followed by "(" (a Markdown link); its content decides whether it is a citation.
+_BRACKET = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")
+_NUMBER_LIST = re.compile(r"\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?(?:\s*,\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?)*\s*", re.I)
+_NUMBER_ITEM = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
+_MAX_RANGE = 50  # a wider "range" is a typo or a year span, not a citation
+_DICE_THRESHOLD = 0.5
 _DROPPED = "\x00"
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+# How a model says it lacks the information; such an answer is replaced by the fallback message.
+INSUFFICIENT_PHRASES = (
+    "don't have enough information",
+    "do not have enough information",
+    "not enough information",
+    "insufficient information",
+    "cannot find",
+    "can't find",
+    "could not find",
+    "couldn't find",
+    "no information about",
+    "does not contain information",
+    "doesn't contain information",
+)
 
 
 @dataclass(frozen=True)
@@ -41,29 +61,116 @@ def snippet_of(text: str, limit: int = SNIPPET_CHARS) -> str:
     return cut.rstrip(" ,;:") + "…"
 
 
+def lacks_information(answer: str) -> bool:
+    lowered = answer.lower().replace("’", "'")
+    return any(phrase in lowered for phrase in INSUFFICIENT_PHRASES)
+
+
+def _numbers(content: str) -> list[int] | None:
+    """1-based passage numbers of a numeric marker, or None when `content` is not one."""
+    if not _NUMBER_LIST.fullmatch(content):
+        return None
+    numbers: list[int] = []
+    for match in _NUMBER_ITEM.finditer(content):
+        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        if high < low or high - low > _MAX_RANGE:
+            numbers.append(low)
+        else:
+            numbers.extend(range(low, high + 1))
+    return numbers
+
+
+def _bigrams(text: str) -> list[str]:
+    text = " ".join(text.lower().split())
+    return [text[i : i + 2] for i in range(len(text) - 1)]
+
+
+def dice(a: str, b: str) -> float:
+    """Sørensen–Dice coefficient of the two strings' character bigrams (multiset)."""
+    left, right = _bigrams(a), _bigrams(b)
+    if not left or not right:
+        return 0.0
+    remaining = list(right)
+    shared = 0
+    for gram in left:
+        if gram in remaining:
+            remaining.remove(gram)
+            shared += 1
+    return 2 * shared / (len(left) + len(right))
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def match_heading(reference: str, chunks: list[RetrievedChunk]) -> int | None:
+    """1-based number of the passage a `Title > Section` reference names: exact title (and section),
+    then containment, then the best Dice bigram similarity above 0.5."""
+    title, _, section = (part.strip() for part in reference.partition(">"))
+    title, section = _norm(title), _norm(section)
+    for i, chunk in enumerate(chunks):
+        if _norm(chunk.title) == title and (not section or _norm(chunk.section) == section):
+            return i + 1
+    for i, chunk in enumerate(chunks):
+        heading = _norm(chunk.heading)
+        if _norm(reference) in heading or (title and title in _norm(chunk.title) and section in _norm(chunk.section)):
+            return i + 1
+    scored = [(dice(_norm(reference), _norm(chunk.heading)), i) for i, chunk in enumerate(chunks)]
+    best = max(scored, default=(0.0, -1))
+    return best[1] + 1 if best[0] > _DICE_THRESHOLD else None
+
+
+def _page_key(chunk: RetrievedChunk) -> tuple[str, object]:
+    # Chunks without a page number are distinct passages (a Markdown file has no pages to merge on).
+    return (chunk.doc_id, chunk.page) if chunk.page is not None else (chunk.doc_id, "chunk:" + chunk.chunk_id)
+
+
+def _strip_markers(answer: str, chunks: list[RetrievedChunk]) -> str:
+    def drop(match: re.Match[str]) -> str:
+        content = match.group(1)
+        if _numbers(content) is not None or (">" in content and match_heading(content, chunks)):
+            return _DROPPED
+        return match.group(0)
+
+    return re.sub(rf"[ \t]*{_DROPPED}", "", _BRACKET.sub(drop, answer)).strip()
+
+
 def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
-    """Rewrite `answer` so its markers are numbered 1..k in order of first use.
+    """Rewrite `answer` so its markers are plain [n], numbered 1..k in order of first use.
 
     `chunks[i]` is passage [i + 1] of the prompt. Numbers that point at no passage are dropped
-    (a marker left empty disappears); repeats inside one marker collapse.
+    (a marker left empty disappears); passages of one document page share one number. An answer
+    saying it lacks the information loses its markers and gets no citations (the caller falls back).
     """
-    renumbered: dict[int, int] = {}
+    if lacks_information(answer):
+        return CitedAnswer(answer=_strip_markers(answer, chunks), citations=[])
+    by_key: dict[tuple[str, object], int] = {}
+    first_chunk: dict[int, RetrievedChunk] = {}
 
     def rewrite(match: re.Match[str]) -> str:
+        content = match.group(1)
+        originals = _numbers(content)
+        if originals is None:
+            if ">" not in content:
+                return match.group(0)  # ordinary bracketed prose
+            heading_match = match_heading(content, chunks)
+            if heading_match is None:
+                return match.group(0)
+            originals = [heading_match]
         numbers: list[int] = []
-        for part in match.group(1).split(","):
-            original = int(part)
+        for original in originals:
             if not 1 <= original <= len(chunks):
                 continue
-            new = renumbered.setdefault(original, len(renumbered) + 1)
+            chunk = chunks[original - 1]
+            new = by_key.setdefault(_page_key(chunk), len(by_key) + 1)
+            first_chunk.setdefault(new, chunk)
             if new not in numbers:
                 numbers.append(new)
         return f"[{', '.join(map(str, numbers))}]" if numbers else _DROPPED
 
-    text = _MARKER.sub(rewrite, answer)
+    text = _BRACKET.sub(rewrite, answer)
     text = re.sub(rf"[ \t]*{_DROPPED}", "", text).strip()  # a dropped marker takes its leading space along
     citations = [
-        Citation(number=new, chunk=chunks[original - 1], snippet=snippet_of(chunks[original - 1].content))
-        for original, new in sorted(renumbered.items(), key=lambda item: item[1])
+        Citation(number=n, chunk=chunk, snippet=snippet_of(chunk.content)) for n, chunk in sorted(first_chunk.items())
     ]
     return CitedAnswer(answer=text, citations=citations)

@@ -1,6 +1,6 @@
 import pytest
 
-from services.chat.citations import SNIPPET_CHARS, resolve_citations, snippet_of
+from services.chat.citations import SNIPPET_CHARS, dice, lacks_information, resolve_citations, snippet_of
 from tests.unit.chat.fakes import make_chunk
 
 pytestmark = pytest.mark.unit
@@ -57,3 +57,91 @@ def test_snippet_without_sentence_end_cuts_at_a_word_boundary():
 
 def test_snippet_leaves_out_markdown_headings():
     assert snippet_of("## Adding users\nRun the command.") == "Run the command."
+
+
+def test_ranges_expand_and_are_renumbered():
+    result = resolve_citations("Steps [2-4]. Start [1].", CHUNKS)
+    assert result.answer == "Steps [1, 2, 3]. Start [4]."
+    assert [c.chunk.chunk_id for c in result.citations] == ["chunk-2", "chunk-3", "chunk-4", "chunk-1"]
+
+
+def test_range_partly_out_of_range_keeps_the_real_passages():
+    result = resolve_citations("See [3-6].", CHUNKS)
+    assert result.answer == "See [1, 2]."
+    assert [c.chunk.chunk_id for c in result.citations] == ["chunk-3", "chunk-4"]
+
+
+def test_citation_word_form_is_rewritten_to_plain_number():
+    result = resolve_citations("Per [Citation 3] and [citation 1].", CHUNKS)
+    assert result.answer == "Per [1] and [2]."
+    assert [c.chunk.chunk_id for c in result.citations] == ["chunk-3", "chunk-1"]
+
+
+def test_heading_reference_matches_exact_title_and_section():
+    chunks = [make_chunk(1, "a.", title="Users", section="Adding"), make_chunk(2, "b.", title="Users", section="Removing")]
+    result = resolve_citations("Remove them [Users > Removing].", chunks)
+    assert result.answer == "Remove them [1]."
+    assert [c.chunk.chunk_id for c in result.citations] == ["chunk-2"]
+
+
+def test_heading_reference_matches_by_containment():
+    chunks = [make_chunk(1, "a.", title="Admin Guide: Users", section="Adding new users")]
+    result = resolve_citations("Add them [Users > Adding new].", chunks)
+    assert result.answer == "Add them [1]."
+
+
+def test_heading_reference_matches_by_dice_similarity_and_ignores_unknown_headings():
+    chunks = [make_chunk(1, "a.", title="Installation", section="Requirements")]
+    assert resolve_citations("Needs [Instalation > Requirement] x.", chunks).answer == "Needs [1] x."
+    unrelated = resolve_citations("Odd [Billing > Refunds].", chunks)
+    assert unrelated.answer == "Odd [Billing > Refunds]."
+    assert unrelated.citations == []
+
+
+def test_dice_similarity():
+    assert dice("night", "nacht") == pytest.approx(0.25)
+    assert dice("same", "same") == 1.0
+    assert dice("a", "b") == 0.0
+
+
+def test_two_chunks_of_one_document_page_become_one_citation():
+    chunks = [
+        make_chunk(1, "First part.", doc_id="manual", page=4),
+        make_chunk(2, "Second part.", doc_id="manual", page=4),
+        make_chunk(3, "Other page.", doc_id="manual", page=5),
+    ]
+    result = resolve_citations("A [2]. B [1]. C [3]. D [1, 2].", chunks)
+    assert result.answer == "A [1]. B [1]. C [2]. D [1]."
+    assert [(c.number, c.chunk.chunk_id, c.chunk.page) for c in result.citations] == [(1, "chunk-2", 4), (2, "chunk-3", 5)]
+
+
+def test_chunks_without_page_stay_separate_citations():
+    chunks = [make_chunk(1, "x.", doc_id="guide"), make_chunk(2, "y.", doc_id="guide")]
+    assert len(resolve_citations("[1] [2]", chunks).citations) == 2
+
+
+def test_markdown_links_are_not_citations():
+    result = resolve_citations("See [3](https://example.com) and [2].", CHUNKS)
+    assert result.answer == "See [3](https://example.com) and [1]."
+
+
+@pytest.mark.parametrize("answer", [
+    "I don't have enough information to answer that [1].",
+    "There is not enough information in the documents [2, 3].",
+    "I cannot find this in [Citation 1].",
+    "I don’t have enough information [1-2].",
+])
+def test_insufficient_information_answer_loses_markers_and_citations(answer):
+    assert lacks_information(answer)
+    result = resolve_citations(answer, CHUNKS)
+    assert result.citations == []
+    assert "[" not in result.answer
+
+
+def test_ordinary_answer_is_not_insufficient():
+    assert not lacks_information("Run the command [1].")
+
+
+def test_snippet_limit_is_200_characters():
+    assert SNIPPET_CHARS == 200
+    assert len(snippet_of("word " * 100)) <= 200
