@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import Depends, FastAPI
 
+from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.adapters.generator import build_generator
 from services.chat.adapters.retrieval_client import HttpRetrievalClient
 from services.chat.api import router
@@ -40,7 +41,17 @@ def create_app(
         app.state.pipeline = ChatPipeline(
             retriever=retriever
             or HttpRetrievalClient(
-                client=http, settings=settings, base_url=settings.retrieval_url, timeout_s=settings.retrieval_timeout_s
+                client=http,
+                settings=settings,
+                base_url=settings.retrieval_url,
+                timeout_s=settings.retrieval_timeout_s,
+                attempts=settings.retrieval_attempts,
+                backoff_base_s=settings.retrieval_backoff_s,
+                breaker=CircuitBreaker(
+                    name="retrieval",
+                    failure_threshold=settings.retrieval_breaker_failures,
+                    cooldown_s=settings.retrieval_breaker_cooldown_s,
+                ),
             ),
             generator=generator or owned_generator,
             publisher=events,

@@ -19,6 +19,18 @@ class Settings(CommonSettings):
     retrieval_timeout_s: float = Field(
         10.0, gt=0, validation_alias=aliases("RETRIEVAL_TIMEOUT_S", "retrieval_timeout_s")
     )
+    retrieval_attempts: int = Field(
+        3, ge=1, le=10, validation_alias=aliases("RETRIEVAL_ATTEMPTS", "retrieval_attempts")
+    )
+    retrieval_backoff_s: float = Field(
+        0.1, ge=0, validation_alias=aliases("RETRIEVAL_BACKOFF_S", "retrieval_backoff_s")
+    )
+    retrieval_breaker_failures: int = Field(
+        5, ge=1, validation_alias=aliases("RETRIEVAL_BREAKER_FAILURES", "retrieval_breaker_failures")
+    )
+    retrieval_breaker_cooldown_s: float = Field(
+        30.0, gt=0, validation_alias=aliases("RETRIEVAL_BREAKER_COOLDOWN_S", "retrieval_breaker_cooldown_s")
+    )
     llm_base_url: str | None = Field(
         None,
         validation_alias=aliases("LLM_BASE_URL", "llm_base_url"),
