@@ -14,7 +14,7 @@ from services.chat.confidence import Confidence, assess, no_information
 from services.chat.errors import UnknownModel
 from services.chat.models import ChatRequest, ChatResponse, Metadata, Timings, UsageOut
 from services.chat.ports import Generation, Generator, Retriever
-from services.chat.presentation import citation_out, confidence_out, related_docs, source_out
+from services.chat.presentation import citation_out, confidence_out, related_docs, sources_out
 from services.chat.prompt import build_prompt
 from services.chat.settings import Settings
 from shared.broker import EventPublisher
@@ -148,7 +148,7 @@ class ChatPipeline:
             query=request.query,
             answer=cited.answer,
             citations=[citation_out(c) for c in cited.citations],
-            sources=[source_out(c) for c in cited.citations],
+            sources=sources_out(cited.citations),
             related_docs=related_docs(relevant, cited.citations),
             confidence=confidence_out(confidence),
             metadata=Metadata(

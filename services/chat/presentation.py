@@ -28,6 +28,15 @@ def source_out(citation: Citation) -> Source:
     return Source(**citation_out(citation).model_dump(), content=citation.chunk.content, score=citation.chunk.score)
 
 
+def sources_out(citations: list[Citation]) -> list[Source]:
+    """One source per document URL (per doc_id when a document has no URL), in citation order."""
+    sources: dict[str, Source] = {}
+    for citation in citations:
+        key = citation.chunk.url or f"doc:{citation.chunk.doc_id}"
+        sources.setdefault(key, source_out(citation))
+    return list(sources.values())
+
+
 def related_docs(relevant: list[RetrievedChunk], citations: list[Citation]) -> list[RelatedDoc]:
     """Documents among the relevant passages that the answer does not cite, best first."""
     cited = {c.chunk.doc_id for c in citations}

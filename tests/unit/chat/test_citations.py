@@ -145,3 +145,19 @@ def test_ordinary_answer_is_not_insufficient():
 def test_snippet_limit_is_200_characters():
     assert SNIPPET_CHARS == 200
     assert len(snippet_of("word " * 100)) <= 200
+
+
+def test_sources_are_deduplicated_by_url_then_doc_id():
+    from dataclasses import replace
+
+    from services.chat.presentation import sources_out
+
+    chunks = [
+        make_chunk(1, "p1.", doc_id="manual", page=1),
+        replace(make_chunk(2, "p2.", doc_id="manual", page=2), url="docs/doc-1.md"),
+        replace(make_chunk(3, "x.", doc_id="faq"), url=None),
+        replace(make_chunk(4, "y.", doc_id="faq"), url=None),
+    ]
+    cited = resolve_citations("[1] [2] [3] [4]", chunks)
+    assert len(cited.citations) == 4
+    assert [(s.doc_id, s.chunk_id) for s in sources_out(cited.citations)] == [("manual", "chunk-1"), ("faq", "chunk-3")]
