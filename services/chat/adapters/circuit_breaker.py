@@ -41,6 +41,10 @@ class CircuitBreaker:
         self._trial_in_flight = False
         self._set(CLOSED)
 
+    def abandon(self) -> None:
+        """The call ended without a verdict (cancelled): let the next call be the trial."""
+        self._trial_in_flight = False
+
     def record_failure(self) -> None:
         self._trial_in_flight = False
         self._failures += 1

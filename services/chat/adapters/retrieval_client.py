@@ -87,6 +87,9 @@ class HttpRetrievalClient:
         except DependencyUnavailable:
             self.breaker.record_failure()
             raise
+        except BaseException:
+            self.breaker.abandon()  # cancelled (the caller went away): no verdict on retrieval
+            raise
         # retrieval answered: a 4xx is the request's fault, not a sign retrieval is down
         self.breaker.record_success()
         if response.status_code in (400, 422):

@@ -134,3 +134,31 @@ def test_open_breaker_fails_fast_without_a_request():
         asyncio.run(_search(client))
     assert len(calls) == 1
     asyncio.run(http.aclose())
+
+
+def test_a_cancelled_trial_call_frees_the_half_open_breaker_for_the_next_call():
+    clock = Clock()
+    breaker = CircuitBreaker(name="retrieval", failure_threshold=1, cooldown_s=5, clock=clock)
+    breaker.record_failure()
+    clock.now += 5
+    release = asyncio.Event()
+
+    async def scenario() -> None:
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await release.wait()  # the trial call hangs until its caller gives up
+            return httpx.Response(200, json={"results": [RESULT]})
+
+        http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        client = HttpRetrievalClient(client=http, settings=Settings(), base_url="http://retrieval", timeout_s=5, breaker=breaker)
+        trial = asyncio.ensure_future(_search(client))
+        await asyncio.sleep(0.05)
+        assert breaker.state == HALF_OPEN and not breaker.allow(), "one trial at a time"
+        trial.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await trial
+        release.set()
+        assert [c.chunk_id for c in await _search(client)] == ["c1"], "the next call is let through as the trial"
+        assert breaker.state == CLOSED
+        await http.aclose()
+
+    asyncio.run(scenario())
