@@ -18,15 +18,15 @@ _DICE_THRESHOLD = 0.5
 _DROPPED = "\x00"
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 # How a model says it lacks the information; such an answer is replaced by the fallback message.
+# Whole phrases only: a bare "cannot find" also occurs in good answers ("if you cannot find the file, ...").
 INSUFFICIENT_PHRASES = (
     "don't have enough information",
     "do not have enough information",
     "not enough information",
     "insufficient information",
-    "cannot find",
-    "can't find",
-    "could not find",
-    "couldn't find",
+    "cannot find this information",
+    "can't find this information",
+    "could not find this information",
     "no information about",
     "does not contain information",
     "doesn't contain information",

@@ -128,7 +128,7 @@ def test_markdown_links_are_not_citations():
 @pytest.mark.parametrize("answer", [
     "I don't have enough information to answer that [1].",
     "There is not enough information in the documents [2, 3].",
-    "I cannot find this in [Citation 1].",
+    "I cannot find this information in [Citation 1].",
     "I don’t have enough information [1-2].",
 ])
 def test_insufficient_information_answer_loses_markers_and_citations(answer):
@@ -140,6 +140,7 @@ def test_insufficient_information_answer_loses_markers_and_citations(answer):
 
 def test_ordinary_answer_is_not_insufficient():
     assert not lacks_information("Run the command [1].")
+    assert not lacks_information("If you cannot find the file, run cairn ingest again [1].")
 
 
 def test_snippet_limit_is_200_characters():
