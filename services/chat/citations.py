@@ -125,14 +125,26 @@ def _page_key(chunk: RetrievedChunk) -> tuple[str, object]:
     return (chunk.doc_id, chunk.page) if chunk.page is not None else (chunk.doc_id, "chunk:" + chunk.chunk_id)
 
 
+def _marker_passages(content: str, chunks: list[RetrievedChunk]) -> list[int] | None:
+    """1-based passage numbers a bracketed `content` cites, or None when it is not a citation marker
+    (ordinary bracketed prose, or a heading that names no passage)."""
+    numbers = _numbers(content)
+    if numbers is not None:
+        return numbers
+    if ">" in content and (heading_match := match_heading(content, chunks)) is not None:
+        return [heading_match]
+    return None
+
+
+def _without_dropped(text: str) -> str:
+    return re.sub(rf"[ \t]*{_DROPPED}", "", text).strip()  # a dropped marker takes its leading space along
+
+
 def _strip_markers(answer: str, chunks: list[RetrievedChunk]) -> str:
     def drop(match: re.Match[str]) -> str:
-        content = match.group(1)
-        if _numbers(content) is not None or (">" in content and match_heading(content, chunks)):
-            return _DROPPED
-        return match.group(0)
+        return _DROPPED if _marker_passages(match.group(1), chunks) is not None else match.group(0)
 
-    return re.sub(rf"[ \t]*{_DROPPED}", "", _BRACKET.sub(drop, answer)).strip()
+    return _without_dropped(_BRACKET.sub(drop, answer))
 
 
 def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
@@ -148,15 +160,9 @@ def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
     first_chunk: dict[int, RetrievedChunk] = {}
 
     def rewrite(match: re.Match[str]) -> str:
-        content = match.group(1)
-        originals = _numbers(content)
+        originals = _marker_passages(match.group(1), chunks)
         if originals is None:
-            if ">" not in content:
-                return match.group(0)  # ordinary bracketed prose
-            heading_match = match_heading(content, chunks)
-            if heading_match is None:
-                return match.group(0)
-            originals = [heading_match]
+            return match.group(0)
         numbers: list[int] = []
         for original in originals:
             if not 1 <= original <= len(chunks):
@@ -168,8 +174,7 @@ def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
                 numbers.append(new)
         return f"[{', '.join(map(str, numbers))}]" if numbers else _DROPPED
 
-    text = _BRACKET.sub(rewrite, answer)
-    text = re.sub(rf"[ \t]*{_DROPPED}", "", text).strip()  # a dropped marker takes its leading space along
+    text = _without_dropped(_BRACKET.sub(rewrite, answer))
     citations = [
         Citation(number=n, chunk=chunk, snippet=snippet_of(chunk.content)) for n, chunk in sorted(first_chunk.items())
     ]
