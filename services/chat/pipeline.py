@@ -1,11 +1,13 @@
-"""One chat turn: retrieve → (no relevant passage: say so) → prompt → generate → cite → score.
+"""One chat turn: prepare (retrieve, decide, build the prompt) → generate → finish (cite, score, report).
 
 Each step lives in its own module; this one only sequences them, times them and emits events.
+`answer` and `stream` share `_prepare` and `_finish`, so a streamed answer is post-processed
+exactly like a plain one.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.chat import events
 from services.chat.chunks import RetrievedChunk
@@ -15,7 +17,7 @@ from services.chat.errors import UnknownModel
 from services.chat.models import ChatRequest, ChatResponse, Metadata, Timings, UsageOut
 from services.chat.ports import Generation, Generator, Retriever
 from services.chat.presentation import citation_out, confidence_out, related_docs, sources_out
-from services.chat.prompt import build_prompt
+from services.chat.prompt import Prompt, build_prompt
 from services.chat.settings import Settings
 from shared.broker import EventPublisher
 from shared.caller import Caller
@@ -52,6 +54,26 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 1)
 
 
+@dataclass
+class Turn:
+    """What one request has gathered so far; `stage` names the step running, for QueryFailed."""
+
+    request: ChatRequest
+    caller: Caller
+    model: str
+    top_k: int
+    started: float = field(default_factory=time.perf_counter)
+    stage: str = "retrieval"
+    timings: Timings = field(default_factory=Timings)
+    query: str = ""  # the standalone question sent to retrieval and the model
+    retrieved: list[RetrievedChunk] = field(default_factory=list)
+    prompt: Prompt | None = None  # None: answer without asking the model
+
+    @property
+    def used(self) -> list[RetrievedChunk]:
+        return self.prompt.chunks if self.prompt else []
+
+
 class ChatPipeline:
     def __init__(
         self, *, retriever: Retriever, generator: Generator, publisher: EventPublisher, config: PipelineConfig
@@ -69,73 +91,75 @@ class ChatPipeline:
         return model_id
 
     async def answer(self, *, request: ChatRequest, caller: Caller) -> ChatResponse:
-        model = self.resolve_model(request.model_id)
-        top_k = request.top_k or self.config.default_top_k
-        started = time.perf_counter()
-        self.publisher.submit(
-            events.query_submitted(
-                caller=caller, query=request.query, conversation_id=request.conversation_id, model=model, top_k=top_k
-            )
-        )
-        stage = "retrieval"
+        turn = self._start(request, caller)
         try:
-            timings = Timings()
-            step = time.perf_counter()
-            chunks = await self.retriever.search(
-                query=request.query, top_k=top_k, filters=request.filters, caller=caller
-            )
-            timings.retrieval = _ms(step)
-            relevant = [c for c in chunks if c.relevance >= self.config.relevance_threshold]
-            if not relevant:
-                best = max((c.relevance for c in chunks), default=None)
-                confidence = no_information(best_relevance=best, threshold=self.config.relevance_threshold)
-                return self._finish(
-                    request=request, caller=caller, started=started, timings=timings, retrieved=chunks, used=[],
-                    generation=None, cited=None, confidence=confidence,
+            await self._prepare(turn)
+            generation = None
+            if turn.prompt is not None:
+                turn.stage = "generation"
+                step = time.perf_counter()
+                generation = await self.generator.generate(
+                    model=turn.model,
+                    messages=turn.prompt.messages,
+                    temperature=self.config.temperature,
+                    max_tokens=self.config.max_tokens,
                 )
-
-            stage = "generation"
-            prompt = build_prompt(query=request.query, chunks=relevant, token_budget=self.config.token_budget)
-            step = time.perf_counter()
-            generation = await self.generator.generate(
-                model=model, messages=prompt.messages, temperature=self.config.temperature, max_tokens=self.config.max_tokens
-            )
-            timings.generation = _ms(step)
-
-            stage = "citations"
-            step = time.perf_counter()
-            cited = resolve_citations(generation.text, prompt.chunks)
-            confidence = assess(relevances=[c.relevance for c in prompt.chunks], citation_count=len(cited.citations))
-            timings.citations = _ms(step)
-            return self._finish(
-                request=request, caller=caller, started=started, timings=timings, retrieved=chunks,
-                used=prompt.chunks, generation=generation, cited=cited, confidence=confidence,
-            )
+                turn.timings.generation = _ms(step)
+            return self._finish(turn, generation)
         except ServiceError as exc:
-            self._failed(request, caller, started, stage, exc.code)
+            self._failed(turn, exc.code)
             raise
         except Exception:
-            self._failed(request, caller, started, stage, "internal_error")
+            self._failed(turn, "internal_error")
             raise
 
-    def _finish(
-        self,
-        *,
-        request: ChatRequest,
-        caller: Caller,
-        started: float,
-        timings: Timings,
-        retrieved: list[RetrievedChunk],
-        used: list[RetrievedChunk],
-        generation: Generation | None,
-        cited: CitedAnswer | None,
-        confidence: Confidence,
-    ) -> ChatResponse:
-        # Anti-hallucination hook: an answer that cites nothing is not shown (a later issue refines this).
+    def _start(self, request: ChatRequest, caller: Caller) -> Turn:
+        turn = Turn(
+            request=request,
+            caller=caller,
+            model=self.resolve_model(request.model_id),
+            top_k=request.top_k or self.config.default_top_k,
+            query=request.query,
+        )
+        self.publisher.submit(
+            events.query_submitted(
+                caller=caller, query=request.query, conversation_id=request.conversation_id, model=turn.model,
+                top_k=turn.top_k,
+            )
+        )
+        return turn
+
+    async def _prepare(self, turn: Turn) -> None:
+        """Retrieve, and build the prompt when a passage is relevant enough to answer from."""
+        turn.stage = "retrieval"
+        step = time.perf_counter()
+        turn.retrieved = await self.retriever.search(
+            query=turn.query, top_k=turn.top_k, filters=turn.request.filters, caller=turn.caller
+        )
+        turn.timings.retrieval = _ms(step)
+        relevant = self._relevant(turn.retrieved)
+        if relevant:
+            turn.prompt = build_prompt(query=turn.query, chunks=relevant, token_budget=self.config.token_budget)
+
+    def _relevant(self, chunks: list[RetrievedChunk]) -> list[RetrievedChunk]:
+        return [c for c in chunks if c.relevance >= self.config.relevance_threshold]
+
+    def _finish(self, turn: Turn, generation: Generation | None) -> ChatResponse:
+        """Cite, score, build the response and publish ResponseGenerated."""
+        turn.stage = "citations"
+        step = time.perf_counter()
+        cited: CitedAnswer | None = None
+        if generation is None:
+            best = max((c.relevance for c in turn.retrieved), default=None)
+            confidence: Confidence = no_information(best_relevance=best, threshold=self.config.relevance_threshold)
+        else:
+            cited = resolve_citations(generation.text, turn.used)
+            confidence = assess(relevances=[c.relevance for c in turn.used], citation_count=len(cited.citations))
+        # Anti-hallucination: an answer that cites nothing is not shown.
         answered = cited is not None and bool(cited.citations)
         if not answered:
             cited = CitedAnswer(answer=NO_INFORMATION, citations=[])  # confidence is already Low here
-        relevant = [c for c in retrieved if c.relevance >= self.config.relevance_threshold]
+        turn.timings.citations = _ms(step)
         usage = UsageOut()
         if generation:
             usage = UsageOut(
@@ -143,29 +167,31 @@ class ChatPipeline:
                 completion_tokens=generation.completion_tokens,
                 total_tokens=generation.prompt_tokens + generation.completion_tokens,
             )
-        timings.total = _ms(started)
+        turn.timings.total = _ms(turn.started)
         response = ChatResponse(
-            query=request.query,
+            query=turn.request.query,
             answer=cited.answer,
             citations=[citation_out(c) for c in cited.citations],
             sources=sources_out(cited.citations),
-            related_docs=related_docs(relevant, cited.citations),
+            related_docs=related_docs(self._relevant(turn.retrieved), cited.citations),
             confidence=confidence_out(confidence),
             metadata=Metadata(
                 request_id=request_id_var.get(),
                 model=generation.model if generation else None,
-                reformulated_query=request.query,
-                chunks_retrieved=len(retrieved),
-                chunks_used=len(used),
-                timings_ms=timings,
+                reformulated_query=turn.query,
+                chunks_retrieved=len(turn.retrieved),
+                chunks_used=len(turn.used),
+                timings_ms=turn.timings,
                 usage=usage,
                 finish_reason=generation.finish_reason if generation else None,
             ),
         )
-        self.publisher.submit(events.response_generated(caller=caller, response=response, answered=answered))
+        self.publisher.submit(events.response_generated(caller=turn.caller, response=response, answered=answered))
         return response
 
-    def _failed(self, request: ChatRequest, caller: Caller, started: float, stage: str, error: str) -> None:
+    def _failed(self, turn: Turn, error: str) -> None:
         self.publisher.submit(
-            events.query_failed(caller=caller, query=request.query, stage=stage, error=error, total_ms=_ms(started))
+            events.query_failed(
+                caller=turn.caller, query=turn.request.query, stage=turn.stage, error=error, total_ms=_ms(turn.started)
+            )
         )
