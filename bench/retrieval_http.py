@@ -11,13 +11,8 @@ Both processes run the default torch backend with QUERY_CACHE_SIZE=0, so every r
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +20,8 @@ from pathlib import Path
 import aiohttp
 import httpx
 
-from bench.common import REPO, Figure, load_average, percentile
+from bench.common import Figure, load_average, percentile
+from bench.processes import ServiceProcess
 from shared.web import SERVICE_TOKEN_HEADER
 
 CLIENTS = 32
@@ -34,66 +30,24 @@ RUN_LIMIT_S = 120.0  # a measurement stops issuing requests after this, whatever
 SINGLE_CLIENT_QUERIES = 100
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RetrievalProcess:
-    """`python -m services.retrieval` on a copy of the bench index, on a free loopback port."""
+class RetrievalProcess(ServiceProcess):
+    """The retrieval service on a copy of the bench index."""
 
     def __init__(self, *, name: str, index: Path, scratch: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.data_dir = scratch / name
-        shutil.copytree(index / "chroma", self.data_dir / "chroma")
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token = secrets.token_urlsafe(24)
-        self.log_path = scratch / f"{name}.log"
-        self._env = {
-            k: v for k, v in os.environ.items()
-            if k not in {"CHROMA_URL", "RERANK_MODEL", "CONTEXTUAL_CHUNKS", "EMBEDDING_CACHE", "EMBEDDING_BACKEND"}
-        } | {
-            "CAIRN_DATA_DIR": str(self.data_dir),
-            "CHROMA_COLLECTION": "bench",
-            "RETRIEVAL_HOST": "127.0.0.1",
-            "RETRIEVAL_PORT": str(self.port),
-            "CAIRN_SERVICE_TOKEN": self.token,
-            "QUERY_CACHE_SIZE": "0",
-            "LOG_LEVEL": "WARNING",
-            "KEYWORD_SYNC_INTERVAL_S": "60",  # no other replica writes here; keeps the idle process quiet
-            "HF_HUB_OFFLINE": "1",
-        } | env
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "services.retrieval"], cwd=REPO, env=self._env, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    def wait_ready(self, timeout_s: float = 600) -> float:
-        started = time.monotonic()
-        while time.monotonic() - started < timeout_s:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"retrieval process {self.name} exited; see {self.log_path}:\n{self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return time.monotonic() - started
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"retrieval process {self.name} not ready after {timeout_s}s; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        data_dir = scratch / name
+        shutil.copytree(index / "chroma", data_dir / "chroma")
+        super().__init__(
+            service="retrieval",
+            name=name,
+            scratch=scratch,
+            env={
+                "CAIRN_DATA_DIR": str(data_dir),
+                "CHROMA_COLLECTION": "bench",
+                "QUERY_CACHE_SIZE": "0",
+                "KEYWORD_SYNC_INTERVAL_S": "60",  # no other replica writes here; keeps the idle process quiet
+            }
+            | env,
+        )
 
 
 def _single_client_ms(server: RetrievalProcess, queries: list[str], *, mode: str) -> list[float]:

@@ -3,7 +3,8 @@ median of several repeats (this machine's speed drifts within an hour; only same
 
 Sections: threads (why BLAS is held to one thread), ingest (real ingestion path vs bare encode, per
 backend), http (/search p50 vs bare encode, and throughput with vs without micro-batching, over real
-HTTP on a ~20k-chunk SciFact index built once and kept under CAIRN_DATA_DIR/bench/).
+HTTP on a ~20k-chunk SciFact index built once and kept under CAIRN_DATA_DIR/bench/), chat (POST /chat
+over HTTP vs the same pipeline in-process, generation time subtracted).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-SECTIONS = ("threads", "ingest", "http")
+SECTIONS = ("threads", "ingest", "http", "chat")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from bench import retrieval_http, retrieval_ingest, retrieval_threads
+    from bench import chat_http, retrieval_http, retrieval_ingest, retrieval_threads
     from bench.common import format_table, load_average, scifact_dir
     from bench.corpus import queries as read_queries
     from bench.index import ensure_index
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = load_average()
     torch.set_num_threads(settings.torch_threads)
-    bare = SentenceTransformer(str(settings.model_path()), device="cpu")
+    retrieval_sections = {"threads", "ingest", "http"} & set(sections)
+    bare = SentenceTransformer(str(settings.model_path()), device="cpu") if retrieval_sections else None
     queries = read_queries(dataset)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     figures = []
@@ -73,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             index=index, chunks=int(info["chunks"]), queries=queries, bare=bare,
             threads=settings.torch_threads, repeats=args.repeats, log=log,
         )
+    if "chat" in sections:
+        figures += chat_http.run(dataset_dir=dataset, repeats=args.repeats, log=log)
     report = {
-        "section": "retrieval",
+        "sections": sections,
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "repeats": args.repeats,
         "cpus": os.cpu_count(),
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {report['load_average']['start']} -> {report['load_average']['end']} on {os.cpu_count()} CPUs; "
           f"{report['seconds']}s")
     print(json.dumps(report, indent=2))
-    out = settings.data_dir / "bench" / "retrieval-last.json"
+    out = settings.data_dir / "bench" / "last.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     return 1 if args.strict and any(f.passed is False for f in figures) else 0
