@@ -4,6 +4,7 @@ Logic modules import only this; adapters/ implements it, main.py wires the concr
 """
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,6 +19,15 @@ class Generation:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One finished turn of a conversation, as kept for follow-ups."""
+
+    question: str  # what the user typed
+    standalone: str  # the question as sent to retrieval (rewritten when it was a follow-up)
+    answer: str
 
 
 class Retriever(Protocol):
@@ -37,12 +47,39 @@ class Retriever(Protocol):
 
 
 class Generator(Protocol):
-    """A chat-completion model. Raises services.chat.errors.LLMUnavailable when it fails."""
+    """A chat-completion model. Raises services.chat.errors.LLMUnavailable when it fails (after its retries)."""
 
     async def generate(
         self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
     ) -> Generation:
         """The complete answer to `messages`."""
 
+    def stream(
+        self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
+    ) -> AsyncIterator[str | Generation]:
+        """Text deltas as the model writes them, then one Generation with the whole text, usage and
+        finish_reason. Closing the iterator early (a client that went away) cancels the request."""
+
     async def ping(self) -> bool:
         """True when the model endpoint answers."""
+
+
+class ConversationStore(Protocol):
+    """The recent turns of each conversation, owned by the user who started it.
+
+    Raises services.chat.errors.ConversationNotFound when `conversation_id` belongs to another user,
+    and shared.errors.DependencyUnavailable("conversation_store") when the store does not answer.
+    """
+
+    async def history(self, *, conversation_id: str, user_id: str) -> list[Exchange]:
+        """The kept turns, oldest first; empty for a conversation not seen before."""
+
+    async def append(self, *, conversation_id: str, user_id: str, exchange: Exchange) -> None:
+        """Keep `exchange` as the newest turn (dropping the oldest past the limit) and renew the TTL."""
+
+
+class Reformulator(Protocol):
+    """Rewrites a question into a standalone one (follow-ups resolved, typos fixed where it can)."""
+
+    async def reformulate(self, *, query: str, history: list[Exchange], model: str) -> str:
+        """The standalone question; `query` itself when nothing needs rewriting."""

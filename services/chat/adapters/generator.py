@@ -3,40 +3,44 @@ LLM_BASE_URL, the built-in offline generator served in-process over an ASGI tran
 real request and response handling runs in the demo and in every test."""
 from __future__ import annotations
 
-import logging
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx2  # the HTTP library the openai SDK (>= 3) is built on
 import openai
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, AsyncStream
+from openai.types.chat import ChatCompletionChunk
 
+from services.chat.adapters.llm_retry import RetryPolicy
 from services.chat.errors import LLMUnavailable
 from services.chat.ports import Generation
 from services.chat.settings import Settings
 
-log = logging.getLogger(__name__)
-
 OFFLINE_BASE_URL = "http://offline-llm/v1"
+# What a broken stream can raise: the SDK's errors, and ValueError for a chunk that is not JSON.
+_STREAM_FAILURES = (openai.OpenAIError, ValueError)
 
 
 class OpenAIGenerator:
-    def __init__(self, client: AsyncOpenAI, *, offline: bool = False) -> None:
+    """The Generator port over the openai SDK, with one retry policy: `policy`, never the SDK's own."""
+
+    def __init__(self, client: AsyncOpenAI, *, policy: RetryPolicy | None = None, offline: bool = False) -> None:
+        if client.max_retries != 0:
+            raise ValueError("build the client with max_retries=0: the RetryPolicy is the only retry loop")
         self._client = client
+        self._policy = policy or RetryPolicy()
         self._offline = offline
 
     async def generate(
         self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
     ) -> Generation:
         try:
-            completion = await self._client.chat.completions.create(
-                model=model, messages=messages, temperature=temperature, max_tokens=max_tokens
+            completion = await self._policy.run(
+                self._client.chat.completions.create,
+                model=model, messages=messages, temperature=temperature, max_tokens=max_tokens,
             )
-        except openai.APIStatusError as exc:
-            log.warning("llm answered an error", extra={"status": exc.status_code, "model": model})
-            raise LLMUnavailable(f"the model endpoint answered {exc.status_code}") from exc
-        except openai.APITimeoutError as exc:
-            raise LLMUnavailable("the model endpoint did not answer in time") from exc
-        except openai.OpenAIError as exc:  # connection refused, unreadable response, ...
-            raise LLMUnavailable(f"the model endpoint is unreachable ({type(exc).__name__})") from exc
+        except openai.OpenAIError as exc:
+            raise _unavailable(exc) from exc
         if not completion.choices:
             raise LLMUnavailable("the model returned no choices")
         choice = completion.choices[0]
@@ -49,11 +53,51 @@ class OpenAIGenerator:
             finish_reason=choice.finish_reason,
         )
 
+    async def stream(
+        self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
+    ) -> AsyncIterator[str | Generation]:
+        """Retried until the first text arrives; a failure after it raises LLMUnavailable at once."""
+        request = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+        try:
+            chunks, head = await self._policy.run(self._open_stream, request)
+        except _STREAM_FAILURES as exc:
+            raise _unavailable(exc) from exc
+        tally = _Tally(model=model)
+        try:  # closing the response is what tells the server that the reader went away
+            for chunk in head:
+                if text := tally.add(chunk):
+                    yield text
+            while (chunk := await _next_chunk(chunks)) is not None:
+                if text := tally.add(chunk):
+                    yield text
+        finally:
+            await chunks.close()
+        yield tally.generation()
+
+    async def _open_stream(
+        self, request: dict[str, Any]
+    ) -> tuple[AsyncStream[ChatCompletionChunk], list[ChatCompletionChunk]]:
+        """Start a streamed completion and read it up to its first text, so that everything that can
+        fail before the caller sees a word is inside one retryable call."""
+        chunks = await self._client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
+        head: list[ChatCompletionChunk] = []
+        try:
+            while not head or not _text_of(head[-1]):
+                head.append(await anext(chunks))
+        except StopAsyncIteration:
+            pass  # the whole answer came without text
+        except BaseException:
+            await chunks.close()
+            raise
+        return chunks, head
+
     async def ping(self) -> bool:
         if self._offline:
             return True
         try:
-            await self._client.with_options(timeout=2.0, max_retries=0).models.list()
+            await self._client.with_options(timeout=2.0).models.list()
         except openai.APIStatusError:
             return True  # it answered; not every compatible server offers /models
         except openai.OpenAIError:
@@ -64,21 +108,74 @@ class OpenAIGenerator:
         await self._client.close()
 
 
+class _Tally:
+    """What a stream has said so far: text, and the model, usage and finish_reason once they come."""
+
+    def __init__(self, *, model: str) -> None:
+        self.model = model
+        self.parts: list[str] = []
+        self.prompt_tokens = self.completion_tokens = 0
+        self.finish_reason: str | None = None
+
+    def add(self, chunk: ChatCompletionChunk) -> str:
+        """The chunk's text ("" for none)."""
+        self.model = chunk.model or self.model
+        if chunk.usage:  # servers that ignore stream_options never send it
+            self.prompt_tokens, self.completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+        if chunk.choices and chunk.choices[0].finish_reason:
+            self.finish_reason = chunk.choices[0].finish_reason
+        text = _text_of(chunk)
+        self.parts.append(text)
+        return text
+
+    def generation(self) -> Generation:
+        return Generation(
+            text="".join(self.parts),
+            model=self.model,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            finish_reason=self.finish_reason,
+        )
+
+
+def _text_of(chunk: ChatCompletionChunk) -> str:
+    return (chunk.choices[0].delta.content or "") if chunk.choices else ""
+
+
+async def _next_chunk(chunks: AsyncStream[ChatCompletionChunk]) -> ChatCompletionChunk | None:
+    """The next chunk, None at the end; a failure now is final, since the caller already has text."""
+    try:
+        return await anext(chunks)
+    except StopAsyncIteration:
+        return None
+    except _STREAM_FAILURES as exc:
+        raise LLMUnavailable("the model's answer broke off part way") from exc
+
+
+def _unavailable(exc: Exception) -> LLMUnavailable:
+    if isinstance(exc, openai.APIStatusError):
+        return LLMUnavailable(f"the model endpoint answered {exc.status_code}")
+    if isinstance(exc, openai.APITimeoutError):
+        return LLMUnavailable("the model endpoint did not answer in time")
+    return LLMUnavailable(f"the model endpoint is unreachable or unreadable ({type(exc).__name__})")
+
+
 def build_generator(settings: Settings) -> OpenAIGenerator:
     """The one place that decides between the configured endpoint and the offline generator."""
+    policy = RetryPolicy(
+        max_retries=settings.llm_max_retries, base_s=settings.llm_backoff_base_s, cap_s=settings.llm_backoff_cap_s
+    )
     if settings.offline:
         from services.chat.offline_llm.app import create_app as create_offline_app
 
         http_client = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=create_offline_app()))
         client = AsyncOpenAI(
-            base_url=OFFLINE_BASE_URL, api_key="offline", http_client=http_client, timeout=settings.llm_timeout_s
+            base_url=OFFLINE_BASE_URL, api_key="offline", http_client=http_client,
+            timeout=settings.llm_timeout_s, max_retries=0,
         )
-        return OpenAIGenerator(client, offline=True)
+        return OpenAIGenerator(client, policy=policy, offline=True)
     api_key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "unused"
     client = AsyncOpenAI(
-        base_url=settings.llm_base_url,
-        api_key=api_key,
-        timeout=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
+        base_url=settings.llm_base_url, api_key=api_key, timeout=settings.llm_timeout_s, max_retries=0
     )
-    return OpenAIGenerator(client)
+    return OpenAIGenerator(client, policy=policy)

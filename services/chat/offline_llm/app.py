@@ -1,17 +1,20 @@
 """OpenAI-compatible `POST /v1/chat/completions` and `GET /v1/models` for the extractive generator."""
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.chat.context_format import parse_context
 from services.chat.offline_llm import extractive
 from services.chat.offline_llm.settings import OfflineSettings
-from shared.errors import BadRequest
 from shared.web import create_service_app
 
 
@@ -27,6 +30,11 @@ class Message(BaseModel):
         return self.content or ""
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
 class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str = Field(min_length=1)
@@ -35,6 +43,7 @@ class CompletionRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
 
 
 class ResponseMessage(BaseModel):
@@ -70,8 +79,6 @@ def _words(text: str) -> int:
 
 def complete(request: CompletionRequest) -> Completion:
     """Answer the last user message from the context blocks of the system message(s)."""
-    if request.stream:
-        raise BadRequest("the offline generator does not stream", code="stream_unsupported")
     system = "\n".join(m.text for m in request.messages if m.role in ("system", "developer"))
     question = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
     content = extractive.answer(question, parse_context(system))
@@ -92,13 +99,50 @@ def complete(request: CompletionRequest) -> Completion:
     )
 
 
+def word_deltas(text: str) -> list[str]:
+    """`text` cut before each word, whitespace kept, so the pieces join back into `text`."""
+    return [piece for piece in re.split(r"(?<=\s)(?=\S)", text) if piece]
+
+
+async def stream_events(completion: Completion, *, include_usage: bool) -> AsyncIterator[str]:
+    """`completion` as OpenAI `chat.completion.chunk` server-sent events: the role, one word per delta, the
+    finish_reason, the usage when asked for, then [DONE]."""
+    head = {
+        "id": completion.id, "object": "chat.completion.chunk", "created": completion.created, "model": completion.model
+    }
+    choice = completion.choices[0]
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return f"data: {json.dumps({**head, 'choices': choices, **extra})}\n\n"
+
+    def delta(content: dict[str, str], finish_reason: str | None = None) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": content, "finish_reason": finish_reason}]
+
+    yield event(delta({"role": "assistant", "content": ""}))
+    for word in word_deltas(choice.message.content):
+        yield event(delta({"content": word}))
+    yield event(delta({}, choice.finish_reason))
+    if include_usage:
+        yield event([], usage=completion.usage.model_dump())
+    yield "data: [DONE]\n\n"
+
+
 def create_app(settings: OfflineSettings | None = None) -> FastAPI:
     settings = settings or OfflineSettings()
     router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
-    @router.post("/chat/completions", response_model=Completion)
-    async def chat_completions(request: CompletionRequest) -> Completion:
-        return complete(request)
+    @router.post(
+        "/chat/completions",
+        response_model=Completion,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "Its chunks when stream is true"}},
+    )
+    async def chat_completions(request: CompletionRequest) -> Completion | StreamingResponse:
+        completion = complete(request)
+        if not request.stream:
+            return completion
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        events = stream_events(completion, include_usage=include_usage)
+        return StreamingResponse(events, media_type="text/event-stream")
 
     @router.get("/models")
     async def models() -> dict:

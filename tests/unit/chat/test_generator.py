@@ -1,10 +1,16 @@
-"""The SDK adapter against an external endpoint, simulated with httpx2's mock transport."""
+"""The SDK adapter and its retry policy against an endpoint simulated with httpx2's mock transport."""
+import email.utils
+import json
+import logging
+
 import httpx2
 import pytest
 from openai import AsyncOpenAI
 
 from services.chat.adapters.generator import OpenAIGenerator, build_generator
+from services.chat.adapters.llm_retry import RetryPolicy, retry_after_s, retry_delay
 from services.chat.errors import LLMUnavailable
+from services.chat.ports import Generation
 from services.chat.settings import Settings
 from tests.support import free_port
 
@@ -19,48 +25,162 @@ COMPLETION = {
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Yes [1]."}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
 }
+OK = httpx2.Response(200, json=COMPLETION)
+NOW = 1_700_000_000.0
 
 
-def generator_answering(*responses: httpx2.Response, max_retries: int = 0) -> tuple[OpenAIGenerator, list]:
+# --- the delay before a retry ---------------------------------------------------------------------
+
+def test_backoff_doubles_from_the_base_up_to_the_cap():
+    delays = [retry_delay(n, base_s=1.0, cap_s=10.0) for n in range(1, 7)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert retry_delay(1000, base_s=1.0, cap_s=10.0) == 10.0
+
+
+def test_jitter_adds_between_0_and_25_percent():
+    assert retry_delay(2, base_s=1.0, cap_s=10.0, jitter=0.0) == 2.0
+    assert retry_delay(2, base_s=1.0, cap_s=10.0, jitter=0.5) == 2.25
+    assert retry_delay(9, base_s=1.0, cap_s=10.0, jitter=0.999) == pytest.approx(12.4975)
+
+
+async def test_the_policy_draws_jitter_within_bounds():
+    for draw in (0.0, 0.3, 0.999):
+        sleeps = await sleeps_before_success(httpx2.Response(500), random=lambda d=draw: d)
+        assert sleeps == [pytest.approx(0.1 * (1 + 0.25 * draw))]
+
+
+def test_retry_after_in_seconds_milliseconds_or_as_a_date():
+    assert retry_after_s({"retry-after": "3"}) == 3.0
+    assert retry_after_s({"retry-after": "0.5"}) == 0.5
+    assert retry_after_s({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    date = email.utils.formatdate(NOW + 7, usegmt=True)
+    assert retry_after_s({"retry-after": date}, now=lambda: NOW) == 7.0
+    assert retry_after_s(httpx2.Headers({"Retry-After": "4"})) == 4.0
+    assert retry_after_s({"retry-after": "soon"}) is None
+    assert retry_after_s({"retry-after": "nan"}) is None
+    assert retry_after_s({}) is None
+
+
+def test_retry_after_replaces_the_backoff_within_zero_and_the_cap():
+    assert retry_delay(1, base_s=1.0, cap_s=10.0, retry_after=3.0, jitter=0.9) == 3.0
+    assert retry_delay(1, base_s=1.0, cap_s=10.0, retry_after=120.0) == 10.0
+    assert retry_delay(3, base_s=1.0, cap_s=10.0, retry_after=-5.0) == 0.0  # a date already past
+
+
+def test_policy_and_generator_check_their_arguments():
+    with pytest.raises(ValueError):
+        RetryPolicy(max_retries=-1)
+    with pytest.raises(ValueError):
+        retry_delay(0, base_s=1.0, cap_s=10.0)
+    with pytest.raises(ValueError, match="max_retries=0"):
+        OpenAIGenerator(AsyncOpenAI(base_url="http://llm.test/v1", api_key="k", max_retries=2))
+
+
+# --- which failures are retried -------------------------------------------------------------------
+
+class Recorder:
+    """The sleeps the policy asked for, without sleeping."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+
+def generator_answering(*responses, max_retries: int = 3, random=lambda: 0.0) -> tuple[OpenAIGenerator, list, list]:
+    """A generator whose endpoint gives `responses` in turn (the last one again and again); an exception
+    instance is raised as the transport failure it is."""
     seen: list[httpx2.Request] = []
     queue = list(responses)
+    recorder = Recorder()
 
     def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
-        return queue.pop(0) if len(queue) > 1 else queue[0]
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     client = AsyncOpenAI(
         base_url="http://llm.test/v1",
-        api_key="k",
-        max_retries=max_retries,
+        api_key="sk-secret-key",
+        max_retries=0,
         http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
     )
-    return OpenAIGenerator(client), seen
+    policy = RetryPolicy(max_retries=max_retries, base_s=0.1, cap_s=1.0, sleep=recorder.sleep, random=random)
+    return OpenAIGenerator(client, policy=policy), seen, recorder.sleeps
+
+
+async def generate(generator: OpenAIGenerator) -> Generation:
+    return await generator.generate(model="vendor-model", messages=MESSAGES, temperature=0.1, max_tokens=64)
+
+
+async def sleeps_before_success(failure, **kwargs) -> list[float]:
+    generator, seen, sleeps = generator_answering(failure, OK, **kwargs)
+    assert (await generate(generator)).text == "Yes [1]." and len(seen) == 2
+    return sleeps
 
 
 async def test_collects_text_usage_and_finish_reason():
-    generator, seen = generator_answering(httpx2.Response(200, json=COMPLETION))
-    result = await generator.generate(model="vendor-model", messages=MESSAGES, temperature=0.1, max_tokens=64)
+    generator, seen, _ = generator_answering(OK)
+    result = await generate(generator)
     assert (result.text, result.model, result.prompt_tokens, result.completion_tokens, result.finish_reason) == (
         "Yes [1].", "vendor-model", 11, 3, "stop"
     )
     assert seen[0].url.path == "/v1/chat/completions"
-    assert seen[0].headers["authorization"] == "Bearer k"
+    assert seen[0].headers["authorization"] == "Bearer sk-secret-key"
+    assert json.loads(seen[0].content)["max_tokens"] == 64
 
 
-async def test_server_error_becomes_llm_unavailable_502():
-    generator, _ = generator_answering(httpx2.Response(500, json={"error": {"message": "boom"}}))
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+async def test_other_client_errors_fail_at_once(status):
+    generator, seen, sleeps = generator_answering(httpx2.Response(status, json={"error": {"message": "no"}}))
     with pytest.raises(LLMUnavailable) as caught:
-        await generator.generate(model="m", messages=MESSAGES, temperature=0, max_tokens=8)
-    assert caught.value.status_code == 502
-    assert caught.value.body()["error"] == "llm_unavailable"
+        await generate(generator)
+    assert len(seen) == 1 and sleeps == []
+    assert caught.value.status_code == 502 and caught.value.body()["error"] == "llm_unavailable"
 
 
-async def test_rate_limit_is_retried_by_the_sdk():
-    limited = httpx2.Response(429, headers={"retry-after-ms": "10"}, json={"error": {"message": "slow down"}})
-    generator, seen = generator_answering(limited, httpx2.Response(200, json=COMPLETION), max_retries=2)
-    result = await generator.generate(model="m", messages=MESSAGES, temperature=0, max_tokens=8)
-    assert result.text == "Yes [1]." and len(seen) == 2
+@pytest.mark.parametrize(
+    "failure",
+    [
+        httpx2.Response(429, json={"error": {"message": "slow down"}}),
+        httpx2.Response(500, json={"error": {"message": "boom"}}),
+        httpx2.Response(503),
+        httpx2.ReadTimeout("too slow"),
+        httpx2.ConnectError("refused"),
+        httpx2.RemoteProtocolError("connection reset"),
+    ],
+    ids=["429", "500", "503", "timeout", "connect", "reset"],
+)
+async def test_transient_failures_are_retried_after_the_backoff(failure):
+    assert await sleeps_before_success(failure) == [0.1]
+
+
+async def test_retry_after_is_waited_instead_of_the_backoff():
+    limited = httpx2.Response(429, headers={"retry-after": "0.7"}, json={"error": {"message": "slow down"}})
+    assert await sleeps_before_success(limited) == [0.7]
+    limited_ms = httpx2.Response(429, headers={"retry-after-ms": "250"})
+    assert await sleeps_before_success(limited_ms) == [0.25]
+
+
+async def test_the_last_failure_after_every_retry_is_llm_unavailable():
+    generator, seen, sleeps = generator_answering(httpx2.Response(500), max_retries=3)
+    with pytest.raises(LLMUnavailable, match="500"):
+        await generate(generator)
+    assert len(seen) == 4
+    assert sleeps == [0.1, 0.2, 0.4]
+
+
+async def test_each_retry_logs_one_warning_without_the_key(caplog):
+    generator, _, _ = generator_answering(httpx2.Response(429), OK)
+    with caplog.at_level(logging.WARNING, logger="services.chat.adapters.llm_retry"):
+        await generate(generator)
+    [record] = caplog.records
+    assert "status=429" in record.getMessage() and "attempt=1" in record.getMessage()
+    assert (record.status, record.attempt, record.delay_s) == (429, 1, 0.1)
+    assert "sk-secret-key" not in caplog.text
 
 
 async def test_unreachable_endpoint_becomes_llm_unavailable_and_not_ready():
@@ -75,5 +195,98 @@ async def test_unreachable_endpoint_becomes_llm_unavailable_and_not_ready():
 
 
 async def test_an_endpoint_without_a_models_route_still_counts_as_ready():
-    generator, _ = generator_answering(httpx2.Response(404, json={"error": {"message": "no such route"}}))
+    generator, _, _ = generator_answering(httpx2.Response(404, json={"error": {"message": "no such route"}}))
     assert await generator.ping() is True
+
+
+# --- streaming ------------------------------------------------------------------------------------
+
+def sse(*deltas: str, usage: bool = True) -> list[bytes]:
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "vendor-model"}
+
+    def event(choices, **extra) -> bytes:
+        return f"data: {json.dumps({**head, 'choices': choices, **extra})}\n\n".encode()
+
+    events = [event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])]
+    events += [event([{"index": 0, "delta": {"content": d}, "finish_reason": None}]) for d in deltas]
+    events.append(event([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    if usage:
+        events.append(event([], usage={"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}))
+    return [*events, b"data: [DONE]\n\n"]
+
+
+class Body(httpx2.AsyncByteStream):
+    """A response body sent event by event; it can break after `break_after` events and records aclose()."""
+
+    def __init__(self, events: list[bytes], *, break_after: int | None = None) -> None:
+        self.events, self.break_after, self.closed = events, break_after, False
+
+    async def __aiter__(self):
+        for sent, event in enumerate(self.events):
+            if sent == self.break_after:
+                raise httpx2.ReadError("connection reset")
+            yield event
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def streamed(body: Body) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+
+async def collect(generator: OpenAIGenerator, *, stop_after: int | None = None) -> list:
+    items = []
+    stream = generator.stream(model="vendor-model", messages=MESSAGES, temperature=0.1, max_tokens=64)
+    async for item in stream:
+        items.append(item)
+        if len(items) == stop_after:
+            await stream.aclose()
+            break
+    return items
+
+
+async def test_stream_yields_deltas_then_one_generation():
+    generator, seen, _ = generator_answering(streamed(Body(sse("Yes", " [1]", "."))))
+    items = await collect(generator)
+    assert items == ["Yes", " [1]", ".", Generation("Yes [1].", "vendor-model", 11, 3, "stop")]
+    body = json.loads(seen[0].content)
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+
+
+async def test_stream_without_usage_reports_zero_tokens():
+    generator, _, _ = generator_answering(streamed(Body(sse("Yes", usage=False))))
+    assert (await collect(generator))[-1] == Generation("Yes", "vendor-model", 0, 0, "stop")
+
+
+async def test_stream_is_retried_until_its_first_delta():
+    broken_early = Body(sse("Yes", " [1]."), break_after=1)  # only the role chunk got through
+    generator, seen, sleeps = generator_answering(
+        httpx2.Response(429), streamed(broken_early), streamed(Body(sse("Yes", " [1].")))
+    )
+    items = await collect(generator)
+    assert items[:-1] == ["Yes", " [1]."] and items[-1].text == "Yes [1]."
+    assert len(seen) == 3 and sleeps == [0.1, 0.2] and broken_early.closed
+
+
+async def test_stream_broken_after_a_delta_fails_at_once():
+    generator, seen, sleeps = generator_answering(streamed(Body(sse("Yes", " [1]", "."), break_after=3)))
+    items = []
+    with pytest.raises(LLMUnavailable):
+        async for item in generator.stream(model="m", messages=MESSAGES, temperature=0, max_tokens=8):
+            items.append(item)
+    assert items == ["Yes", " [1]"] and len(seen) == 1 and sleeps == []
+
+
+async def test_stream_failing_before_any_delta_after_every_retry_is_llm_unavailable():
+    generator, seen, _ = generator_answering(httpx2.Response(503), max_retries=2)
+    with pytest.raises(LLMUnavailable, match="503"):
+        await collect(generator)
+    assert len(seen) == 3
+
+
+async def test_closing_the_stream_early_closes_the_response():
+    body = Body(sse("one", " two", " three", " four"))
+    generator, _, _ = generator_answering(streamed(body))
+    assert await collect(generator, stop_after=2) == ["one", " two"]
+    assert body.closed

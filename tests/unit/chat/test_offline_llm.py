@@ -1,3 +1,5 @@
+import json
+
 import httpx
 import pytest
 
@@ -82,18 +84,31 @@ async def test_endpoint_returns_an_openai_chat_completion():
     assert models.json()["data"][0]["id"] == "cairn-extractive"
 
 
-async def test_endpoint_honours_max_tokens_and_rejects_streaming():
+async def test_endpoint_honours_max_tokens_and_streams_word_deltas():
     prompt = build_prompt(query="How do I add a user?", chunks=GUIDE, token_budget=3500)
     transport = httpx.ASGITransport(app=create_app())
     async with httpx.AsyncClient(transport=transport, base_url="http://offline") as client:
         short = await client.post(
             "/v1/chat/completions", json={"model": "m", "messages": prompt.messages, "max_tokens": 3}
         )
-        stream = await client.post("/v1/chat/completions", json={"model": "m", "messages": prompt.messages, "stream": True})
+        whole = await client.post("/v1/chat/completions", json={"model": "m", "messages": prompt.messages})
+        stream = await client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": prompt.messages, "stream": True, "stream_options": {"include_usage": True}},
+        )
         empty = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
     assert short.json()["choices"][0]["finish_reason"] == "length"
     assert len(short.json()["choices"][0]["message"]["content"].split()) == 3
-    assert stream.status_code == 400 and stream.json()["error"] == "stream_unsupported"
+    assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+    lines = [line.removeprefix("data: ") for line in stream.text.split("\n\n") if line]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "m" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    words = [c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]]
+    assert "".join(words) == whole.json()["choices"][0]["message"]["content"] and len(words) > 5
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole.json()["usage"]
     assert empty.status_code == 422
 
 

@@ -1,0 +1,172 @@
+"""An OpenAI-compatible model endpoint for integration tests, whose behaviour a mutable Script selects.
+
+Serve it with tests.support.serve_in_thread and point LLM_BASE_URL at `<url>/v1`. Answers follow the
+request's own `stream` flag (JSON, or SSE chunks), as a real server's do.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+ANSWER = "Run `cairn user add` [1]."
+NO_CITATIONS = "Users are added from the command line."
+Mode = Literal["answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream"]
+
+
+@dataclass
+class Call:
+    body: dict[str, Any]
+    at: float  # time.monotonic() on arrival: the same clock as the test's, the server runs in a thread
+
+
+@dataclass
+class Script:
+    """What POST /v1/chat/completions does next; tests change it between (or during) calls.
+
+    answer        `text` as one completion (or streamed without delay when the request asks to stream)
+    stream        `text` streamed in word-sized chunks, `chunk_delay_s` apart
+    rate_limit    429 with `Retry-After: retry_after` `failures` times, then answers
+    error         500 `failures` times, then answers
+    bad_request   400
+    hang          answers nothing for `hang_s` (longer than the client's timeout), or until the client leaves
+    no_citations  an answer without any [n] marker
+    slow_stream   `slow_chunks` chunks `slow_delay_s` apart; sets `disconnected` if the client leaves first
+    """
+
+    mode: Mode = "answer"
+    text: str = ANSWER
+    failures: int = 1_000_000  # "always" until a test says how many
+    retry_after: str = "1"
+    chunk_delay_s: float = 0.02
+    hang_s: float = 5.0
+    slow_chunks: int = 200
+    slow_delay_s: float = 0.05
+    calls: list[Call] = field(default_factory=list)
+    disconnected: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)  # a slow_stream sent its [DONE]
+
+    def reset(self, **changes: Any) -> Script:
+        """Back to the defaults with `changes`, calls and flags cleared: one server serves many tests."""
+        self.__dict__.update(Script(**changes).__dict__)
+        return self
+
+
+def llm_stand_in(script: Script | None = None) -> tuple[FastAPI, Script]:
+    """The app and the script it follows."""
+    app, script = FastAPI(), script or Script()
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "test-model", "object": "model", "created": 0, "owned_by": "tests"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = await request.json()
+        script.calls.append(Call(body=body, at=time.monotonic()))
+        return await _respond(script, body, request)
+
+    return app, script
+
+
+async def _respond(script: Script, body: dict[str, Any], request: Request) -> Response:
+    mode = script.mode
+    if mode in ("rate_limit", "error") and script.failures > 0:
+        script.failures -= 1
+        if mode == "rate_limit":
+            return _error(429, "rate limited", headers={"Retry-After": script.retry_after})
+        return _error(500, "the model crashed")
+    if mode == "bad_request":
+        return _error(400, "max_tokens is too large")
+    if mode == "hang":
+        await _wait_or_disconnect(request, script.hang_s)
+        return _error(504, "hung")
+    text = NO_CITATIONS if mode == "no_citations" else script.text
+    if mode == "slow_stream":
+        return _sse(_slow_events(script, body))
+    if body.get("stream"):
+        delay = script.chunk_delay_s if mode == "stream" else 0.0
+        return _sse(_events(text, body, delay_s=delay))
+    return JSONResponse(_completion(text, body))
+
+
+async def _wait_or_disconnect(request: Request, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not await request.is_disconnected():
+        await asyncio.sleep(0.05)
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "stand_in", "code": None}}, status, headers=headers)
+
+
+def _completion(text: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "test-model"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": _usage(text),
+    }
+
+
+def _usage(text: str) -> dict[str, int]:
+    words = len(text.split())
+    return {"prompt_tokens": 20, "completion_tokens": words, "total_tokens": 20 + words}
+
+
+def _chunk(body: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> str:
+    head = {"id": "chatcmpl-stand-in", "object": "chat.completion.chunk", "created": int(time.time())}
+    return f"data: {json.dumps({**head, 'model': body.get('model', 'test-model'), 'choices': choices, **extra})}\n\n"
+
+
+def _delta(content: dict[str, str], finish_reason: str | None = None) -> list[dict[str, Any]]:
+    return [{"index": 0, "delta": content, "finish_reason": finish_reason}]
+
+
+def words_of(text: str) -> list[str]:
+    """`text` in the pieces the stand-in streams: each word with the space before it."""
+    first, *rest = text.split(" ")
+    return [first, *(" " + word for word in rest)]
+
+
+async def _events(text: str, body: dict[str, Any], *, delay_s: float) -> AsyncIterator[str]:
+    yield _chunk(body, _delta({"role": "assistant", "content": ""}))
+    for word in words_of(text):
+        await asyncio.sleep(delay_s)
+        yield _chunk(body, _delta({"content": word}))
+    yield _chunk(body, _delta({}, "stop"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield _chunk(body, [], usage=_usage(text))
+    yield "data: [DONE]\n\n"
+
+
+async def _slow_events(script: Script, body: dict[str, Any]) -> AsyncIterator[str]:
+    try:
+        yield _chunk(body, _delta({"role": "assistant", "content": ""}))
+        for n in range(script.slow_chunks):
+            yield _chunk(body, _delta({"content": f"word{n} "}))
+            await asyncio.sleep(script.slow_delay_s)
+        yield _chunk(body, _delta({}, "stop"))
+        yield "data: [DONE]\n\n"
+        script.finished.set()
+    finally:  # cancelled, or closed, when the client went away
+        if not script.finished.is_set():
+            script.disconnected.set()
+
+
+def _sse(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream")

@@ -1,0 +1,177 @@
+"""The generation adapter over real HTTP against the LLM stand-in: retries, Retry-After, timeouts,
+streaming, and a reader that leaves part way; and a stream from the built-in offline generator."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from services.chat.adapters.generator import OpenAIGenerator, build_generator
+from services.chat.errors import LLMUnavailable
+from services.chat.ports import Generation
+from services.chat.prompt import build_prompt
+from services.chat.settings import Settings
+from tests.integration.chat.llm_stand_in import ANSWER, NO_CITATIONS, Script, llm_stand_in, words_of
+from tests.support import serve_in_thread
+from tests.unit.chat.fakes import GUIDE
+
+pytestmark = pytest.mark.integration
+
+MESSAGES = [{"role": "system", "content": "Passages: [1] cairn user add"}, {"role": "user", "content": "How?"}]
+
+
+@pytest.fixture(scope="module")
+def stand_in():
+    app, script = llm_stand_in()
+    with serve_in_thread(app) as url:
+        yield url, script
+
+
+@pytest.fixture
+def script(stand_in) -> Script:
+    return stand_in[1].reset()
+
+
+@asynccontextmanager
+async def generator_for(stand_in, **settings) -> AsyncIterator[OpenAIGenerator]:
+    url, _ = stand_in
+    settings = {"llm_timeout_s": 5.0, **settings}
+    generator = build_generator(
+        Settings(llm_base_url=f"{url}/v1", llm_model="test-model", llm_backoff_base_s=0.05, **settings)
+    )
+    try:
+        yield generator
+    finally:
+        await generator.close()
+
+
+async def generate(generator: OpenAIGenerator) -> Generation:
+    return await generator.generate(model="test-model", messages=MESSAGES, temperature=0.1, max_tokens=64)
+
+
+def streamed(generator: OpenAIGenerator, model: str = "test-model", messages=MESSAGES) -> AsyncIterator:
+    return generator.stream(model=model, messages=messages, temperature=0.1, max_tokens=512)
+
+
+async def test_rate_limit_waits_the_retry_after_then_answers(stand_in, script):
+    script.reset(mode="rate_limit", failures=2, retry_after="1")
+    async with generator_for(stand_in) as generator:
+        result = await generate(generator)
+    assert result.text == ANSWER and len(script.calls) == 3
+    gaps = [later.at - earlier.at for earlier, later in zip(script.calls, script.calls[1:])]
+    assert all(0.95 <= gap < 2.5 for gap in gaps), gaps  # the backoff alone would be 0.05 and 0.1 s
+
+
+async def test_server_errors_are_retried_until_an_answer(stand_in, script):
+    script.reset(mode="error", failures=3)
+    async with generator_for(stand_in, llm_max_retries=3) as generator:
+        assert (await generate(generator)).text == ANSWER
+    assert len(script.calls) == 4
+
+
+async def test_lasting_server_errors_end_in_llm_unavailable_after_every_retry(stand_in, script):
+    script.reset(mode="error")
+    async with generator_for(stand_in, llm_max_retries=3) as generator:
+        with pytest.raises(LLMUnavailable, match="500"):
+            await generate(generator)
+    assert len(script.calls) == 4
+
+
+async def test_a_bad_request_is_not_retried(stand_in, script):
+    script.reset(mode="bad_request")
+    async with generator_for(stand_in) as generator:
+        with pytest.raises(LLMUnavailable, match="400"):
+            await generate(generator)
+    assert len(script.calls) == 1
+
+
+async def test_a_hanging_endpoint_times_out_on_every_attempt(stand_in, script):
+    script.reset(mode="hang")
+    async with generator_for(stand_in, llm_timeout_s=0.3, llm_max_retries=2) as generator:
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailable, match="in time"):
+            await generate(generator)
+        elapsed = time.monotonic() - started
+    assert len(script.calls) == 3
+    assert 0.9 <= elapsed < 2.4, elapsed  # 3 × 0.3 s timeouts, ~0.15 s of backoff, slack for a busy machine
+
+
+async def test_a_stream_yields_its_deltas_in_order_then_the_generation(stand_in, script):
+    script.reset(mode="stream")
+    async with generator_for(stand_in) as generator:
+        items = [item async for item in streamed(generator)]
+    assert items[:-1] == words_of(ANSWER)
+    assert items[-1] == Generation(ANSWER, "test-model", 20, len(words_of(ANSWER)), "stop")
+    assert script.calls[0].body["stream"] is True
+
+
+async def test_a_rate_limited_stream_is_retried_before_its_first_delta(stand_in, script):
+    script.reset(mode="rate_limit", failures=1, retry_after="0")
+    async with generator_for(stand_in) as generator:
+        items = [item async for item in streamed(generator)]
+    assert "".join(items[:-1]) == ANSWER == items[-1].text and len(script.calls) == 2
+
+
+async def read_two_deltas_then_leave(stream: AsyncIterator, how: str) -> list:
+    """What the chat endpoint does when its HTTP client goes away: aclose() the stream, or cancel its task."""
+    if how == "aclose":
+        deltas = [await anext(stream), await anext(stream)]
+        await stream.aclose()
+        return deltas
+    deltas: list = []
+    two_read = asyncio.Event()
+
+    async def read_all() -> None:
+        async for item in stream:
+            deltas.append(item)
+            if len(deltas) == 2:
+                two_read.set()
+
+    task = asyncio.create_task(read_all())
+    await asyncio.wait_for(two_read.wait(), 3.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return deltas[:2]
+
+
+@pytest.mark.parametrize("how", ["aclose", "cancel"])
+async def test_a_reader_that_leaves_early_disconnects_from_the_endpoint(stand_in, script, how):
+    script.reset(mode="slow_stream", slow_chunks=200, slow_delay_s=0.05)  # 10 s if read to the end
+    async with generator_for(stand_in) as generator:
+        deltas = await read_two_deltas_then_leave(streamed(generator), how)
+        left = time.monotonic()
+        disconnected = await asyncio.to_thread(script.disconnected.wait, 3.0)
+    assert deltas == ["word0 ", "word1 "]
+    assert disconnected and not script.finished.is_set()
+    assert time.monotonic() - left < 1.0
+
+
+async def test_the_stand_in_answers_health_models_and_uncited_text(stand_in, script):
+    url, _ = stand_in
+    script.reset(mode="no_citations")
+    async with httpx.AsyncClient(base_url=url) as client:
+        health, models = await client.get("/healthz"), await client.get("/v1/models")
+    async with generator_for(stand_in) as generator:
+        assert await generator.ping()
+        result = await generate(generator)
+    assert health.status_code == models.status_code == 200
+    assert result.text == NO_CITATIONS and "[" not in result.text
+
+
+async def test_the_offline_generator_streams_deltas_then_the_generation():
+    generator = build_generator(Settings())
+    prompt = build_prompt(query="How do I add a user?", chunks=GUIDE, token_budget=3500)
+    try:
+        items = [item async for item in streamed(generator, "cairn-extractive", prompt.messages)]
+    finally:
+        await generator.close()
+    *deltas, generation = items
+    assert len(deltas) > 3 and all(isinstance(d, str) and d for d in deltas)
+    assert isinstance(generation, Generation) and generation.text == "".join(deltas)
+    assert generation.model == "cairn-extractive" and generation.finish_reason == "stop"
+    assert generation.prompt_tokens > 0 and generation.completion_tokens > 0
