@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -46,7 +46,18 @@ class Settings(CommonSettings):
         description="Models a request may name as model_id (comma-separated or a JSON list); LLM_MODEL is always allowed.",
     )
     llm_timeout_s: float = Field(60.0, gt=0, validation_alias=aliases("LLM_TIMEOUT_S", "llm_timeout_s"))
-    llm_max_retries: int = Field(2, ge=0, le=10, validation_alias=aliases("LLM_MAX_RETRIES", "llm_max_retries"))
+    llm_max_retries: int = Field(
+        3,
+        ge=0,
+        le=10,
+        validation_alias=aliases("LLM_MAX_RETRIES", "llm_max_retries"),
+        description="Retries after a 429, 5xx, timeout or dropped connection; other 4xx fail at once.",
+    )
+    llm_backoff_base_s: float = Field(
+        1.0, ge=0, validation_alias=aliases("LLM_BACKOFF_BASE_S", "llm_backoff_base_s"),
+        description="First retry delay; doubles per retry up to LLM_BACKOFF_CAP_S, plus 0-25 % jitter.",
+    )
+    llm_backoff_cap_s: float = Field(10.0, ge=0, validation_alias=aliases("LLM_BACKOFF_CAP_S", "llm_backoff_cap_s"))
     llm_temperature: float = Field(0.1, ge=0, le=2, validation_alias=aliases("LLM_TEMPERATURE", "llm_temperature"))
     llm_max_tokens: int = Field(512, ge=1, validation_alias=aliases("LLM_MAX_TOKENS", "llm_max_tokens"))
     # all-MiniLM-L6-v2 cosine similarity: on-topic passages usually score 0.35-0.75, unrelated text 0.0-0.2.
@@ -59,6 +70,24 @@ class Settings(CommonSettings):
         ge=100,
         validation_alias=aliases("CONTEXT_TOKEN_BUDGET", "context_token_budget"),
         description="Tokens of retrieved text put in the prompt, approximated as characters / 4.",
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        validation_alias=aliases("REDIS_URL", "redis_url"),
+        description="Where conversations are kept for follow-up questions.",
+    )
+    redis_timeout_s: float = Field(2.0, gt=0, validation_alias=aliases("REDIS_TIMEOUT_S", "redis_timeout_s"))
+    conversation_ttl_s: int = Field(
+        86400, ge=60, validation_alias=aliases("CONVERSATION_TTL_S", "conversation_ttl_s"),
+        description="A conversation is forgotten this long after its last turn.",
+    )
+    conversation_max_turns: int = Field(
+        10, ge=1, le=100, validation_alias=aliases("CONVERSATION_MAX_TURNS", "conversation_max_turns")
+    )
+    query_reformulation: Literal["off", "followups", "always"] = Field(
+        "followups",
+        validation_alias=aliases("QUERY_REFORMULATION", "query_reformulation"),
+        description="Rewrite questions before retrieval: follow-ups only, every question (typos too; needs an LLM), or never.",
     )
 
     @field_validator("chat_models", mode="before")

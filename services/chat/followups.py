@@ -1,0 +1,227 @@
+"""Follow-up questions resolved by rule: the stand-in for an LLM rewrite when there is no model.
+
+A question is a follow-up only when the conversation has an earlier turn, and then when it
+1. opens with "what about", "how about" or "what of";
+2. opens with a conjunction ("and", "also", "then", "so", "but", "or", "plus") and names at most two
+   things of its own ("and for admins?");
+3. uses a personal pronoun (it, its, they, them, their, he, she, ...) with no antecedent earlier in the
+   question; impersonal "it" ("is it possible to ...", "how long does it take to ...") does not count;
+4. uses "this", "that", "these", "those" or a locative "there", names at most two things of its own and
+   has no antecedent ("a user that is disabled" and "is there a limit" are not references);
+5. names nothing of its own ("Why?", "Any examples?", "What's the default?").
+Words that "name" something are those that are neither function words nor generic ones (example,
+default, limit, ...). An antecedent is a word after "the"/"a"/"an", or a capitalised name, before the pronoun.
+
+A follow-up is rewritten against the previous *standalone* question, so chains keep their subject:
+- "its N" / "their N" → "the N of SUBJECT": "and what about its TTL?" after "How are login sessions
+  stored?" → "What about the TTL of login sessions?";
+- "it", "they", "them", "this", "that" → SUBJECT: then "Can it be changed?" → "Can the TTL of login
+  sessions be changed?";
+- "do it" after a how-to question → its action: "Can I do it in bulk?" after "How do I add a user?" →
+  "Can I add a user in bulk?";
+- "what about the N" / "and the N" → "What about the N of SUBJECT?";
+- anything else keeps its words and carries the previous topic in brackets: "Why?" → "Why? (login
+  sessions stored)", which still gives BM25 and the embedding the right terms.
+SUBJECT comes from a few question shapes: "What is X", "How are X stored", "How do I VERB X", "What does
+X do", "What about X"; for other shapes only the bracketed topic is carried.
+
+Limits: there is no part-of-speech tagger, so a question whose subject is not one of those shapes gets
+the bracketed form; a pronoun that points at something other than the previous subject (or at an
+earlier turn) is resolved wrongly; "that"/"there" in a short standalone question ("Users that are
+admins?") may be taken for a reference; typos are not fixed; English only.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from services.chat.ports import Exchange
+
+FUNCTION_WORDS = frozenset(
+    "a an the and or but so then also too plus of to in on at for from by with about into over under as than if "
+    "per via between through across after before during within without against among "
+    "is are was were be been being am do does did done can could should would will shall may might must have has "
+    "had i me my we us our you your one it its they them their theirs he him his she her hers this that these those "
+    "there here what which who whom whose when where why how not no yes any some all each every more most other "
+    "else just only very really please thanks thank ok okay same ones way lot isn't aren't wasn't weren't don't "
+    "doesn't didn't can't won't shouldn't couldn't wouldn't".split()
+)
+GENERIC_WORDS = frozenset(
+    "example examples detail details default defaults limit limits maximum minimum max min alternative "
+    "alternatives difference reason reasons purpose option options instead long much many often exactly mean "
+    "means meaning work works happen happens".split()
+)
+ARTICLES = frozenset({"the", "a", "an"})
+CONJUNCTIONS = frozenset({"and", "also", "then", "so", "but", "or", "plus", "ok", "okay"})
+PERSONAL = frozenset({"it", "its", "they", "them", "their", "theirs", "he", "him", "his", "she", "her"})
+DEMONSTRATIVE = frozenset({"this", "that", "these", "those"})
+POSSESSIVE = frozenset({"its", "their", "his", "her"})
+BE = frozenset({"is", "are", "was", "were"})
+MODALS = frozenset({"do", "does", "did", "can", "could", "should", "would", "will", "may", "must"})
+ASKERS = frozenset({"i", "we", "you", "one"})
+LIGHT_VERBS = frozenset({"do", "work", "mean", "happen", "behave", "look"})
+IRREGULAR_PARTICIPLES = frozenset(
+    "kept set built sent made done run held put read split found shown written chosen given taken hidden broken".split()
+)
+MAX_OWN_TERMS_FOR_REFERENCE = 2
+MAX_SUBJECT_WORDS = 8
+
+WORD = re.compile(r"[A-Za-z0-9_]+(?:'[A-Za-z]+)?(?:[.\-/][A-Za-z0-9_]+)*")
+IMPERSONAL_IT = re.compile(
+    r"\bit(?:'s|\s+is|\s+was|\s+be)?\s+(?:possible|safe|ok|okay|necessary|recommended|better|best|wise|"
+    r"advisable|normal|worth|required|allowed|a good idea)\b|\bit\s+takes?\b.*\bto\s+\w",
+    re.IGNORECASE,
+)
+EXISTENTIAL_THERE = re.compile(r"\b(?:is|are|was|were)\s+there\b|\bthere(?:'s|\s+is|\s+are)\b", re.IGNORECASE)
+ABOUT_OPENER = re.compile(r"^\s*(?:what|how)\s+(?:about|of)\b", re.IGNORECASE)
+CONTRACTED = {"it's": "{} is", "that's": "{} is", "they're": "{} are"}
+
+
+def is_follow_up(query: str, history: Sequence[Exchange]) -> bool:
+    """True when `query` leans on the conversation so far (see the module docstring for the rules)."""
+    if not history:
+        return False
+    words = _words(IMPERSONAL_IT.sub(" ", EXISTENTIAL_THERE.sub(" ", query)))
+    bases = [_base(w) for w in words]
+    own = _own_terms(bases)
+    if ABOUT_OPENER.match(query) or not own:
+        return True
+    if bases and bases[0] in CONJUNCTIONS and len(own) <= MAX_OWN_TERMS_FOR_REFERENCE:
+        return True
+    for i, base in enumerate(bases):
+        pointing = base in PERSONAL or (base in DEMONSTRATIVE | {"there"} and len(own) <= MAX_OWN_TERMS_FOR_REFERENCE)
+        if pointing and not _has_antecedent(words[:i]):
+            return True
+    return False
+
+
+def rewrite_follow_up(query: str, previous_standalone: str) -> str:
+    """`query` made standalone with the subject of `previous_standalone` (rules in the module docstring)."""
+    topic = topic_of(previous_standalone)
+    if not topic:
+        return query
+    text = _drop_leading_conjunctions(query.replace("’", "'"))
+    subject, action = subject_of(previous_standalone)
+    if subject:
+        rewritten = _attach_attribute(text, subject) or _substitute_reference(text, subject=subject, action=action)
+        if rewritten:
+            return _sentence(rewritten)
+    return _sentence(f"{text} ({topic})")
+
+
+def topic_of(question: str) -> str:
+    """What a question is about: its words without the leading question frame and trailing function words."""
+    words = _words(question)
+    while words and _base(words[0]) in FUNCTION_WORDS:
+        words.pop(0)
+    while words and _base(words[-1]) in FUNCTION_WORDS:
+        words.pop()
+    return " ".join(words[: MAX_SUBJECT_WORDS + 4])
+
+
+def subject_of(question: str) -> tuple[str | None, str | None]:
+    """(the noun phrase a question is about, the action of a how-to question), from the shapes it knows."""
+    words = _words(question)
+    if words and words[0].lower() in {"what's", "who's", "where's", "how's"}:
+        words[:1] = [words[0][:-2], "is"]
+    bases = [_base(w) for w in words]
+    if len(bases) >= 2 and bases[0] in {"what", "how"} and bases[1] in {"about", "of"}:
+        return _phrase(words[2:]), None
+    if len(bases) >= 3 and bases[0] in {"what", "which", "who"} and bases[1] in BE:
+        rest = words[2:]
+        return (None, None) if _is_participle(rest[0]) else (_phrase(rest), None)  # "What is stored ..."
+    if len(bases) >= 3 and bases[0] in {"how", "where", "when", "why"} and bases[1] in BE:
+        rest = words[2:]
+        cut = next((i for i, w in enumerate(rest) if i and _is_participle(w)), len(rest))
+        return _phrase(rest[:cut]), None
+    start = 1 if bases and bases[0] in {"how", "where", "when", "why", "what"} else 0
+    if len(bases) > start + 3 and bases[start] in MODALS and bases[start + 1] in ASKERS:
+        return _phrase(words[start + 3 :]), _phrase(words[start + 2 :])
+    if len(bases) > start + 2 and bases[start] in MODALS and bases[-1] in LIGHT_VERBS:
+        return _phrase(words[start + 1 : -1]), None
+    return None, None
+
+
+def _substitute_reference(text: str, *, subject: str, action: str | None) -> str | None:
+    spans = list(WORD.finditer(text))
+    for i, match in enumerate(spans):
+        base = match.group().lower()
+        after = spans[i + 1].group() if i + 1 < len(spans) else ""
+        if IMPERSONAL_IT.match(text, match.start()) or not (base in PERSONAL | DEMONSTRATIVE or base in CONTRACTED):
+            continue
+        if base in POSSESSIVE and after and _base(after) not in FUNCTION_WORDS:
+            end = _noun_end(spans, i + 1)
+            noun = text[spans[i + 1].start() : spans[end].end()]
+            return f"{text[: match.start()]}the {noun} of {subject}{text[spans[end].end() :]}"
+        if base in DEMONSTRATIVE and after and _base(after) not in FUNCTION_WORDS:
+            return None  # "those files": a determiner, not a stand-in for the subject
+        if action and base in {"it", "this", "that"} and i and spans[i - 1].group().lower() == "do":
+            return f"{text[: spans[i - 1].start()]}{action}{text[match.end() :]}"
+        replacement = CONTRACTED.get(base, "{}").format(subject)
+        return f"{text[: match.start()]}{replacement}{text[match.end() :]}"
+    return None
+
+
+def _attach_attribute(text: str, subject: str) -> str | None:
+    """Turns "what about the TTL?", "the TTL?" or "its TTL?" into "What about the TTL of SUBJECT?"."""
+    words = _words(ABOUT_OPENER.sub("", text))
+    if len(words) < 2 or words[0].lower() not in ARTICLES | POSSESSIVE:
+        return None
+    if any(_base(w) in FUNCTION_WORDS for w in words[1:]):
+        return None
+    return f"What about the {' '.join(words[1:])} of {subject}{'?' if text.rstrip().endswith('?') else ''}"
+
+
+def _noun_end(spans: list[re.Match[str]], start: int) -> int:
+    end = start
+    while end + 1 < len(spans) and end - start < 2 and _base(spans[end + 1].group()) not in FUNCTION_WORDS:
+        end += 1
+    return end
+
+
+def _phrase(words: list[str]) -> str | None:
+    words = list(words)
+    while words and _base(words[0]) in FUNCTION_WORDS - ARTICLES - {"my", "our", "your"}:
+        words.pop(0)
+    while words and _base(words[-1]) in FUNCTION_WORDS:
+        words.pop()
+    return " ".join(words[:MAX_SUBJECT_WORDS]) or None
+
+
+def _has_antecedent(words: list[str]) -> bool:
+    for i, word in enumerate(words):
+        if _base(word) in FUNCTION_WORDS:
+            continue
+        if (i and words[i - 1].lower() in ARTICLES) or (i and word[0].isupper()):
+            return True
+    return False
+
+
+def _is_participle(word: str) -> bool:
+    lower = word.lower()
+    return (len(lower) > 4 and lower.endswith("ed") and not lower.endswith("eed")) or lower in IRREGULAR_PARTICIPLES
+
+
+def _drop_leading_conjunctions(query: str) -> str:
+    return re.sub(rf"^(?:\s*(?:{'|'.join(CONJUNCTIONS)})\b[\s,]*)+", "", query, flags=re.IGNORECASE).strip() or query
+
+
+def _own_terms(bases: list[str]) -> list[str]:
+    return [b for b in bases if b not in FUNCTION_WORDS and b not in GENERIC_WORDS]
+
+
+def _base(word: str) -> str:
+    lower = word.lower()
+    if lower in FUNCTION_WORDS or "'" not in lower:
+        return lower
+    head, _, tail = lower.partition("'")
+    return head if tail in {"s", "re", "ll", "ve", "d", "m"} else lower
+
+
+def _words(text: str) -> list[str]:
+    return WORD.findall(text.replace("’", "'"))
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text[:1].upper() + text[1:]

@@ -1,0 +1,117 @@
+"""Question rewriting before retrieval: the rule-based follow-up resolver, and the LLM rewriter that
+falls back to it whenever the model fails or answers something unusable."""
+from __future__ import annotations
+
+import logging
+import re
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from services.chat.errors import LLMUnavailable
+from services.chat.followups import is_follow_up, rewrite_follow_up
+from services.chat.ports import Exchange, Generator, Reformulator
+from services.chat.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_PATH = Path(__file__).parent / "prompts" / "reformulate.txt"
+CONVERSATION_SLOT = "{conversation}"
+ANSWER_CHARS = 300  # enough of an answer to name what it was about
+MIN_REWRITE_LIMIT = 300  # a rewrite longer than this and than twice the question is the model rambling
+LABEL = re.compile(r"^(?:standalone|rewritten|reformulated)?\s*(?:question|query)?\s*:\s*", re.IGNORECASE)
+QUOTES = "\"'`“”‘’«»"
+
+Mode = Literal["followups", "always"]
+
+
+class HeuristicReformulator:
+    """Resolves follow-ups by rule (services.chat.followups); leaves other questions, typos included, alone."""
+
+    async def reformulate(self, *, query: str, history: list[Exchange], model: str) -> str:
+        if not is_follow_up(query, history):
+            return query
+        return rewrite_follow_up(query, history[-1].standalone)
+
+
+class LLMReformulator:
+    """Asks the chat model for a standalone question: with mode "followups" only when there is history,
+    with "always" for every question (which also fixes typos)."""
+
+    def __init__(
+        self, generator: Generator, *, mode: Mode, max_history_turns: int = 3, temperature: float = 0,
+        max_tokens: int = 96,
+    ) -> None:
+        if mode not in ("followups", "always"):
+            raise ValueError(f"mode must be 'followups' or 'always', got {mode!r}")
+        if max_history_turns < 1 or max_tokens < 1:
+            raise ValueError("max_history_turns and max_tokens must be at least 1")
+        self._generator = generator
+        self._mode = mode
+        self._max_history_turns = max_history_turns
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._fallback = HeuristicReformulator()
+
+    async def reformulate(self, *, query: str, history: list[Exchange], model: str) -> str:
+        if self._mode == "followups" and not history:
+            return query
+        messages = reformulation_messages(query=query, history=history[-self._max_history_turns :])
+        try:
+            generation = await self._generator.generate(
+                model=model, messages=messages, temperature=self._temperature, max_tokens=self._max_tokens
+            )
+        except LLMUnavailable as exc:
+            log.warning("query reformulation failed, using the heuristic", extra={"model": model, "reason": str(exc)})
+            return await self._fallback.reformulate(query=query, history=history, model=model)
+        rewritten = first_line(generation.text)
+        if not rewritten or generation.finish_reason == "length" or len(rewritten) > _length_limit(query):
+            log.warning(
+                "query reformulation unusable, using the heuristic",
+                extra={"model": model, "chars": len(rewritten), "finish_reason": generation.finish_reason},
+            )
+            return await self._fallback.reformulate(query=query, history=history, model=model)
+        return rewritten
+
+
+def reformulator_from(settings: Settings, generator: Generator) -> Reformulator | None:
+    """The rewriter the settings ask for: none, the heuristic (offline generator) or the LLM one."""
+    if settings.query_reformulation == "off":
+        return None
+    if settings.offline:
+        return HeuristicReformulator()
+    return LLMReformulator(generator, mode=settings.query_reformulation)
+
+
+def reformulation_messages(*, query: str, history: list[Exchange]) -> list[dict[str, str]]:
+    turns = "\n".join(f"User: {turn.standalone}\nAssistant: {_shorten(turn.answer)}" for turn in history)
+    system = template().replace(CONVERSATION_SLOT, turns or "(no earlier turns)")
+    return [{"role": "system", "content": system}, {"role": "user", "content": query}]
+
+
+def first_line(text: str) -> str:
+    """The model's first non-empty line without a "Standalone question:" label or quotes around it."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    line = LABEL.sub("", line.lstrip("-*> ")).strip()
+    if len(line) >= 2 and line[0] in QUOTES and line[-1] in QUOTES:
+        line = line[1:-1].strip()
+    return line
+
+
+@cache
+def template() -> str:
+    text = TEMPLATE_PATH.read_text(encoding="utf-8")
+    if CONVERSATION_SLOT not in text:
+        raise ValueError(f"{TEMPLATE_PATH} has no {CONVERSATION_SLOT} slot")
+    return text
+
+
+def _shorten(answer: str) -> str:
+    answer = " ".join(answer.split())
+    if len(answer) <= ANSWER_CHARS:
+        return answer
+    return answer[:ANSWER_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def _length_limit(query: str) -> int:
+    return max(MIN_REWRITE_LIMIT, 2 * len(query))

@@ -1,0 +1,133 @@
+"""The Redis conversation store against the real Redis: order, cap, TTL, ownership and outages."""
+import asyncio
+import time
+import uuid
+
+import pytest
+from redis.asyncio import Redis
+
+from services.chat.adapters.redis_conversations import RedisConversationStore, open_conversation_store
+from services.chat.errors import ConversationNotFound
+from services.chat.ports import Exchange
+from services.chat.settings import Settings
+from shared.errors import DependencyUnavailable
+
+pytestmark = pytest.mark.integration
+
+TTL_S = 600
+
+
+def turn(n: int) -> Exchange:
+    return Exchange(question=f"and {n}?", standalone=f"What about number {n}?", answer=f"Number {n} is fine [1].")
+
+
+@pytest.fixture
+def conversation_id(unique: str) -> str:
+    return f"{unique}-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+async def store(redis_url: str):
+    settings = Settings(redis_url=redis_url, conversation_ttl_s=TTL_S, conversation_max_turns=3)
+    conversations = open_conversation_store(settings)
+    yield conversations
+    await conversations.aclose()
+
+
+@pytest.fixture
+async def redis(redis_url: str):
+    client = Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+async def test_turns_come_back_oldest_first(store, conversation_id):
+    for n in (1, 2):
+        await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(n))
+    assert await store.history(conversation_id=conversation_id, user_id="alice") == [turn(1), turn(2)]
+
+
+async def test_only_the_last_max_turns_are_kept(store, conversation_id):
+    for n in range(1, 6):
+        await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(n))
+    assert await store.history(conversation_id=conversation_id, user_id="alice") == [turn(3), turn(4), turn(5)]
+
+
+async def test_an_unknown_conversation_has_no_history(store, conversation_id):
+    assert await store.history(conversation_id=conversation_id, user_id="alice") == []
+
+
+async def test_both_keys_get_the_ttl_and_each_append_renews_it(store, redis, conversation_id):
+    owner, turns = store.owner_key(conversation_id), store.turns_key(conversation_id)
+    await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(1))
+    assert TTL_S - 5 <= await redis.ttl(owner) <= TTL_S and TTL_S - 5 <= await redis.ttl(turns) <= TTL_S
+
+    await redis.expire(owner, 30)
+    await redis.expire(turns, 30)
+    await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(2))
+    assert await redis.pttl(owner) > (TTL_S - 5) * 1000 and await redis.pttl(turns) > (TTL_S - 5) * 1000
+
+
+async def test_another_users_conversation_is_not_found(store, conversation_id):
+    await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(1))
+    with pytest.raises(ConversationNotFound):
+        await store.history(conversation_id=conversation_id, user_id="mallory")
+    with pytest.raises(ConversationNotFound):
+        await store.append(conversation_id=conversation_id, user_id="mallory", exchange=turn(2))
+    assert await store.history(conversation_id=conversation_id, user_id="alice") == [turn(1)]
+
+
+async def test_a_new_owner_does_not_inherit_leftover_turns(store, redis, conversation_id):
+    await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(1))
+    await redis.delete(store.owner_key(conversation_id))  # the owner key expired a moment before the turns
+    await store.append(conversation_id=conversation_id, user_id="bob", exchange=turn(2))
+    assert await store.history(conversation_id=conversation_id, user_id="bob") == [turn(2)]
+
+
+async def test_concurrent_first_appends_leave_exactly_one_owner(store, unique):
+    for attempt in range(20):
+        conversation_id = f"{unique}-race-{attempt}"
+        results = await asyncio.gather(
+            *(store.append(conversation_id=conversation_id, user_id=user, exchange=turn(1)) for user in ("alice", "bob")),
+            return_exceptions=True,
+        )
+        winners = [user for user, result in zip(("alice", "bob"), results) if result is None]
+        refusals = [result for result in results if result is not None]
+        assert len(winners) == 1 and len(refusals) == 1 and isinstance(refusals[0], ConversationNotFound)
+        assert await store.history(conversation_id=conversation_id, user_id=winners[0]) == [turn(1)]
+
+
+async def test_an_unreachable_redis_is_a_named_503_within_the_timeout(conversation_id):
+    store = open_conversation_store(Settings(redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5))
+    started = time.monotonic()
+    with pytest.raises(DependencyUnavailable) as raised:
+        await store.history(conversation_id=conversation_id, user_id="alice")
+    assert time.monotonic() - started < 1.0
+    assert raised.value.dependency == "conversation_store" and raised.value.code == "conversation_store_unavailable"
+    assert await store.ping() is False
+    await store.aclose()
+
+
+async def test_a_redis_that_never_answers_times_out(conversation_id):
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(-1)  # accepts the connection, never replies
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = open_conversation_store(Settings(redis_url=f"redis://127.0.0.1:{port}/0", redis_timeout_s=0.3))
+    started = time.monotonic()
+    try:
+        with pytest.raises(DependencyUnavailable, match="conversation store"):
+            await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(1))
+        assert time.monotonic() - started < 1.0
+    finally:
+        await store.aclose()
+        server.close()
+
+
+def test_bad_limits_are_refused_at_once():
+    client = Redis.from_url("redis://127.0.0.1:1/0")
+    with pytest.raises(ValueError, match="max_turns"):
+        RedisConversationStore(client, ttl_s=60, max_turns=0)
+    with pytest.raises(ValueError, match="ttl_s"):
+        RedisConversationStore(client, ttl_s=0, max_turns=3)

@@ -1,0 +1,88 @@
+"""The offline follow-up rules on realistic pairs of questions."""
+import pytest
+
+from services.chat.followups import is_follow_up, rewrite_follow_up, subject_of, topic_of
+from services.chat.ports import Exchange
+
+pytestmark = pytest.mark.unit
+
+SESSIONS = "How are login sessions stored?"
+
+
+def turn(standalone: str) -> list[Exchange]:
+    return [Exchange(question=standalone, standalone=standalone, answer="Redis keeps them [1].")]
+
+
+@pytest.mark.parametrize(
+    ("previous", "follow_up", "standalone"),
+    [
+        (SESSIONS, "and what about its TTL?", "What about the TTL of login sessions?"),
+        ("What about the TTL of login sessions?", "Can it be changed?", "Can the TTL of login sessions be changed?"),
+        (SESSIONS, "And the TTL?", "What about the TTL of login sessions?"),
+        (SESSIONS, "What about its TTL per user?", "What about the TTL of login sessions per user?"),
+        (SESSIONS, "How long do they last?", "How long do login sessions last?"),
+        ("How do I add a user?", "Can I do it in bulk?", "Can I add a user in bulk?"),
+        ("How do I add a user?", "And how do I remove them?", "How do I remove a user?"),
+        ("What is the retention period?", "What is its default value?", "What is the default value of the retention period?"),
+        ("What does the gateway do?", "Does it need Redis?", "Does the gateway need Redis?"),
+        ("What’s the upload size limit?", "Can I raise it?", "Can I raise the upload size limit?"),
+        ("How do I log in to the console?", "What is its URL?", "What is the URL of the console?"),
+        (SESSIONS, "Why?", "Why? (login sessions stored)"),
+        (SESSIONS, "What about Redis?", "What about Redis? (login sessions stored)"),
+        (SESSIONS, "Is there a limit?", "Is there a limit? (login sessions stored)"),
+        (SESSIONS, "Is that configurable?", "Is that configurable? (login sessions stored)"),
+    ],
+)
+def test_follow_ups_are_rewritten_with_the_previous_subject(previous, follow_up, standalone):
+    assert is_follow_up(follow_up, turn(previous))
+    assert rewrite_follow_up(follow_up, previous) == standalone
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How do I add a user?",
+        "What is RabbitMQ?",
+        "Is it possible to delete a document?",
+        "How long does it take to index a PDF?",
+        "How do I delete a user that is disabled?",
+        "How does the gateway check its sessions?",
+        "How do I configure Redis so that it uses TLS?",
+        "Is there a way to export the chat history?",
+        "And how do I rotate the API key?",
+    ],
+)
+def test_standalone_questions_are_not_follow_ups(question):
+    assert not is_follow_up(question, turn(SESSIONS))
+
+
+def test_nothing_is_a_follow_up_at_the_start_of_a_conversation():
+    assert not is_follow_up("and what about its TTL?", [])
+
+
+def test_a_chain_of_carried_topics_keeps_the_first_subject():
+    assert rewrite_follow_up("Any examples?", "Why? (login sessions stored)") == "Any examples? (login sessions stored)"
+
+
+def test_a_previous_question_without_words_leaves_the_follow_up_alone():
+    assert rewrite_follow_up("Why?", "?") == "Why?"
+
+
+@pytest.mark.parametrize(
+    ("question", "subject", "action"),
+    [
+        (SESSIONS, "login sessions", None),
+        ("Where is the audit log written?", "the audit log", None),
+        ("How do I add a user?", "a user", "add a user"),
+        ("How does retrieval work?", "retrieval", None),
+        ("What is stored in Redis?", None, None),
+        ("Which roles exist?", None, None),
+    ],
+)
+def test_subjects_come_from_known_question_shapes(question, subject, action):
+    assert subject_of(question) == (subject, action)
+
+
+def test_the_topic_drops_the_question_frame():
+    assert topic_of("How do I add a user?") == "add a user"
+    assert topic_of(SESSIONS) == "login sessions stored"

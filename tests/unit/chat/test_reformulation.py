@@ -1,0 +1,156 @@
+"""The LLM rewriter with hand-written generators, its fallback to the heuristic, and the wiring choice."""
+import logging
+from typing import Any
+
+import pytest
+
+from services.chat.errors import LLMUnavailable
+from services.chat.ports import Exchange, Generation
+from services.chat.reformulation import (
+    HeuristicReformulator,
+    LLMReformulator,
+    first_line,
+    reformulation_messages,
+    reformulator_from,
+)
+from services.chat.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+SESSIONS = Exchange(
+    question="How are login sessions stored?",
+    standalone="How are login sessions stored?",
+    answer="Redis keeps the login sessions [1]. " + "They expire after a day of inactivity. " * 20,
+)
+
+
+class ScriptedGenerator:
+    """Answers every call with the same text (or error) and records the calls."""
+
+    def __init__(self, text: str = "", *, finish_reason: str = "stop", error: Exception | None = None) -> None:
+        self.text = text
+        self.finish_reason = finish_reason
+        self.error = error
+        self.calls: list[dict[str, Any]] = []
+
+    async def generate(self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int):
+        self.calls.append({"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens})
+        if self.error:
+            raise self.error
+        return Generation(text=self.text, model=model, finish_reason=self.finish_reason)
+
+
+def exchange(n: int) -> Exchange:
+    return Exchange(question=f"question {n}?", standalone=f"standalone question {n}?", answer=f"answer {n}.")
+
+
+async def test_the_heuristic_rewrites_a_follow_up_and_leaves_typos_alone():
+    heuristic = HeuristicReformulator()
+    assert await heuristic.reformulate(query="and its TTL?", history=[SESSIONS], model="m") == (
+        "What about the TTL of login sessions?"
+    )
+    assert await heuristic.reformulate(query="How do I ad a usr?", history=[SESSIONS], model="m") == "How do I ad a usr?"
+
+
+async def test_the_model_rewrite_is_returned_with_its_label_and_quotes_removed():
+    generator = ScriptedGenerator('Standalone question: "What is the TTL of login sessions?"\nExplanation: ...')
+    rewriter = LLMReformulator(generator, mode="followups")
+    result = await rewriter.reformulate(query="and its TTL?", history=[SESSIONS], model="gpt-x")
+    assert result == "What is the TTL of login sessions?"
+    (call,) = generator.calls
+    assert (call["model"], call["temperature"], call["max_tokens"]) == ("gpt-x", 0, 96)
+
+
+async def test_the_prompt_holds_the_last_turns_with_shortened_answers_and_the_new_question():
+    generator = ScriptedGenerator("What is the TTL of login sessions?")
+    rewriter = LLMReformulator(generator, mode="followups", max_history_turns=2)
+    await rewriter.reformulate(query="and its TTL?", history=[exchange(1), exchange(2), SESSIONS], model="m")
+    system, user = generator.calls[0]["messages"]
+    assert (system["role"], user) == ("system", {"role": "user", "content": "and its TTL?"})
+    assert "standalone question 1?" not in system["content"]
+    assert system["content"].index("standalone question 2?") < system["content"].index(SESSIONS.standalone)
+    assert "Redis keeps the login sessions [1]." in system["content"]
+    assert SESSIONS.answer.strip() not in system["content"] and "…" in system["content"]
+
+
+async def test_followups_mode_does_not_call_the_model_for_a_first_question():
+    generator = ScriptedGenerator("rewritten")
+    rewriter = LLMReformulator(generator, mode="followups")
+    assert await rewriter.reformulate(query="How do I ad a usr?", history=[], model="m") == "How do I ad a usr?"
+    assert generator.calls == []
+
+
+async def test_always_mode_calls_the_model_for_every_question():
+    generator = ScriptedGenerator("How do I add a user?")
+    rewriter = LLMReformulator(generator, mode="always")
+    assert await rewriter.reformulate(query="How do I ad a usr?", history=[], model="m") == "How do I add a user?"
+    assert "(no earlier turns)" in generator.calls[0]["messages"][0]["content"]
+
+
+@pytest.mark.parametrize(
+    "generator",
+    [
+        ScriptedGenerator(error=LLMUnavailable("the model endpoint answered 503")),
+        ScriptedGenerator("  \n\n  "),
+        ScriptedGenerator("What is the TTL " + "of login sessions " * 40 + "?"),
+        ScriptedGenerator("What is the TTL of", finish_reason="length"),
+    ],
+    ids=["llm-unavailable", "empty", "too-long", "cut-off"],
+)
+async def test_an_unusable_model_falls_back_to_the_heuristic_with_a_warning(generator, caplog):
+    rewriter = LLMReformulator(generator, mode="followups")
+    with caplog.at_level(logging.WARNING, logger="services.chat.reformulation"):
+        result = await rewriter.reformulate(query="and what about its TTL?", history=[SESSIONS], model="m")
+    assert result == "What about the TTL of login sessions?"
+    assert len(generator.calls) == 1
+    assert any("using the heuristic" in record.getMessage() for record in caplog.records)
+
+
+def test_bad_arguments_are_refused_at_once():
+    with pytest.raises(ValueError, match="mode"):
+        LLMReformulator(ScriptedGenerator(), mode="off")
+    with pytest.raises(ValueError, match="max_history_turns"):
+        LLMReformulator(ScriptedGenerator(), mode="always", max_history_turns=0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        ("What is X?", "What is X?"),
+        ("\n  Rewritten question: 'What is X?'  \nmore", "What is X?"),
+        ("- “What is X?”", "What is X?"),
+        ('What does "ttl" mean?', 'What does "ttl" mean?'),
+        ("", ""),
+    ],
+)
+def test_first_line_strips_labels_and_surrounding_quotes(raw, line):
+    assert first_line(raw) == line
+
+
+def test_the_messages_name_no_turns_when_there_are_none():
+    system, user = reformulation_messages(query="q?", history=[])
+    assert "(no earlier turns)" in system["content"] and "{conversation}" not in system["content"]
+    assert user == {"role": "user", "content": "q?"}
+
+
+def settings(**overrides: Any) -> Settings:
+    return Settings(**{"llm_base_url": None, "llm_model": "", **overrides})
+
+
+def test_reformulation_off_gives_no_reformulator():
+    assert reformulator_from(settings(query_reformulation="off"), ScriptedGenerator()) is None
+
+
+@pytest.mark.parametrize("mode", ["followups", "always"])
+def test_the_offline_generator_gets_the_heuristic(mode):
+    assert isinstance(reformulator_from(settings(query_reformulation=mode), ScriptedGenerator()), HeuristicReformulator)
+
+
+async def test_a_configured_llm_gets_the_llm_rewriter_in_the_configured_mode():
+    generator = ScriptedGenerator("How do I add a user?")
+    chosen = reformulator_from(
+        settings(query_reformulation="always", llm_base_url="http://llm.test/v1", llm_model="gpt-x"), generator
+    )
+    assert isinstance(chosen, LLMReformulator)
+    assert await chosen.reformulate(query="How do I ad a usr?", history=[], model="gpt-x") == "How do I add a user?"
+    assert len(generator.calls) == 1
