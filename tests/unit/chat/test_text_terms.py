@@ -1,0 +1,29 @@
+import pytest
+
+from services.chat.text_terms import stem, terms_of
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "forms",
+    [
+        ("store", "stores", "stored", "storing"),
+        ("user", "users"),
+        ("query", "queries"),
+        ("use", "uses", "used"),
+        ("process", "processes"),
+        ("role", "roles"),
+    ],
+)
+def test_word_forms_share_a_stem(forms):
+    assert len({stem(word) for word in forms}) == 1
+
+
+def test_short_words_and_non_plurals_keep_their_ending():
+    assert [stem(w) for w in ("need", "status", "analysis", "bed")] == ["need", "status", "analysis", "bed"]
+
+
+def test_terms_drop_stopwords_and_split_identifiers():
+    assert terms_of("How do I set SESSION_TTL_SECONDS?") == ["set", "session", "ttl", "second"]
+    assert terms_of("Don't log out when Redis is down") == ["log", "out", "redis", "down"]
