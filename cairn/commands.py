@@ -196,7 +196,8 @@ def _print_answer(body: dict) -> None:
         print()
         for citation in body["citations"]:
             where = " > ".join(p for p in (citation.get("title"), citation.get("section")) if p)
-            print(f"[{citation['number']}] {where}  ({citation['doc_id']})")
+            support = (citation.get("support") or {}).get("verdict")
+            print(f"[{citation['n']}] {where}  ({citation['doc_id']})" + (f"  {support}" if support else ""))
     confidence = body.get("confidence") or {}
     if confidence:
         print(f"\nconfidence: {confidence.get('level')} — {confidence.get('reason')}")

@@ -35,12 +35,18 @@ class ResponseGeneratedData(_Data):
     query: str
     reformulated_query: str | None = None
     answered: bool = Field(description="False when the answer says no relevant information was found.")
+    no_answer: bool = Field(False, description="True when the fallback 'no relevant information' answer was given.")
+    kind: Literal["answer", "no_information", "small_talk"] | None = None
+    conversation_id: str | None = None
     model: str | None = None
+    latency_ms: float | None = Field(None, description="Receipt to response, as timings_ms.total.")
     confidence_level: str | None = None
     confidence_score: float | None = None
     citation_count: int = 0
+    supported_citations: int | None = Field(None, description="Citations whose sentences the cited passage supports.")
+    grounding_score: float | None = None
     cited_doc_ids: list[str] = Field(default_factory=list)
-    chunks_retrieved: int = 0
+    chunks_retrieved: int = Field(0, description="The retrieval_count: chunks retrieval returned.")
     chunks_used: int = 0
     timings_ms: dict[str, float] = Field(default_factory=dict)
     usage: Usage = Field(default_factory=Usage)
@@ -49,8 +55,9 @@ class ResponseGeneratedData(_Data):
 
 class QueryFailedData(_Data):
     query: str
-    stage: Literal["validation", "reformulate", "retrieval", "generation", "citations", "internal"]
-    error: str
+    stage: Literal["validation", "conversation", "reformulate", "retrieval", "generation", "citations", "internal"]
+    error: str = Field(description="The error code of the response, e.g. retrieval_unavailable.")
+    error_type: str | None = Field(None, description="The exception class behind it.")
     total_ms: float | None = None
 
 

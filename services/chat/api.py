@@ -1,22 +1,53 @@
 """Chat routes (mounted behind the internal service-token guard)."""
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
 from fastapi import APIRouter
+from fastapi.sse import EventSourceResponse, format_sse_event
+from pydantic import BaseModel
 
 from services.chat.deps import CallerDep, PipelineDep
 from services.chat.models import ChatRequest, ChatResponse
+from services.chat.streaming import StreamEvent, open_stream
 
 router = APIRouter(tags=["chat"])
 
 _ERRORS = {
     401: {"description": "Missing or wrong service token"},
+    404: {"description": "conversation_id belongs to no conversation of this user (conversation_not_found)"},
     422: {"description": "Invalid request or unknown model"},
     502: {"description": "The LLM failed (llm_unavailable)"},
-    503: {"description": "Retrieval is unavailable (retrieval_unavailable)"},
+    503: {"description": "Retrieval or the conversation store is unavailable (retrieval_unavailable, conversation_store_unavailable)"},
 }
+_STREAM_DESCRIPTION = (
+    "Server-Sent Events: `sources` ({sources: passages [n] given to the model}), then `token` ({text}) deltas "
+    "as the model writes them, then `done` (the full response of POST /chat, citations renumbered; its answer "
+    "replaces the tokens). A failure after the stream began is an `error` event ({error, message})."
+)
 
 
 @router.post("/chat", response_model=ChatResponse, responses=_ERRORS)
 async def chat(body: ChatRequest, pipeline: PipelineDep, caller: CallerDep) -> ChatResponse:
     """Answer `query` from the document collection, with numbered citations."""
     return await pipeline.answer(request=body, caller=caller)
+
+
+@router.post(
+    "/chat/stream",
+    response_model=None,
+    responses={200: {"description": _STREAM_DESCRIPTION, "content": {"text/event-stream": {}}}, **_ERRORS},
+)
+async def chat_stream(body: ChatRequest, pipeline: PipelineDep, caller: CallerDep) -> EventSourceResponse:
+    """The answer to `query` as it is written; errors before the first event are plain JSON responses."""
+    events = await open_stream(pipeline, request=body, caller=caller)
+    return EventSourceResponse(_encoded(events), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _encoded(events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:
+    async with aclosing(events):
+        async for item in events:
+            data = item.data.model_dump_json() if isinstance(item.data, BaseModel) else json.dumps(item.data)
+            yield format_sse_event(event=item.event, data_str=data)

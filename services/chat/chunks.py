@@ -14,6 +14,7 @@ class RetrievedChunk:
     title: str = ""
     section: str = ""
     url: str | None = None
+    category: str | None = None
     page: int | None = None
     chunk_index: int | None = None
 

@@ -36,16 +36,23 @@ def query_submitted(
     return QuerySubmitted(**_envelope(caller), data=data)
 
 
-def response_generated(*, caller: Caller, response: ChatResponse, answered: bool) -> ResponseGenerated:
+def response_generated(*, caller: Caller, response: ChatResponse) -> ResponseGenerated:
     meta = response.metadata
+    supported = sum(1 for c in response.citations if c.support and c.support.verdict == "supported")
     data = ResponseGeneratedData(
         query=response.query,
         reformulated_query=meta.reformulated_query,
-        answered=answered,
+        answered=meta.kind != "no_information",
+        no_answer=meta.kind == "no_information",
+        kind=meta.kind,
+        conversation_id=response.conversation_id,
         model=meta.model,
+        latency_ms=meta.timings_ms.total,
         confidence_level=response.confidence.level,
         confidence_score=response.confidence.score,
         citation_count=len(response.citations),
+        supported_citations=supported,
+        grounding_score=response.grounding.score if response.grounding else None,
         cited_doc_ids=list(dict.fromkeys(c.doc_id for c in response.citations)),
         chunks_retrieved=meta.chunks_retrieved,
         chunks_used=meta.chunks_used,
@@ -56,6 +63,8 @@ def response_generated(*, caller: Caller, response: ChatResponse, answered: bool
     return ResponseGenerated(**_envelope(caller), data=data)
 
 
-def query_failed(*, caller: Caller, query: str, stage: str, error: str, total_ms: float) -> QueryFailed:
-    data = QueryFailedData(query=query, stage=stage, error=error, total_ms=total_ms)
+def query_failed(
+    *, caller: Caller, query: str, stage: str, error: str, error_type: str | None, total_ms: float
+) -> QueryFailed:
+    data = QueryFailedData(query=query, stage=stage, error=error, error_type=error_type, total_ms=total_ms)
     return QueryFailed(**_envelope(caller), data=data)

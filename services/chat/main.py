@@ -10,10 +10,12 @@ from fastapi import Depends, FastAPI
 
 from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.adapters.generator import build_generator
+from services.chat.adapters.redis_conversations import open_conversation_store
 from services.chat.adapters.retrieval_client import HttpRetrievalClient
 from services.chat.api import router
 from services.chat.pipeline import ChatPipeline, PipelineConfig
-from services.chat.ports import Generator, Retriever
+from services.chat.ports import ConversationStore, Generator, Retriever
+from services.chat.reformulation import reformulator_from
 from services.chat.settings import Settings
 from shared.broker import EventPublisher, RabbitEventPublisher
 from shared.web import create_service_app, service_token_guard
@@ -27,14 +29,16 @@ def create_app(
     retriever: Retriever | None = None,
     generator: Generator | None = None,
     publisher: EventPublisher | None = None,
+    conversations: ConversationStore | None = None,
 ) -> FastAPI:
-    """Build the app; tests may pass their own retriever, generator or publisher."""
+    """Build the app; tests may pass their own retriever, generator, publisher or conversation store."""
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
         owned_generator = None if generator else build_generator(settings)
+        owned_store = None if conversations else open_conversation_store(settings)
         events = publisher or RabbitEventPublisher(
             amqp_url=settings.amqp_url, exchange=settings.events_exchange, queue=settings.analytics_queue
         )
@@ -56,6 +60,8 @@ def create_app(
             generator=generator or owned_generator,
             publisher=events,
             config=PipelineConfig.from_settings(settings),
+            conversations=conversations or owned_store,
+            reformulator=reformulator_from(settings, generator or owned_generator),
         )
         await events.start()
         log.info(
@@ -68,6 +74,8 @@ def create_app(
             await events.close()
             if owned_generator:
                 await owned_generator.close()
+            if owned_store:
+                await owned_store.aclose()
             await http.aclose()
 
     async def readiness() -> dict[str, bool]:

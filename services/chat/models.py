@@ -14,7 +14,13 @@ class ChatRequest(BaseModel):
     query: str = Field(description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed.")
     top_k: StrictInt | None = Field(None, ge=1, le=50, description="Passages to retrieve; default DEFAULT_TOP_K (8).")
     model_id: str | None = Field(None, min_length=1, max_length=200, description="A model from the allow-list.")
-    conversation_id: str | None = Field(None, min_length=1, max_length=128)
+    conversation_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._:-]+$",
+        description="Continue this conversation (from an earlier response); omitted: a new one is started.",
+    )
     filters: dict[str, Any] | None = Field(None, description="Metadata filters passed to retrieval.")
 
     @field_validator("query")
@@ -28,8 +34,15 @@ class ChatRequest(BaseModel):
         return value
 
 
+class Support(BaseModel):
+    """How well the answer's sentences that cite this passage are backed by it."""
+
+    verdict: Literal["supported", "weak", "unsupported"]
+    score: float = Field(description="0..1; see docs/asking-questions.md for how it is measured.")
+
+
 class Citation(BaseModel):
-    number: int
+    n: int = Field(description="The number the answer text uses, [n]; consecutive from 1 in order of first use.")
     doc_id: str
     chunk_id: str
     title: str
@@ -37,6 +50,7 @@ class Citation(BaseModel):
     page: int | None = None
     url: str | None = None
     snippet: str
+    support: Support | None = None
 
 
 class Source(Citation):
@@ -47,12 +61,24 @@ class Source(Citation):
 
 
 class RelatedDoc(BaseModel):
-    """A relevant document that the answer does not cite."""
+    """A document retrieval returned for the question, cited or not, best first."""
 
     doc_id: str
     title: str
     url: str | None = None
+    category: str | None = None
     score: float
+    cited: bool
+
+
+class GroundingOut(BaseModel):
+    """How much of the answer its cited passages back."""
+
+    score: float = Field(description="0..1: the mean over cited sentences, a supported one counting 1, a weak one 0.5.")
+    supported: int = Field(description="Citations whose every citing sentence the passage supports.")
+    weak: int
+    unsupported: int
+    method: str = Field(description="How support is measured.")
 
 
 class ConfidenceOut(BaseModel):
@@ -77,6 +103,10 @@ class UsageOut(BaseModel):
 
 class Metadata(BaseModel):
     request_id: str | None
+    kind: Literal["answer", "no_information", "small_talk"] = Field(
+        description="answer: cited from the documents; no_information: nothing relevant or the answer was rejected; "
+        "small_talk: a greeting answered without searching."
+    )
     model: str | None = Field(description="null when no passage was relevant and the model was not asked.")
     reformulated_query: str
     chunks_retrieved: int
@@ -89,8 +119,16 @@ class Metadata(BaseModel):
 class ChatResponse(BaseModel):
     query: str
     answer: str
+    conversation_id: str = Field(description="Send it back with the next question to ask a follow-up.")
     citations: list[Citation]
     sources: list[Source]
     related_docs: list[RelatedDoc]
     confidence: ConfidenceOut
+    grounding: GroundingOut | None = Field(description="null when the model was not asked.")
     metadata: Metadata
+
+
+class StreamSources(BaseModel):
+    """The first event of /chat/stream: the passages given to the model, numbered as its tokens cite them."""
+
+    sources: list[Citation]

@@ -1,30 +1,34 @@
-"""One chat turn: prepare (retrieve, decide, build the prompt) → generate → finish (cite, score, report).
+"""One chat turn: start → prepare (conversation, reformulation, retrieval, prompt) → generate → finish
+(citations, grounding, confidence, events, conversation).
 
-Each step lives in its own module; this one only sequences them, times them and emits events.
-`answer` and `stream` share `_prepare` and `_finish`, so a streamed answer is post-processed
-exactly like a plain one.
+Each step lives in its own module; this one sequences them, times them and emits events.
+`answer` and `open_stream` (streaming.py) share every step but generation, so a streamed answer is
+post-processed exactly like a plain one.
 """
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from services.chat import events
+from services.chat.answering import compose
 from services.chat.chunks import RetrievedChunk
-from services.chat.citations import CitedAnswer, resolve_citations
-from services.chat.confidence import Confidence, assess, no_information
 from services.chat.errors import UnknownModel
-from services.chat.models import ChatRequest, ChatResponse, Metadata, Timings, UsageOut
-from services.chat.ports import Generation, Generator, Retriever
-from services.chat.presentation import citation_out, confidence_out, related_docs, sources_out
-from services.chat.prompt import Prompt, build_prompt
+from services.chat.models import ChatRequest, ChatResponse
+from services.chat.ports import ConversationStore, Exchange, Generation, Generator, Reformulator, Retriever
+from services.chat.prompt import build_prompt
 from services.chat.settings import Settings
+from services.chat.small_talk import small_talk_reply
+from services.chat.turn import Turn, elapsed_ms
 from shared.broker import EventPublisher
 from shared.caller import Caller
-from shared.context import request_id_var
 from shared.errors import ServiceError
 
-NO_INFORMATION = "I couldn't find relevant information in the documents to answer that."
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class PipelineConfig:
     token_budget: int = 3500
     temperature: float = 0.1
     max_tokens: int = 512
+    always_reformulate: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PipelineConfig:
@@ -47,41 +52,34 @@ class PipelineConfig:
             token_budget=settings.context_token_budget,
             temperature=settings.llm_temperature,
             max_tokens=settings.llm_max_tokens,
+            always_reformulate=settings.query_reformulation == "always",
         )
-
-
-def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 1)
-
-
-@dataclass
-class Turn:
-    """What one request has gathered so far; `stage` names the step running, for QueryFailed."""
-
-    request: ChatRequest
-    caller: Caller
-    model: str
-    top_k: int
-    started: float = field(default_factory=time.perf_counter)
-    stage: str = "retrieval"
-    timings: Timings = field(default_factory=Timings)
-    query: str = ""  # the standalone question sent to retrieval and the model
-    retrieved: list[RetrievedChunk] = field(default_factory=list)
-    prompt: Prompt | None = None  # None: answer without asking the model
-
-    @property
-    def used(self) -> list[RetrievedChunk]:
-        return self.prompt.chunks if self.prompt else []
 
 
 class ChatPipeline:
     def __init__(
-        self, *, retriever: Retriever, generator: Generator, publisher: EventPublisher, config: PipelineConfig
+        self,
+        *,
+        retriever: Retriever,
+        generator: Generator,
+        publisher: EventPublisher,
+        config: PipelineConfig,
+        conversations: ConversationStore | None = None,
+        reformulator: Reformulator | None = None,
     ) -> None:
         self.retriever = retriever
         self.generator = generator
         self.publisher = publisher
         self.config = config
+        self.conversations = conversations
+        self.reformulator = reformulator
+
+    async def answer(self, *, request: ChatRequest, caller: Caller) -> ChatResponse:
+        turn = self.start(request=request, caller=caller)
+        with self.failures_reported(turn):
+            await self.prepare(turn)
+            generation = await self._generate(turn) if turn.prompt else None
+            return await self.finish(turn, generation)
 
     def resolve_model(self, model_id: str | None) -> str:
         if model_id is None:
@@ -90,108 +88,107 @@ class ChatPipeline:
             raise UnknownModel(model_id, list(self.config.allowed_models))
         return model_id
 
-    async def answer(self, *, request: ChatRequest, caller: Caller) -> ChatResponse:
-        turn = self._start(request, caller)
-        try:
-            await self._prepare(turn)
-            generation = None
-            if turn.prompt is not None:
-                turn.stage = "generation"
-                step = time.perf_counter()
-                generation = await self.generator.generate(
-                    model=turn.model,
-                    messages=turn.prompt.messages,
-                    temperature=self.config.temperature,
-                    max_tokens=self.config.max_tokens,
-                )
-                turn.timings.generation = _ms(step)
-            return self._finish(turn, generation)
-        except ServiceError as exc:
-            self._failed(turn, exc.code)
-            raise
-        except Exception:
-            self._failed(turn, "internal_error")
-            raise
-
-    def _start(self, request: ChatRequest, caller: Caller) -> Turn:
+    def start(self, *, request: ChatRequest, caller: Caller) -> Turn:
+        """Validate the model choice and record QuerySubmitted."""
         turn = Turn(
             request=request,
             caller=caller,
             model=self.resolve_model(request.model_id),
             top_k=request.top_k or self.config.default_top_k,
+            conversation_id=request.conversation_id or uuid.uuid4().hex,
             query=request.query,
         )
         self.publisher.submit(
             events.query_submitted(
-                caller=caller, query=request.query, conversation_id=request.conversation_id, model=turn.model,
+                caller=caller, query=request.query, conversation_id=turn.conversation_id, model=turn.model,
                 top_k=turn.top_k,
             )
         )
         return turn
 
-    async def _prepare(self, turn: Turn) -> None:
-        """Retrieve, and build the prompt when a passage is relevant enough to answer from."""
+    @contextmanager
+    def failures_reported(self, turn: Turn) -> Iterator[None]:
+        """Publish QueryFailed for any error escaping the block, then let it propagate."""
+        try:
+            yield
+        except ServiceError as exc:
+            self.report_failure(turn, exc.code, exc)
+            raise
+        except Exception as exc:
+            self.report_failure(turn, "internal_error", exc)
+            raise
+
+    def report_failure(self, turn: Turn, error: str, exc: BaseException) -> None:
+        self.publisher.submit(
+            events.query_failed(
+                caller=turn.caller, query=turn.request.query, stage=turn.stage, error=error,
+                error_type=type(exc).__name__, total_ms=elapsed_ms(turn.started),
+            )
+        )
+
+    async def prepare(self, turn: Turn) -> None:
+        """Everything before generation; leaves `turn.prompt` None when the model is not to be asked."""
+        turn.small_talk = small_talk_reply(turn.request.query)
+        if turn.small_talk is not None:
+            return
+        await self._load_history(turn)
+        await self._reformulate(turn)
         turn.stage = "retrieval"
         step = time.perf_counter()
         turn.retrieved = await self.retriever.search(
             query=turn.query, top_k=turn.top_k, filters=turn.request.filters, caller=turn.caller
         )
-        turn.timings.retrieval = _ms(step)
-        relevant = self._relevant(turn.retrieved)
+        turn.timings.retrieval = elapsed_ms(step)
+        relevant = self.relevant(turn.retrieved)
         if relevant:
             turn.prompt = build_prompt(query=turn.query, chunks=relevant, token_budget=self.config.token_budget)
 
-    def _relevant(self, chunks: list[RetrievedChunk]) -> list[RetrievedChunk]:
+    def relevant(self, chunks: list[RetrievedChunk]) -> list[RetrievedChunk]:
         return [c for c in chunks if c.relevance >= self.config.relevance_threshold]
 
-    def _finish(self, turn: Turn, generation: Generation | None) -> ChatResponse:
-        """Cite, score, build the response and publish ResponseGenerated."""
-        turn.stage = "citations"
+    async def _load_history(self, turn: Turn) -> None:
+        if self.conversations is None or turn.request.conversation_id is None:
+            return
+        turn.stage = "conversation"
+        turn.history = await self.conversations.history(conversation_id=turn.conversation_id, user_id=turn.owner)
+
+    async def _reformulate(self, turn: Turn) -> None:
+        if self.reformulator is None or not (turn.history or self.config.always_reformulate):
+            return
+        turn.stage = "reformulate"
         step = time.perf_counter()
-        cited: CitedAnswer | None = None
-        if generation is None:
-            best = max((c.relevance for c in turn.retrieved), default=None)
-            confidence: Confidence = no_information(best_relevance=best, threshold=self.config.relevance_threshold)
-        else:
-            cited = resolve_citations(generation.text, turn.used)
-            confidence = assess(relevances=[c.relevance for c in turn.used], citation_count=len(cited.citations))
-        # Anti-hallucination: an answer that cites nothing is not shown.
-        answered = cited is not None and bool(cited.citations)
-        if not answered:
-            cited = CitedAnswer(answer=NO_INFORMATION, citations=[])  # confidence is already Low here
-        turn.timings.citations = _ms(step)
-        usage = UsageOut()
-        if generation:
-            usage = UsageOut(
-                prompt_tokens=generation.prompt_tokens,
-                completion_tokens=generation.completion_tokens,
-                total_tokens=generation.prompt_tokens + generation.completion_tokens,
-            )
-        turn.timings.total = _ms(turn.started)
-        response = ChatResponse(
-            query=turn.request.query,
-            answer=cited.answer,
-            citations=[citation_out(c) for c in cited.citations],
-            sources=sources_out(cited.citations),
-            related_docs=related_docs(self._relevant(turn.retrieved), cited.citations),
-            confidence=confidence_out(confidence),
-            metadata=Metadata(
-                request_id=request_id_var.get(),
-                model=generation.model if generation else None,
-                reformulated_query=turn.query,
-                chunks_retrieved=len(turn.retrieved),
-                chunks_used=len(turn.used),
-                timings_ms=turn.timings,
-                usage=usage,
-                finish_reason=generation.finish_reason if generation else None,
-            ),
-        )
-        self.publisher.submit(events.response_generated(caller=turn.caller, response=response, answered=answered))
+        turn.query = await self.reformulator.reformulate(query=turn.query, history=turn.history, model=turn.model)
+        turn.timings.reformulate = elapsed_ms(step)
+
+    async def _generate(self, turn: Turn) -> Generation:
+        turn.stage = "generation"
+        step = time.perf_counter()
+        generation = await self.generator.generate(model=turn.model, **self.generation_options(turn))
+        turn.timings.generation = elapsed_ms(step)
+        return generation
+
+    def generation_options(self, turn: Turn) -> dict:
+        assert turn.prompt is not None
+        return {
+            "messages": turn.prompt.messages,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+        }
+
+    async def finish(self, turn: Turn, generation: Generation | None) -> ChatResponse:
+        """Cite, check, score, publish ResponseGenerated and keep the turn for follow-ups."""
+        turn.stage = "citations"
+        response = compose(turn, generation, relevance_threshold=self.config.relevance_threshold)
+        self.publisher.submit(events.response_generated(caller=turn.caller, response=response))
+        if turn.small_talk is None:
+            await self._remember(turn, response)
         return response
 
-    def _failed(self, turn: Turn, error: str) -> None:
-        self.publisher.submit(
-            events.query_failed(
-                caller=turn.caller, query=turn.request.query, stage=turn.stage, error=error, total_ms=_ms(turn.started)
-            )
-        )
+    async def _remember(self, turn: Turn, response: ChatResponse) -> None:
+        if self.conversations is None:
+            return
+        exchange = Exchange(question=turn.request.query, standalone=turn.query, answer=response.answer)
+        try:
+            await self.conversations.append(conversation_id=turn.conversation_id, user_id=turn.owner, exchange=exchange)
+        except Exception:  # the answer stands; only the next follow-up loses this turn
+            log.warning("conversation turn not kept", extra={"conversation_id": turn.conversation_id}, exc_info=True)

@@ -31,6 +31,7 @@ def chunk_from_result(result: dict[str, Any]) -> RetrievedChunk:
         title=str(meta.get("title") or ""),
         section=str(meta.get("section") or ""),
         url=meta.get("url") or None,
+        category=str(meta["category"]) if meta.get("category") else None,
         page=int(page) if isinstance(page, int | float) and not isinstance(page, bool) else None,
         chunk_index=meta.get("chunk_index"),
     )

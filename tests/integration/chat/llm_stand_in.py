@@ -19,7 +19,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 ANSWER = "Run `cairn user add` [1]."
 NO_CITATIONS = "Users are added from the command line."
-Mode = Literal["answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream"]
+Mode = Literal[
+    "answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream", "broken_stream"
+]
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Script:
     hang          answers nothing for `hang_s` (longer than the client's timeout), or until the client leaves
     no_citations  an answer without any [n] marker
     slow_stream   `slow_chunks` chunks `slow_delay_s` apart; sets `disconnected` if the client leaves first
+    broken_stream the first three words of `text`, then a chunk that is not JSON
     """
 
     mode: Mode = "answer"
@@ -96,6 +99,8 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
     text = NO_CITATIONS if mode == "no_citations" else script.text
     if mode == "slow_stream":
         return _sse(_slow_events(script, body))
+    if mode == "broken_stream":
+        return _sse(_broken_events(text, body))
     if body.get("stream"):
         delay = script.chunk_delay_s if mode == "stream" else 0.0
         return _sse(_events(text, body, delay_s=delay))
@@ -166,6 +171,13 @@ async def _slow_events(script: Script, body: dict[str, Any]) -> AsyncIterator[st
     finally:  # cancelled, or closed, when the client went away
         if not script.finished.is_set():
             script.disconnected.set()
+
+
+async def _broken_events(text: str, body: dict[str, Any]) -> AsyncIterator[str]:
+    yield _chunk(body, _delta({"role": "assistant", "content": ""}))
+    for word in words_of(text)[:3]:
+        yield _chunk(body, _delta({"content": word}))
+    yield "data: {this is not json\n\n"
 
 
 def _sse(events: AsyncIterator[str]) -> StreamingResponse:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.chat.chunks import RetrievedChunk
-from services.chat.ports import Generation
+from services.chat.errors import ConversationNotFound
+from services.chat.ports import Exchange, Generation
 from shared.caller import Caller
 from shared.events import Event
 
@@ -78,8 +79,36 @@ class RecordingGenerator:
             raise self.error
         return Generation(text=self.text, model=model, prompt_tokens=100, completion_tokens=7, finish_reason="stop")
 
+    async def stream(self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int):
+        """The text word by word, then the Generation; fails after the first word when `error` is set."""
+        self.calls.append({"model": model, "messages": messages, "stream": True})
+        words = self.text.split(" ")
+        for n, word in enumerate(words):
+            if self.error and n == 1:
+                raise self.error
+            yield word if n == 0 else " " + word
+        yield Generation(text=self.text, model=model, prompt_tokens=100, completion_tokens=len(words), finish_reason="stop")
+
     async def ping(self) -> bool:
         return True
+
+
+class MemoryConversations:
+    """Conversations kept in a dict, with the ownership rule of the Redis store."""
+
+    def __init__(self) -> None:
+        self.turns: dict[str, list[Exchange]] = {}
+        self.owners: dict[str, str] = {}
+
+    async def history(self, *, conversation_id: str, user_id: str) -> list[Exchange]:
+        if self.owners.get(conversation_id, user_id) != user_id:
+            raise ConversationNotFound(conversation_id)
+        return list(self.turns.get(conversation_id, []))
+
+    async def append(self, *, conversation_id: str, user_id: str, exchange: Exchange) -> None:
+        if self.owners.setdefault(conversation_id, user_id) != user_id:
+            raise ConversationNotFound(conversation_id)
+        self.turns.setdefault(conversation_id, []).append(exchange)
 
 
 class ListPublisher:

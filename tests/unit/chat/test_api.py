@@ -31,8 +31,12 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
         response = await client.post("/chat", json={"query": "How do I add a user?"}, headers=HEADERS)
     assert response.status_code == 200, response.text
     body = response.json()
-    assert set(body) == {"query", "answer", "citations", "sources", "related_docs", "confidence", "metadata"}
-    assert set(body["citations"][0]) == {"number", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet"}
+    assert set(body) == {
+        "query", "answer", "conversation_id", "citations", "sources", "related_docs", "confidence", "grounding", "metadata"
+    }
+    assert set(body["citations"][0]) == {
+        "n", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet", "support"
+    }
     assert set(body["confidence"]) == {"level", "score", "reason"}
     assert set(body["metadata"]["timings_ms"]) == {"reformulate", "retrieval", "generation", "citations", "total"}
     assert body["metadata"]["request_id"] == response.headers["x-request-id"]

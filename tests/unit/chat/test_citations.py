@@ -151,7 +151,7 @@ def test_snippet_limit_is_200_characters():
 def test_sources_are_deduplicated_by_url_then_doc_id():
     from dataclasses import replace
 
-    from services.chat.presentation import sources_out
+    from services.chat.presentation import citation_out, sources_out
 
     chunks = [
         make_chunk(1, "p1.", doc_id="manual", page=1),
@@ -161,4 +161,6 @@ def test_sources_are_deduplicated_by_url_then_doc_id():
     ]
     cited = resolve_citations("[1] [2] [3] [4]", chunks)
     assert len(cited.citations) == 4
-    assert [(s.doc_id, s.chunk_id) for s in sources_out(cited.citations)] == [("manual", "chunk-1"), ("faq", "chunk-3")]
+    citations = [citation_out(c) for c in cited.citations]
+    sources = sources_out(citations, {c.chunk_id: c for c in chunks})
+    assert [(s.doc_id, s.chunk_id) for s in sources] == [("manual", "chunk-1"), ("faq", "chunk-3")]

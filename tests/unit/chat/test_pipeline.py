@@ -4,7 +4,8 @@ import pytest
 from services.chat.adapters.generator import build_generator
 from services.chat.errors import LLMUnavailable, UnknownModel
 from services.chat.models import ChatRequest
-from services.chat.pipeline import NO_INFORMATION, ChatPipeline, PipelineConfig
+from services.chat.answering import NO_INFORMATION
+from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.settings import Settings
 from shared.caller import Caller
 from shared.context import request_id_var, traceparent_var
@@ -40,7 +41,7 @@ async def test_answers_with_citations_from_the_offline_generator(offline_generat
     response = await chat.answer(request=ChatRequest(query="How do I add a user?"), caller=CALLER)
 
     assert "cairn user add" in response.answer and "[1]" in response.answer
-    assert response.citations[0].number == 1
+    assert response.citations[0].n == 1
     assert response.citations[0].doc_id == "doc-1" and response.citations[0].title == "Users and roles"
     assert [s.chunk_id for s in response.sources] == [c.chunk_id for c in response.citations]
     assert response.sources[0].content == GUIDE[0].content
@@ -92,7 +93,7 @@ async def test_invalid_citation_numbers_are_dropped_and_related_docs_listed():
     response = await chat.answer(request=ChatRequest(query="q"), caller=CALLER)
     assert response.answer == "Use the command [1]."
     assert [c.doc_id for c in response.citations] == ["doc-2"]
-    assert [d.doc_id for d in response.related_docs] == ["doc-1"]
+    assert [(d.doc_id, d.cited) for d in response.related_docs] == [("doc-1", False), ("doc-2", True), ("doc-3", False)]
 
 
 async def test_request_options_reach_retrieval_and_the_model():

@@ -54,3 +54,24 @@ def test_parser_reads_back_what_the_writer_wrote():
 def test_parser_finds_nothing_without_a_context():
     assert parse_context("no context here") == []
     assert parse_context(f"{CONTEXT_START}\n{CONTEXT_END}") == []
+
+
+def test_a_chunk_that_does_not_fit_is_cut_at_a_sentence_end():
+    first = make_chunk(1, "word " * 80)  # ~100 tokens with its header
+    second = make_chunk(2, "First sentence here is short. " * 30)
+    prompt = build_prompt(query="q", chunks=[first, second], token_budget=200)
+    assert [c.chunk_id for c in prompt.chunks] == ["chunk-1", "chunk-2"]
+    cut = parse_context(prompt.messages[0]["content"])[1].text
+    assert cut.endswith("is short.") and len(cut) < len(second.content.strip())
+
+
+def test_a_lone_oversized_passage_without_sentence_ends_is_cut_between_words():
+    prompt = build_prompt(query="q", chunks=[make_chunk(1, "abcdefgh " * 400)], token_budget=100)
+    text = parse_context(prompt.messages[0]["content"])[0].text
+    assert set(text.split()) == {"abcdefgh"}
+
+
+def test_a_later_chunk_with_no_sentence_end_in_reach_is_left_out():
+    chunks = [make_chunk(1, "word " * 80), make_chunk(2, "unpunctuated " * 300)]
+    prompt = build_prompt(query="q", chunks=chunks, token_budget=200)
+    assert [c.chunk_id for c in prompt.chunks] == ["chunk-1"]

@@ -1,0 +1,88 @@
+"""The response to a turn: citations resolved, grounding checked, confidence scored.
+
+Three kinds of answer: small talk (no search, no model), "no information" (nothing relevant was
+retrieved, or the model's answer cited nothing and so is not shown), and a cited answer.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from services.chat import confidence as scoring
+from services.chat.citations import CitedAnswer, resolve_citations
+from services.chat.confidence import Confidence
+from services.chat.grounding import GroundingReport, check_grounding
+from services.chat.models import ChatResponse, Metadata, UsageOut
+from services.chat.ports import Generation
+from services.chat.presentation import citation_out, confidence_out, grounding_out, related_docs, sources_out
+from services.chat.turn import Turn, elapsed_ms
+from shared.context import request_id_var
+
+NO_INFORMATION = "I couldn't find relevant information in the documents to answer that."
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    kind: str
+    cited: CitedAnswer
+    confidence: Confidence
+    grounding: GroundingReport | None = None
+
+
+def compose(turn: Turn, generation: Generation | None, *, relevance_threshold: float) -> ChatResponse:
+    step = time.perf_counter()
+    outcome = _outcome(turn, generation, relevance_threshold)
+    turn.timings.citations = elapsed_ms(step)
+    turn.timings.total = elapsed_ms(turn.started)
+    by_number = outcome.grounding.citations if outcome.grounding else {}
+    citations = [citation_out(c, by_number.get(c.number)) for c in outcome.cited.citations]
+    return ChatResponse(
+        query=turn.request.query,
+        answer=outcome.cited.answer,
+        conversation_id=turn.conversation_id,
+        citations=citations,
+        sources=sources_out(citations, {c.chunk_id: c for c in turn.retrieved}),
+        related_docs=related_docs(turn.retrieved, outcome.cited.citations),
+        confidence=confidence_out(outcome.confidence),
+        grounding=grounding_out(outcome.grounding.summary) if outcome.grounding else None,
+        metadata=Metadata(
+            request_id=request_id_var.get(),
+            kind=outcome.kind,
+            model=generation.model if generation else None,
+            reformulated_query=turn.query,
+            chunks_retrieved=len(turn.retrieved),
+            chunks_used=len(turn.used),
+            timings_ms=turn.timings,
+            usage=_usage(generation),
+            finish_reason=generation.finish_reason if generation else None,
+        ),
+    )
+
+
+def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: float) -> _Outcome:
+    if turn.small_talk is not None:
+        return _Outcome("small_talk", CitedAnswer(turn.small_talk, []), scoring.small_talk())
+    if generation is None:
+        best = max((c.relevance for c in turn.retrieved), default=None)
+        confidence = scoring.no_information(best_relevance=best, threshold=relevance_threshold)
+        return _Outcome("no_information", CitedAnswer(NO_INFORMATION, []), confidence)
+    cited = resolve_citations(generation.text, turn.used)
+    grounding = check_grounding(cited.answer, cited.citations, passages=turn.used)
+    confidence = scoring.assess(
+        relevances=[c.relevance for c in turn.used],
+        relevant_sources=len({c.doc_id for c in turn.used}),
+        grounding=grounding.summary,
+    )
+    if not cited.citations:  # anti-hallucination: an answer that cites nothing is not shown
+        return _Outcome("no_information", CitedAnswer(NO_INFORMATION, []), confidence, grounding)
+    return _Outcome("answer", cited, confidence, grounding)
+
+
+def _usage(generation: Generation | None) -> UsageOut:
+    if generation is None:
+        return UsageOut()
+    return UsageOut(
+        prompt_tokens=generation.prompt_tokens,
+        completion_tokens=generation.completion_tokens,
+        total_tokens=generation.prompt_tokens + generation.completion_tokens,
+    )

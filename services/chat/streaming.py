@@ -1,0 +1,88 @@
+"""A chat turn as Server-Sent Events: `sources`, then `token` deltas, then `done` — or `error`.
+
+Everything up to generation runs before the first event, so a bad request or a dependency that is
+down still gets its plain HTTP error (404, 422, 503). Once the stream has begun, a failure becomes an
+`error` event carrying the same JSON body the plain endpoint would return. The tokens are the model's
+raw text (markers as the prompt numbered the passages); `done` carries the post-processed response,
+whose answer replaces them.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from services.chat.errors import LLMUnavailable
+from services.chat.models import ChatRequest, StreamSources
+from services.chat.pipeline import ChatPipeline
+from services.chat.ports import Generation
+from services.chat.presentation import passage_out
+from services.chat.turn import Turn, elapsed_ms
+from shared.caller import Caller
+from shared.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    event: Literal["sources", "token", "done", "error"]
+    data: BaseModel | dict[str, Any]
+
+
+async def open_stream(pipeline: ChatPipeline, *, request: ChatRequest, caller: Caller) -> AsyncIterator[StreamEvent]:
+    """Prepare the turn (raising like `answer` does) and return its events, to be iterated once."""
+    turn = pipeline.start(request=request, caller=caller)
+    with pipeline.failures_reported(turn):
+        await pipeline.prepare(turn)
+    return _events(pipeline, turn)
+
+
+async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEvent]:
+    try:
+        yield StreamEvent("sources", StreamSources(sources=[passage_out(n, c) for n, c in enumerate(turn.used, start=1)]))
+        generation = None
+        streamed = False
+        if turn.prompt is not None:
+            async with aclosing(_generate(pipeline, turn)) as items:
+                async for item in items:
+                    if isinstance(item, Generation):
+                        generation = item
+                    else:
+                        streamed = True
+                        yield StreamEvent("token", {"text": item})
+        response = await pipeline.finish(turn, generation)
+        if not streamed:  # small talk and "no information": the answer arrives as one token
+            yield StreamEvent("token", {"text": response.answer})
+        yield StreamEvent("done", response)
+    except ServiceError as exc:
+        pipeline.report_failure(turn, exc.code, exc)
+        yield StreamEvent("error", exc.body())
+    except (asyncio.CancelledError, GeneratorExit) as exc:  # the client went away: generation is cancelled
+        pipeline.report_failure(turn, "client_disconnected", exc)
+        raise
+    except Exception as exc:
+        log.exception("chat stream failed", extra={"stage": turn.stage})
+        pipeline.report_failure(turn, "internal_error", exc)
+        yield StreamEvent("error", {"error": "internal_error", "message": "the answer could not be completed"})
+
+
+async def _generate(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[str | Generation]:
+    turn.stage = "generation"
+    step = time.perf_counter()
+    generation = None
+    # aclosing: leaving early closes the model's HTTP response at once, so the model stops too.
+    async with aclosing(pipeline.generator.stream(model=turn.model, **pipeline.generation_options(turn))) as deltas:
+        async for item in deltas:
+            if isinstance(item, Generation):
+                generation = item
+            yield item
+    turn.timings.generation = elapsed_ms(step)
+    if generation is None:
+        raise LLMUnavailable("the model's stream ended without a final result")

@@ -1,0 +1,232 @@
+"""The real chat app over HTTP, against the real retrieval app (MiniLM, embedded Chroma) over HTTP, an
+OpenAI-compatible stand-in model and the real Redis: answers, LLM faults, streaming, follow-ups."""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from services.chat.main import create_app as create_chat_app
+from services.chat.settings import Settings as ChatSettings
+from services.retrieval.main import create_app as create_retrieval_app
+from services.retrieval.settings import Settings as RetrievalSettings
+from tests.integration.chat.llm_stand_in import Script, llm_stand_in
+from tests.integration.chat.stand_ins import HEADERS, TOKEN
+from tests.support import serve_in_thread, wait_until
+from tests.unit.chat.fakes import ListPublisher
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = """# Sessions
+
+## Storage
+
+Login sessions are stored in Redis. Redis keeps only the SHA-256 hash of each token.
+
+## Lifetime
+
+A session expires after 24 hours without use. Set SESSION_TTL_SECONDS on the gateway to change the TTL of login sessions.
+"""
+USERS = """# Users
+
+## Adding a user
+
+Run `cairn user add NAME --role user` to add a user. The password is read from a prompt.
+"""
+
+
+@pytest.fixture(scope="module")
+def retrieval_url(tmp_path_factory, embedder) -> Iterator[str]:
+    settings = RetrievalSettings(
+        service_token=TOKEN, data_dir=tmp_path_factory.mktemp("retrieval"), chroma_collection="chat-service-test"
+    )
+    with serve_in_thread(create_retrieval_app(settings, embedder=embedder)) as url:
+        for source, text in (("guide/sessions.md", SESSIONS), ("guide/users.md", USERS)):
+            added = httpx.post(
+                f"{url}/documents", json={"text": text, "source": source, "category": "guide"}, headers=HEADERS
+            )
+            assert added.status_code == 200, added.text
+        yield url
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[tuple[str, Script]]:
+    app, script = llm_stand_in()
+    with serve_in_thread(app) as url:
+        yield url, script
+
+
+@pytest.fixture(scope="module")
+def chat(retrieval_url, model, redis_url) -> Iterator[tuple[str, ListPublisher]]:
+    publisher = ListPublisher()
+    settings = ChatSettings(
+        service_token=TOKEN, retrieval_url=retrieval_url, redis_url=redis_url,
+        llm_base_url=f"{model[0]}/v1", llm_model="test-model", llm_timeout_s=0.5, llm_max_retries=2,
+        llm_backoff_base_s=0.05, llm_backoff_cap_s=2.0, query_reformulation="off",
+    )
+    with serve_in_thread(create_chat_app(settings, publisher=publisher)) as url:
+        yield url, publisher
+
+
+@pytest.fixture
+def script(model) -> Script:
+    return model[1].reset()
+
+
+def ask(chat_url: str, query: str = "How do I add a user?", **extra) -> httpx.Response:
+    return httpx.post(f"{chat_url}/chat", json={"query": query, **extra}, headers=HEADERS, timeout=30)
+
+
+def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:
+    events = []
+    for block in response.text.split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "event" in lines:
+            events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+def test_a_cited_grounded_answer_from_the_model(chat, script):
+    script.reset(text="Run `cairn user add NAME --role user` to add a user [1].")
+    response = ask(chat[0])
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["answer"] == script.text
+    citation = body["citations"][0]
+    assert (citation["n"], citation["doc_id"], citation["section"]) == (1, "guide/users.md", "Adding a user")
+    assert citation["support"]["verdict"] == "supported"
+    assert body["grounding"]["supported"] == 1 and body["grounding"]["unsupported"] == 0
+    assert body["metadata"]["model"] == "test-model" and body["metadata"]["kind"] == "answer"
+    assert body["confidence"]["level"] in ("High", "Medium")
+    assert {d["category"] for d in body["related_docs"]} == {"guide"}
+    sent = script.calls[0].body
+    assert sent["model"] == "test-model" and "[1] Users > Adding a user" in sent["messages"][0]["content"]
+
+
+def test_rate_limit_is_retried_after_the_servers_delay(chat, script):
+    script.reset(mode="rate_limit", failures=1, retry_after="1")
+    response = ask(chat[0])
+    assert response.status_code == 200, response.text
+    assert len(script.calls) == 2 and script.calls[1].at - script.calls[0].at >= 0.95
+
+
+def test_a_model_that_keeps_failing_gives_502_and_query_failed(chat, script):
+    publisher = chat[1]
+    script.reset(mode="error")
+    response = ask(chat[0])
+    assert response.status_code == 502 and response.json()["error"] == "llm_unavailable"
+    assert len(script.calls) == 3  # the first call and LLM_MAX_RETRIES=2 retries
+    failed = publisher.events[-1]
+    assert failed.event_type == "QueryFailed"
+    assert (failed.data.stage, failed.data.error, failed.data.error_type) == ("generation", "llm_unavailable", "LLMUnavailable")
+
+
+def test_a_client_error_is_not_retried(chat, script):
+    script.reset(mode="bad_request")
+    assert ask(chat[0]).status_code == 502
+    assert len(script.calls) == 1
+
+
+def test_a_hanging_model_times_out_within_the_bound(chat, script):
+    script.reset(mode="hang", hang_s=3.0)
+    started = time.monotonic()
+    response = ask(chat[0])
+    assert response.status_code == 502 and response.json()["error"] == "llm_unavailable"
+    assert time.monotonic() - started < 3 * 0.5 + 2.0  # three attempts of LLM_TIMEOUT_S plus backoff
+
+
+def test_an_answer_without_citations_is_replaced_by_the_fallback(chat, script):
+    script.reset(mode="no_citations")
+    body = ask(chat[0]).json()
+    assert body["metadata"]["kind"] == "no_information" and body["citations"] == []
+    assert "couldn't find relevant information" in body["answer"]
+    assert body["confidence"]["level"] == "Low"
+
+
+def test_small_talk_asks_neither_retrieval_nor_the_model(chat, script):
+    body = ask(chat[0], "Hello!").json()
+    assert body["metadata"]["kind"] == "small_talk" and body["metadata"]["model"] is None
+    assert body["confidence"] == {"level": "Low", "score": 0.0, "reason": body["confidence"]["reason"]}
+    assert script.calls == [] and body["metadata"]["chunks_retrieved"] == 0
+
+
+def test_stream_sends_sources_then_tokens_then_done(chat, script):
+    script.reset(mode="stream", text="Run `cairn user add NAME --role user` to add a user [1].")
+    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        r.read()
+    events = sse_events(r)
+    names = [name for name, _ in events]
+    assert names[0] == "sources" and names[-1] == "done" and set(names[1:-1]) == {"token"}
+    assert len(names) > 5  # word by word, as the model wrote it
+    assert "".join(data["text"] for name, data in events if name == "token") == script.text
+    assert events[0][1]["sources"][0]["n"] == 1
+    done = events[-1][1]
+    assert done["answer"] == script.text and done["citations"][0]["doc_id"] == "guide/users.md"
+
+
+def test_a_stream_that_breaks_ends_with_an_error_event(chat, script):
+    script.reset(mode="broken_stream")
+    response = httpx.post(f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS, timeout=30)
+    names = [name for name, _ in sse_events(response)]
+    assert names[0] == "sources" and names[-1] == "error"
+    assert sse_events(response)[-1][1]["error"] == "llm_unavailable"
+
+
+def test_errors_before_the_stream_are_plain_json(chat, script):
+    response = httpx.post(
+        f"{chat[0]}/chat/stream", json={"query": "q", "model_id": "nope"}, headers=HEADERS, timeout=30
+    )
+    assert response.status_code == 422 and response.json()["error"] == "unknown_model"
+
+
+def test_a_client_that_disconnects_cancels_generation(chat, script):
+    publisher = chat[1]
+    script.reset(mode="slow_stream", slow_chunks=200, slow_delay_s=0.05)
+    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
+        lines = r.iter_lines()
+        while "event: token" not in next(lines):
+            pass
+    assert script.disconnected.wait(5), "the model kept generating after the client left"
+    assert not script.finished.is_set()
+    wait_until(lambda: publisher.events[-1].event_type == "QueryFailed", timeout=5, what="QueryFailed")
+    assert publisher.events[-1].data.error == "client_disconnected"
+
+
+def test_a_follow_up_is_rewritten_by_the_model_and_owned_by_its_user(retrieval_url, model, redis_url, unique):
+    url, script = model
+    script.reset(text="Login sessions are stored in Redis [1].")
+    settings = ChatSettings(
+        service_token=TOKEN, retrieval_url=retrieval_url, redis_url=redis_url, llm_base_url=f"{url}/v1",
+        llm_model="test-model", llm_backoff_base_s=0.05,
+    )
+    with serve_in_thread(create_chat_app(settings, publisher=ListPublisher())) as chat_url:
+        first = ask(chat_url, "How are login sessions stored?", conversation_id=unique).json()
+        assert first["conversation_id"] == unique and len(script.calls) == 1  # no history: no rewrite
+        script.reset(text="What is the TTL of login sessions?")  # the model's rewrite, then its answer
+        follow_up = ask(chat_url, "and what about its TTL?", conversation_id=unique)
+        assert follow_up.status_code == 200, follow_up.text
+        assert follow_up.json()["metadata"]["reformulated_query"] == "What is the TTL of login sessions?"
+        rewrite_prompt = json.dumps(script.calls[0].body["messages"])
+        assert "How are login sessions stored?" in rewrite_prompt and "and what about its TTL?" in rewrite_prompt
+        stranger = httpx.post(
+            f"{chat_url}/chat", json={"query": "and then?", "conversation_id": unique},
+            headers={**HEADERS, "X-User-Id": "someone-else"}, timeout=30,
+        )
+        assert stranger.status_code == 404 and stranger.json()["error"] == "conversation_not_found"
+
+
+def test_redis_down_fails_follow_ups_with_503_but_not_new_questions(retrieval_url, model, unique):
+    url, script = model
+    script.reset()
+    settings = ChatSettings(
+        service_token=TOKEN, retrieval_url=retrieval_url, redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5,
+        llm_base_url=f"{url}/v1", llm_model="test-model",
+    )
+    with serve_in_thread(create_chat_app(settings, publisher=ListPublisher())) as chat_url:
+        assert ask(chat_url).status_code == 200
+        follow_up = ask(chat_url, "and then?", conversation_id=unique)
+        assert follow_up.status_code == 503 and follow_up.json()["error"] == "conversation_store_unavailable"

@@ -1,0 +1,98 @@
+"""Follow-ups, small talk and the events of a turn, with fakes for retrieval, the model and the store."""
+import pytest
+
+from services.chat.errors import ConversationNotFound
+from services.chat.models import ChatRequest
+from services.chat.pipeline import ChatPipeline, PipelineConfig
+from services.chat.reformulation import HeuristicReformulator
+from shared.caller import Caller
+from shared.errors import DependencyUnavailable
+from tests.unit.chat.fakes import FakeRetriever, ListPublisher, MemoryConversations, RecordingGenerator
+
+pytestmark = pytest.mark.unit
+
+ANN = Caller(user_id="ann", roles=("user",), session_id="s1")
+BOB = Caller(user_id="bob", roles=("user",), session_id="s2")
+CONFIG = PipelineConfig(default_model="m", allowed_models=("m",))
+
+
+def pipeline(*, conversations=None, retriever=None, generator=None) -> ChatPipeline:
+    return ChatPipeline(
+        retriever=retriever or FakeRetriever(),
+        generator=generator or RecordingGenerator(),
+        publisher=ListPublisher(),
+        config=CONFIG,
+        conversations=conversations if conversations is not None else MemoryConversations(),
+        reformulator=HeuristicReformulator(),
+    )
+
+
+async def test_a_follow_up_is_searched_as_a_standalone_question():
+    chat = pipeline()
+    first = await chat.answer(request=ChatRequest(query="How are login sessions stored?"), caller=ANN)
+    follow_up = await chat.answer(
+        request=ChatRequest(query="and what about its TTL?", conversation_id=first.conversation_id), caller=ANN
+    )
+    assert follow_up.conversation_id == first.conversation_id
+    assert follow_up.metadata.reformulated_query == "What about the TTL of login sessions?"
+    assert chat.retriever.calls[-1]["query"] == "What about the TTL of login sessions?"
+    assert follow_up.metadata.timings_ms.reformulate >= 0
+    generated = chat.publisher.events[-1].data
+    assert generated.reformulated_query == "What about the TTL of login sessions?"
+    assert generated.conversation_id == first.conversation_id
+
+
+async def test_a_first_question_is_not_rewritten_and_starts_a_conversation():
+    conversations = MemoryConversations()
+    chat = pipeline(conversations=conversations)
+    response = await chat.answer(request=ChatRequest(query="What about its TTL?"), caller=ANN)
+    assert response.metadata.reformulated_query == "What about its TTL?"
+    assert [t.question for t in conversations.turns[response.conversation_id]] == ["What about its TTL?"]
+
+
+async def test_another_users_conversation_is_not_found_and_reported():
+    chat = pipeline()
+    first = await chat.answer(request=ChatRequest(query="How are login sessions stored?"), caller=ANN)
+    with pytest.raises(ConversationNotFound) as caught:
+        await chat.answer(request=ChatRequest(query="and its TTL?", conversation_id=first.conversation_id), caller=BOB)
+    assert caught.value.status_code == 404
+    failed = chat.publisher.events[-1]
+    assert (failed.event_type, failed.data.stage, failed.data.error) == ("QueryFailed", "conversation", "conversation_not_found")
+
+
+class BrokenConversations(MemoryConversations):
+    async def history(self, **_):
+        raise DependencyUnavailable("conversation_store")
+
+    async def append(self, **_):
+        raise DependencyUnavailable("conversation_store")
+
+
+async def test_a_store_that_is_down_fails_follow_ups_but_not_new_questions():
+    chat = pipeline(conversations=BrokenConversations())
+    response = await chat.answer(request=ChatRequest(query="How do I add a user?"), caller=ANN)
+    assert response.citations  # the answer stands; only the turn was not kept
+    with pytest.raises(DependencyUnavailable):
+        await chat.answer(request=ChatRequest(query="and then?", conversation_id="c1"), caller=ANN)
+
+
+async def test_small_talk_needs_no_retrieval_nor_model_and_is_still_recorded():
+    chat = pipeline()
+    response = await chat.answer(request=ChatRequest(query="Thanks!"), caller=ANN)
+    assert chat.retriever.calls == [] and chat.generator.calls == []
+    assert response.metadata.kind == "small_talk" and response.metadata.model is None
+    assert (response.confidence.level, response.confidence.score) == ("Low", 0.0)
+    assert chat.publisher.types() == ["QuerySubmitted", "ResponseGenerated"]
+    assert chat.publisher.events[-1].data.kind == "small_talk"
+
+
+async def test_response_generated_carries_the_answer_figures():
+    chat = pipeline(generator=RecordingGenerator("Run `cairn user add NAME --role user` [1]. Redis keeps the login sessions [2]."))
+    response = await chat.answer(request=ChatRequest(query="How do I add a user?"), caller=ANN)
+    data = chat.publisher.events[-1].data
+    assert data.model == "m" and data.no_answer is False and data.kind == "answer"
+    assert data.latency_ms == response.metadata.timings_ms.total > 0
+    assert data.citation_count == 2 and data.supported_citations == 2
+    assert data.grounding_score == response.grounding.score == 1.0
+    assert data.chunks_retrieved == 3 and data.usage.total_tokens == 107
+    assert data.cited_doc_ids == ["doc-1", "doc-2"]
