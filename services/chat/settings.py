@@ -76,6 +76,9 @@ class Settings(CommonSettings):
         validation_alias=aliases("REDIS_URL", "redis_url"),
         description="Where conversations are kept for follow-up questions.",
     )
+    redis_prefix: str = Field(
+        "cairn", validation_alias=aliases("REDIS_PREFIX", "redis_prefix"), description="Prefix of chat's Redis keys."
+    )
     redis_timeout_s: float = Field(2.0, gt=0, validation_alias=aliases("REDIS_TIMEOUT_S", "redis_timeout_s"))
     conversation_ttl_s: int = Field(
         86400, ge=60, validation_alias=aliases("CONVERSATION_TTL_S", "conversation_ttl_s"),

@@ -55,14 +55,19 @@ async def me(session: CurrentSession) -> MeResponse:
     )
 
 
-async def _forward(
-    upstream: Upstream, request: Request, session: Session, settings: Settings, *, path: str
-) -> Response:
+def _headers_for(request: Request, session: Session, settings: Settings) -> dict[str, str]:
     headers = internal_headers(
         settings, user_id=session.user_id, user_roles=",".join(session.roles), session_id=session.public_id
     )
     if content_type := request.headers.get("content-type"):
         headers["Content-Type"] = content_type
+    return headers
+
+
+async def _forward(
+    upstream: Upstream, request: Request, session: Session, settings: Settings, *, path: str
+) -> Response:
+    headers = _headers_for(request, session, settings)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH") else None
     return await upstream.forward(
         method=request.method, path=path, headers=headers, body=body, params=list(request.query_params.multi_items())
@@ -72,6 +77,15 @@ async def _forward(
 @api_router.post("/chat", summary="Ask a question; see the chat service's /docs for the body")
 async def chat(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     return await _forward(chat, request, session, settings, path="/chat")
+
+
+@api_router.post(
+    "/chat/stream",
+    summary="Ask a question and receive the answer as Server-Sent Events (sources, token..., done | error)",
+)
+async def chat_stream(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
+    headers = _headers_for(request, session, settings)
+    return await chat.forward_stream(path="/chat/stream", headers=headers, body=await request.body())
 
 
 @api_router.post("/search", summary="Search the collection; see the retrieval service's /docs for the body")

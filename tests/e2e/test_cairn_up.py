@@ -137,3 +137,29 @@ def test_bad_token_and_bad_input_through_the_gateway(cairn):
         auth = _login(client)
         empty = client.post("/api/chat", json={"query": "   "}, headers=auth)
         assert empty.status_code == 422 and empty.json()["error"]
+
+
+def test_a_follow_up_through_the_gateway_is_resolved_against_the_first_question(cairn):
+    with httpx.Client(base_url=cairn.gateway, timeout=60) as client:
+        auth = _login(client)
+        first = client.post("/api/chat", json={"query": "How do I add a user?"}, headers=auth)
+        assert first.status_code == 200, first.text + cairn.logs()
+        conversation = first.json()["conversation_id"]
+        follow_up = client.post(
+            "/api/chat", json={"query": "And how do I list them?", "conversation_id": conversation}, headers=auth
+        )
+        assert follow_up.status_code == 200, follow_up.text + cairn.logs()
+        body = follow_up.json()
+    assert body["conversation_id"] == conversation
+    assert body["metadata"]["reformulated_query"] == "How do I list a user?"
+    assert "cairn user list" in body["answer"] and body["citations"], body
+
+
+def test_the_answer_streams_through_the_gateway(cairn):
+    with httpx.Client(base_url=cairn.gateway, timeout=60) as client:
+        auth = _login(client)
+        with client.stream("POST", "/api/chat/stream", json={"query": "How do I add a user?"}, headers=auth) as response:
+            assert response.status_code == 200, response.read().decode() + cairn.logs()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            names = [line.removeprefix("event: ") for line in response.iter_lines() if line.startswith("event: ")]
+    assert names[0] == "sources" and names[-1] == "done" and "token" in names, names

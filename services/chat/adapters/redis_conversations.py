@@ -124,6 +124,7 @@ def open_conversation_store(settings: Settings) -> RedisConversationStore:
         client,
         ttl_s=settings.conversation_ttl_s,
         max_turns=settings.conversation_max_turns,
+        key_prefix=f"{settings.redis_prefix}:conversation:",
         timeout_s=settings.redis_timeout_s,
     )
 

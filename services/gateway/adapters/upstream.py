@@ -1,8 +1,12 @@
 """Forwarding a request to an internal service over a pooled HTTP client."""
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 from fastapi import Response
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from shared.errors import DependencyUnavailable, UpstreamTimeout
 
@@ -30,8 +34,39 @@ class Upstream:
             raise UpstreamTimeout(self.name) from exc
         except httpx.TransportError as exc:
             raise DependencyUnavailable(self.name) from exc
-        passed = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED and k.lower() != "x-request-id"}
-        return Response(content=upstream.content, status_code=upstream.status_code, headers=passed)
+        return Response(content=upstream.content, status_code=upstream.status_code, headers=_passed(upstream))
+
+    async def forward_stream(self, *, path: str, headers: dict[str, str], body: bytes) -> Response:
+        """POST and pass the answer on as it arrives (Server-Sent Events), unbuffered.
+
+        An error answer (not 200) is read whole and returned as is. The upstream response is closed
+        when the stream ends or the client goes away, so the service behind stops its work too.
+        """
+        request = self._client.build_request("POST", path, content=body, headers=headers)
+        try:
+            upstream = await self._client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(self.name) from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(self.name) from exc
+        if upstream.status_code != 200:
+            try:
+                content = await upstream.aread()
+            finally:
+                await upstream.aclose()
+            return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
+        return StreamingResponse(
+            self._relay(upstream), status_code=200, headers=_passed(upstream), background=BackgroundTask(upstream.aclose)
+        )
+
+    async def _relay(self, upstream: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        except httpx.HTTPError:  # the service went away mid-stream: end the stream cleanly
+            pass
+        finally:
+            await upstream.aclose()
 
     async def healthy(self) -> bool:
         try:
@@ -41,6 +76,10 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _passed(upstream: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED and k.lower() != "x-request-id"}
 
 
 def open_upstream(*, name: str, base_url: str, timeout_s: float) -> Upstream:

@@ -1,9 +1,14 @@
 """The gateway against the real Redis, and a real HTTP upstream standing in for chat."""
 import asyncio
 import hashlib
+import json
+import threading
+
+import httpx
 
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 from fastapi.testclient import TestClient
 from redis import Redis
 
@@ -17,8 +22,21 @@ pytestmark = pytest.mark.integration
 PASSWORD = "correct horse battery"
 
 
+RELEASE_STREAM = threading.Event()  # the stand-in's stream holds its second event until a test sets this
+
+
 def _echo_upstream() -> FastAPI:
     app = FastAPI()
+
+    @app.post("/chat/stream")
+    async def chat_stream(request: Request) -> StreamingResponse:
+        async def events():
+            yield f"event: sources\ndata: {json.dumps({'user': request.headers.get('x-user-id')})}\n\n"
+            while not RELEASE_STREAM.is_set():
+                await asyncio.sleep(0.02)
+            yield "event: done\ndata: {}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -114,6 +132,20 @@ def test_chat_is_forwarded_with_identity_service_token_and_request_id(client, se
     assert seen["headers"]["x-request-id"] == "req-123"
     assert seen["headers"]["traceparent"].startswith("00-")
     assert login["token"] not in str(seen["headers"])
+
+
+def test_the_chat_stream_is_passed_through_unbuffered(settings):
+    RELEASE_STREAM.clear()
+    with serve_in_thread(create_app(settings)) as gateway:
+        login = httpx.post(f"{gateway}/auth/login", json={"username": "ann", "password": PASSWORD}).json()
+        auth = {"Authorization": f"Bearer {login['token']}"}
+        with httpx.stream("POST", f"{gateway}/api/chat/stream", json={"query": "q"}, headers=auth, timeout=10) as response:
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+            lines = response.iter_lines()
+            assert next(lines) == "event: sources"  # arrives while chat still holds the rest of its answer
+            assert json.loads(next(lines).removeprefix("data: ")) == {"user": login["user"]["id"]}
+            RELEASE_STREAM.set()
+            assert "event: done" in list(lines)
 
 
 def test_roles_are_enforced_per_route(client):
