@@ -15,7 +15,7 @@ from services.retrieval.main import create_app as create_retrieval_app
 from services.retrieval.settings import Settings as RetrievalSettings
 from tests.integration.chat.llm_stand_in import Script, llm_stand_in
 from tests.integration.chat.stand_ins import HEADERS, TOKEN
-from tests.support import serve_in_thread, wait_until
+from tests.support import free_port, serve_in_thread, wait_until
 from tests.unit.chat.fakes import ListPublisher
 
 pytestmark = pytest.mark.integration
@@ -230,3 +230,24 @@ def test_redis_down_fails_follow_ups_with_503_but_not_new_questions(retrieval_ur
         assert ask(chat_url).status_code == 200
         follow_up = ask(chat_url, "and then?", conversation_id=unique)
         assert follow_up.status_code == 503 and follow_up.json()["error"] == "conversation_store_unavailable"
+
+
+def test_retrieval_going_down_gives_503_within_the_timeout_and_recovers(tmp_path, embedder, model, unique):
+    url, script = model
+    script.reset()
+    settings = RetrievalSettings(service_token=TOKEN, data_dir=tmp_path, chroma_collection=unique)
+    port = free_port()
+    chat_settings = ChatSettings(
+        service_token=TOKEN, retrieval_url=f"http://127.0.0.1:{port}", retrieval_timeout_s=2.0,
+        retrieval_backoff_s=0.05, retrieval_breaker_cooldown_s=0.5, llm_base_url=f"{url}/v1", llm_model="test-model",
+    )
+    with serve_in_thread(create_chat_app(chat_settings, publisher=ListPublisher())) as chat_url:
+        with serve_in_thread(create_retrieval_app(settings, embedder=embedder), port=port) as retrieval:
+            httpx.post(f"{retrieval}/documents", json={"text": USERS, "source": "guide/users.md"}, headers=HEADERS)
+            assert ask(chat_url).status_code == 200
+        started = time.monotonic()
+        down = ask(chat_url)
+        assert down.status_code == 503 and down.json()["error"] == "retrieval_unavailable"
+        assert time.monotonic() - started < 2.0 + 1.0
+        with serve_in_thread(create_retrieval_app(settings, embedder=embedder), port=port):
+            wait_until(lambda: ask(chat_url).status_code == 200, timeout=10, what="chat to reach retrieval again")

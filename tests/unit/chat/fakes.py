@@ -68,16 +68,21 @@ class FakeRetriever:
 class RecordingGenerator:
     """Answers with a fixed text and records every call."""
 
-    def __init__(self, text: str = "Run the command [1].", *, error: Exception | None = None) -> None:
+    def __init__(
+        self, text: str = "Run the command [1].", *, error: Exception | None = None, finish_reason: str = "stop"
+    ) -> None:
         self.text = text
         self.error = error
+        self.finish_reason = finish_reason
         self.calls: list[dict[str, Any]] = []
 
     async def generate(self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int):
         self.calls.append({"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens})
         if self.error:
             raise self.error
-        return Generation(text=self.text, model=model, prompt_tokens=100, completion_tokens=7, finish_reason="stop")
+        return Generation(
+            text=self.text, model=model, prompt_tokens=100, completion_tokens=7, finish_reason=self.finish_reason
+        )
 
     async def stream(self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int):
         """The text word by word, then the Generation; fails after the first word when `error` is set."""

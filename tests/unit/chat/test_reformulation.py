@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from services.chat.errors import LLMUnavailable
-from services.chat.ports import Exchange, Generation
+from services.chat.ports import Exchange
 from services.chat.reformulation import (
     HeuristicReformulator,
     LLMReformulator,
@@ -14,6 +14,7 @@ from services.chat.reformulation import (
     reformulator_from,
 )
 from services.chat.settings import Settings
+from tests.unit.chat.fakes import RecordingGenerator
 
 pytestmark = pytest.mark.unit
 
@@ -22,22 +23,6 @@ SESSIONS = Exchange(
     standalone="How are login sessions stored?",
     answer="Redis keeps the login sessions [1]. " + "They expire after a day of inactivity. " * 20,
 )
-
-
-class ScriptedGenerator:
-    """Answers every call with the same text (or error) and records the calls."""
-
-    def __init__(self, text: str = "", *, finish_reason: str = "stop", error: Exception | None = None) -> None:
-        self.text = text
-        self.finish_reason = finish_reason
-        self.error = error
-        self.calls: list[dict[str, Any]] = []
-
-    async def generate(self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int):
-        self.calls.append({"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens})
-        if self.error:
-            raise self.error
-        return Generation(text=self.text, model=model, finish_reason=self.finish_reason)
 
 
 def exchange(n: int) -> Exchange:
@@ -53,7 +38,7 @@ async def test_the_heuristic_rewrites_a_follow_up_and_leaves_typos_alone():
 
 
 async def test_the_model_rewrite_is_returned_with_its_label_and_quotes_removed():
-    generator = ScriptedGenerator('Standalone question: "What is the TTL of login sessions?"\nExplanation: ...')
+    generator = RecordingGenerator('Standalone question: "What is the TTL of login sessions?"\nExplanation: ...')
     rewriter = LLMReformulator(generator, mode="followups")
     result = await rewriter.reformulate(query="and its TTL?", history=[SESSIONS], model="gpt-x")
     assert result == "What is the TTL of login sessions?"
@@ -62,7 +47,7 @@ async def test_the_model_rewrite_is_returned_with_its_label_and_quotes_removed()
 
 
 async def test_the_prompt_holds_the_last_turns_with_shortened_answers_and_the_new_question():
-    generator = ScriptedGenerator("What is the TTL of login sessions?")
+    generator = RecordingGenerator("What is the TTL of login sessions?")
     rewriter = LLMReformulator(generator, mode="followups", max_history_turns=2)
     await rewriter.reformulate(query="and its TTL?", history=[exchange(1), exchange(2), SESSIONS], model="m")
     system, user = generator.calls[0]["messages"]
@@ -74,14 +59,14 @@ async def test_the_prompt_holds_the_last_turns_with_shortened_answers_and_the_ne
 
 
 async def test_followups_mode_does_not_call_the_model_for_a_first_question():
-    generator = ScriptedGenerator("rewritten")
+    generator = RecordingGenerator("rewritten")
     rewriter = LLMReformulator(generator, mode="followups")
     assert await rewriter.reformulate(query="How do I ad a usr?", history=[], model="m") == "How do I ad a usr?"
     assert generator.calls == []
 
 
 async def test_always_mode_calls_the_model_for_every_question():
-    generator = ScriptedGenerator("How do I add a user?")
+    generator = RecordingGenerator("How do I add a user?")
     rewriter = LLMReformulator(generator, mode="always")
     assert await rewriter.reformulate(query="How do I ad a usr?", history=[], model="m") == "How do I add a user?"
     assert "(no earlier turns)" in generator.calls[0]["messages"][0]["content"]
@@ -90,10 +75,10 @@ async def test_always_mode_calls_the_model_for_every_question():
 @pytest.mark.parametrize(
     "generator",
     [
-        ScriptedGenerator(error=LLMUnavailable("the model endpoint answered 503")),
-        ScriptedGenerator("  \n\n  "),
-        ScriptedGenerator("What is the TTL " + "of login sessions " * 40 + "?"),
-        ScriptedGenerator("What is the TTL of", finish_reason="length"),
+        RecordingGenerator("", error=LLMUnavailable("the model endpoint answered 503")),
+        RecordingGenerator("  \n\n  "),
+        RecordingGenerator("What is the TTL " + "of login sessions " * 40 + "?"),
+        RecordingGenerator("What is the TTL of", finish_reason="length"),
     ],
     ids=["llm-unavailable", "empty", "too-long", "cut-off"],
 )
@@ -108,9 +93,9 @@ async def test_an_unusable_model_falls_back_to_the_heuristic_with_a_warning(gene
 
 def test_bad_arguments_are_refused_at_once():
     with pytest.raises(ValueError, match="mode"):
-        LLMReformulator(ScriptedGenerator(), mode="off")
+        LLMReformulator(RecordingGenerator(""), mode="off")
     with pytest.raises(ValueError, match="max_history_turns"):
-        LLMReformulator(ScriptedGenerator(), mode="always", max_history_turns=0)
+        LLMReformulator(RecordingGenerator(""), mode="always", max_history_turns=0)
 
 
 @pytest.mark.parametrize(
@@ -138,16 +123,16 @@ def settings(**overrides: Any) -> Settings:
 
 
 def test_reformulation_off_gives_no_reformulator():
-    assert reformulator_from(settings(query_reformulation="off"), ScriptedGenerator()) is None
+    assert reformulator_from(settings(query_reformulation="off"), RecordingGenerator("")) is None
 
 
 @pytest.mark.parametrize("mode", ["followups", "always"])
 def test_the_offline_generator_gets_the_heuristic(mode):
-    assert isinstance(reformulator_from(settings(query_reformulation=mode), ScriptedGenerator()), HeuristicReformulator)
+    assert isinstance(reformulator_from(settings(query_reformulation=mode), RecordingGenerator("")), HeuristicReformulator)
 
 
 async def test_a_configured_llm_gets_the_llm_rewriter_in_the_configured_mode():
-    generator = ScriptedGenerator("How do I add a user?")
+    generator = RecordingGenerator("How do I add a user?")
     chosen = reformulator_from(
         settings(query_reformulation="always", llm_base_url="http://llm.test/v1", llm_model="gpt-x"), generator
     )
