@@ -1,10 +1,14 @@
-"""`make bench`: the retrieval speed figures, each against a baseline measured in the same run, as the
-median of several repeats (this machine's speed drifts within an hour; only same-run ratios compare).
+"""`make bench`: the retrieval and chat speed figures, each against a baseline measured in the same run,
+as the median of several repeats (this machine's speed drifts within an hour; only same-run ratios compare).
 
 Sections: threads (why BLAS is held to one thread), ingest (real ingestion path vs bare encode, per
 backend), http (/search p50 vs bare encode, and throughput with vs without micro-batching, over real
 HTTP on a ~20k-chunk SciFact index built once and kept under CAIRN_DATA_DIR/bench/), chat (POST /chat
-over HTTP vs the same pipeline in-process, generation time subtracted).
+and /chat/stream's first token over HTTP vs the same pipeline in-process, the model's own time
+subtracted), grounding (what the offline generator and the grounding check cost per request).
+
+Only threads, ingest and http load the embedding model (torch) in this process; only grounding does
+without SciFact, so `--only grounding` runs in seconds.
 """
 from __future__ import annotations
 
@@ -14,9 +18,18 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 
-SECTIONS = ("threads", "ingest", "http", "chat")
+from bench.common import Figure, format_table, load_average, scifact_dir
+from services.retrieval.settings import Settings
+
+SECTIONS = ("threads", "ingest", "http", "chat", "grounding")
+MODEL_SECTIONS = {"threads", "ingest", "http"}  # these load the embedding model here
+SCIFACT_SECTIONS = {"threads", "ingest", "http", "chat"}
+CHAT_SECTIONS = {"chat", "grounding"}
+Log = Callable[[str], None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,32 +46,55 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
 
+    settings = Settings()
+    dataset = scifact_dir(args.scifact)
+    if SCIFACT_SECTIONS & set(sections) and not dataset.is_dir():
+        print(f"error: no SciFact folder at {dataset} (give --scifact or CAIRN_EVALSETS)", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    load_before = load_average()
+    log: Log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    context: dict[str, object] = {}
+    figures = _retrieval_figures(sections, args=args, settings=settings, dataset=dataset, context=context, log=log)
+    figures += _chat_figures(sections, args=args, dataset=dataset, log=log)
+    report = {
+        "sections": sections,
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "repeats": args.repeats,
+        "cpus": os.cpu_count(),
+        "torch_threads": settings.torch_threads,
+        "load_average": {"start": round(load_before, 2), "end": round(load_average(), 2)},
+        "seconds": round(time.perf_counter() - started, 1),
+        **context,
+        "figures": [f.as_dict() for f in figures],
+    }
+    _print_report(report, figures)
+    out = settings.data_dir / "bench" / "last.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    return 1 if args.strict and any(f.passed is False for f in figures) else 0
+
+
+def _retrieval_figures(
+    sections: list[str], *, args: argparse.Namespace, settings: Settings, dataset: Path, context: dict[str, object], log: Log
+) -> list[Figure]:
+    """threads, ingest and http: the only sections that need torch and the model in this process."""
+    if not MODEL_SECTIONS & set(sections):
+        return []
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from bench import chat_http, retrieval_http, retrieval_ingest, retrieval_threads
-    from bench.common import format_table, load_average, scifact_dir
+    from bench import retrieval_http, retrieval_ingest, retrieval_threads
     from bench.corpus import queries as read_queries
     from bench.index import ensure_index
     from services.retrieval.adapters.embedder import configure_thread_pools
-    from services.retrieval.settings import Settings
 
-    settings = Settings()
-    dataset = scifact_dir(args.scifact)
-    if not dataset.is_dir():
-        print(f"error: no SciFact folder at {dataset} (give --scifact or CAIRN_EVALSETS)", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    load_before = load_average()
     torch.set_num_threads(settings.torch_threads)
-    retrieval_sections = {"threads", "ingest", "http"} & set(sections)
-    bare = SentenceTransformer(str(settings.model_path()), device="cpu") if retrieval_sections else None
+    bare = SentenceTransformer(str(settings.model_path()), device="cpu")
     queries = read_queries(dataset)
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    figures = []
-    context: dict[str, object] = {}
+    figures: list[Figure] = []
     if "threads" in sections:
         log("threads: query encode beside numpy")
         figures += retrieval_threads.run(bare=bare, queries=queries, repeats=args.repeats, log=log)
@@ -75,30 +111,37 @@ def main(argv: list[str] | None = None) -> int:
             index=index, chunks=int(info["chunks"]), queries=queries, bare=bare,
             threads=settings.torch_threads, repeats=args.repeats, log=log,
         )
+    return figures
+
+
+def _chat_figures(sections: list[str], *, args: argparse.Namespace, dataset: Path, log: Log) -> list[Figure]:
+    """chat (its retrieval process loads the model, this process does not) and grounding."""
+    if not CHAT_SECTIONS & set(sections):
+        return []
+    from services.retrieval.adapters.embedder import configure_thread_pools
+
+    configure_thread_pools()  # as the services run (a no-op when the retrieval sections did it)
+    figures: list[Figure] = []
     if "chat" in sections:
+        from bench import chat_http
+
         figures += chat_http.run(dataset_dir=dataset, repeats=args.repeats, log=log)
-    report = {
-        "sections": sections,
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "repeats": args.repeats,
-        "cpus": os.cpu_count(),
-        "torch_threads": settings.torch_threads,
-        "load_average": {"start": round(load_before, 2), "end": round(load_average(), 2)},
-        "seconds": round(time.perf_counter() - started, 1),
-        **context,
-        "figures": [f.as_dict() for f in figures],
-    }
+    if "grounding" in sections:
+        from bench import chat_grounding
+
+        log("grounding: offline answer + citations + grounding check, in-process")
+        figures += chat_grounding.run(repeats=args.repeats, log=log)
+    return figures
+
+
+def _print_report(report: dict[str, object], figures: list[Figure]) -> None:
     print(format_table(figures))
     for figure in figures:
         if figure.note:
             print(f"  {figure.name}: {figure.note}")
-    print(f"load average {report['load_average']['start']} -> {report['load_average']['end']} on {os.cpu_count()} CPUs; "
-          f"{report['seconds']}s")
+    load = report["load_average"]
+    print(f"load average {load['start']} -> {load['end']} on {report['cpus']} CPUs; {report['seconds']}s")
     print(json.dumps(report, indent=2))
-    out = settings.data_dir / "bench" / "last.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    return 1 if args.strict and any(f.passed is False for f in figures) else 0
 
 
 if __name__ == "__main__":
