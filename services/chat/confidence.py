@@ -64,7 +64,7 @@ def assess(*, relevances: list[float], relevant_sources: int, grounding: Groundi
     """Confidence in an answer.
 
     `relevances`: cosine (0..1) of the passages given to the model, best first; `relevant_sources`:
-    how many retrieved passages passed the relevance threshold; `grounding`: the check of the answer's
+    how many distinct documents those passages come from; `grounding`: the check of the answer's
     citations (services.chat.grounding)."""
     retrieval = retrieval_strength(relevances)
     support = support_share(grounding)
@@ -99,5 +99,6 @@ def small_talk() -> Confidence:
 
 
 def no_information(*, best_relevance: float | None, threshold: float) -> Confidence:
-    best = "no passage was found" if best_relevance is None else f"the best passage scored {best_relevance:.2f}"
-    return Confidence("Low", 0.0, f"{best}, below the relevance threshold {threshold:.2f}")
+    if best_relevance is None:
+        return Confidence("Low", 0.0, "retrieval found no passage")
+    return Confidence("Low", 0.0, f"the best passage scored {best_relevance:.2f}, below the relevance threshold {threshold:.2f}")

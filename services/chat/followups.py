@@ -97,16 +97,21 @@ def is_follow_up(query: str, history: Sequence[Exchange]) -> bool:
 
 def rewrite_follow_up(query: str, previous_standalone: str) -> str:
     """`query` made standalone with the subject of `previous_standalone` (rules in the module docstring)."""
-    topic = topic_of(previous_standalone)
+    carried = _CARRIED_TOPIC.search(previous_standalone)
+    topic = carried.group(1) if carried else topic_of(previous_standalone)
     if not topic:
         return query
     text = _drop_leading_conjunctions(query.replace("’", "'"))
-    subject, action = subject_of(previous_standalone)
+    # A previous rewrite that carried its topic in brackets passes that topic on, and nothing more.
+    subject, action = (None, None) if carried else subject_of(previous_standalone)
     if subject:
         rewritten = _attach_attribute(text, subject) or _substitute_reference(text, subject=subject, action=action)
         if rewritten:
             return _sentence(rewritten)
     return _sentence(f"{text} ({topic})")
+
+
+_CARRIED_TOPIC = re.compile(r"\s\(([^()]+)\)\s*$")
 
 
 def topic_of(question: str) -> str:

@@ -54,7 +54,7 @@ class Citation(BaseModel):
 
 
 class Source(Citation):
-    """A cited passage in full."""
+    """A cited document, once per URL (doc_id without one): its first cited passage, in full."""
 
     content: str
     score: float

@@ -89,11 +89,11 @@ class ChatPipeline:
         return model_id
 
     def start(self, *, request: ChatRequest, caller: Caller) -> Turn:
-        """Validate the model choice and record QuerySubmitted."""
+        """Record QuerySubmitted, then check the model choice (an unknown one fails at "validation")."""
         turn = Turn(
             request=request,
             caller=caller,
-            model=self.resolve_model(request.model_id),
+            model=request.model_id or self.config.default_model,
             top_k=request.top_k or self.config.default_top_k,
             conversation_id=request.conversation_id or uuid.uuid4().hex,
             query=request.query,
@@ -104,6 +104,8 @@ class ChatPipeline:
                 top_k=turn.top_k,
             )
         )
+        with self.failures_reported(turn):
+            self.resolve_model(request.model_id)
         return turn
 
     @contextmanager

@@ -45,7 +45,15 @@ class Settings(CommonSettings):
         validation_alias=aliases("CHAT_MODELS", "chat_models"),
         description="Models a request may name as model_id (comma-separated or a JSON list); LLM_MODEL is always allowed.",
     )
-    llm_timeout_s: float = Field(60.0, gt=0, validation_alias=aliases("LLM_TIMEOUT_S", "llm_timeout_s"))
+    llm_timeout_s: float = Field(
+        60.0, gt=0, validation_alias=aliases("LLM_TIMEOUT_S", "llm_timeout_s"),
+        description="Longest wait for the model to connect or to send its next bytes, per attempt.",
+    )
+    llm_deadline_s: float = Field(
+        100.0, gt=0, validation_alias=aliases("LLM_DEADLINE_S", "llm_deadline_s"),
+        description="Longest a request waits for an answer (a stream: for its first text), retries included; "
+        "below the gateway's UPSTREAM_TIMEOUT_S so the caller gets 502 llm_unavailable, not a 504.",
+    )
     llm_max_retries: int = Field(
         3,
         ge=0,

@@ -45,6 +45,7 @@ async def open_stream(pipeline: ChatPipeline, *, request: ChatRequest, caller: C
 
 
 async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEvent]:
+    finished = False  # ResponseGenerated is out: a reader leaving now changes nothing
     try:
         yield StreamEvent("sources", StreamSources(sources=[passage_out(n, c) for n, c in enumerate(turn.used, start=1)]))
         generation = None
@@ -58,6 +59,7 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
                         streamed = True
                         yield StreamEvent("token", {"text": item})
         response = await pipeline.finish(turn, generation)
+        finished = True
         if not streamed:  # small talk and "no information": the answer arrives as one token
             yield StreamEvent("token", {"text": response.answer})
         yield StreamEvent("done", response)
@@ -65,7 +67,8 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         pipeline.report_failure(turn, exc.code, exc)
         yield StreamEvent("error", exc.body())
     except (asyncio.CancelledError, GeneratorExit) as exc:  # the client went away: generation is cancelled
-        pipeline.report_failure(turn, "client_disconnected", exc)
+        if not finished:
+            pipeline.report_failure(turn, "client_disconnected", exc)
         raise
     except Exception as exc:
         log.exception("chat stream failed", extra={"stage": turn.stage})

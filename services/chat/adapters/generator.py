@@ -3,6 +3,7 @@ LLM_BASE_URL, the built-in offline generator served in-process over an ASGI tran
 real request and response handling runs in the demo and in every test."""
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,21 +25,28 @@ _STREAM_FAILURES = (openai.OpenAIError, ValueError)
 class OpenAIGenerator:
     """The Generator port over the openai SDK, with one retry policy: `policy`, never the SDK's own."""
 
-    def __init__(self, client: AsyncOpenAI, *, policy: RetryPolicy | None = None, offline: bool = False) -> None:
+    def __init__(
+        self, client: AsyncOpenAI, *, policy: RetryPolicy | None = None, deadline_s: float | None = None,
+        offline: bool = False,
+    ) -> None:
         if client.max_retries != 0:
             raise ValueError("build the client with max_retries=0: the RetryPolicy is the only retry loop")
         self._client = client
         self._policy = policy or RetryPolicy()
+        self._deadline_s = deadline_s  # over all attempts; None: only the client's per-attempt timeout
         self._offline = offline
 
     async def generate(
         self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
     ) -> Generation:
         try:
-            completion = await self._policy.run(
-                self._client.chat.completions.create,
-                model=model, messages=messages, temperature=temperature, max_tokens=max_tokens,
-            )
+            async with asyncio.timeout(self._deadline_s):
+                completion = await self._policy.run(
+                    self._client.chat.completions.create,
+                    model=model, messages=messages, temperature=temperature, max_tokens=max_tokens,
+                )
+        except TimeoutError as exc:
+            raise LLMUnavailable(f"the model did not answer within {self._deadline_s:g} s") from exc
         except openai.OpenAIError as exc:
             raise _unavailable(exc) from exc
         if not completion.choices:
@@ -59,7 +67,10 @@ class OpenAIGenerator:
         """Retried until the first text arrives; a failure after it raises LLMUnavailable at once."""
         request = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
         try:
-            chunks, head = await self._policy.run(self._open_stream, request)
+            async with asyncio.timeout(self._deadline_s):
+                chunks, head = await self._policy.run(self._open_stream, request)
+        except TimeoutError as exc:
+            raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
         except _STREAM_FAILURES as exc:
             raise _unavailable(exc) from exc
         tally = _Tally(model=model)
@@ -173,9 +184,9 @@ def build_generator(settings: Settings) -> OpenAIGenerator:
             base_url=OFFLINE_BASE_URL, api_key="offline", http_client=http_client,
             timeout=settings.llm_timeout_s, max_retries=0,
         )
-        return OpenAIGenerator(client, policy=policy, offline=True)
+        return OpenAIGenerator(client, policy=policy, deadline_s=settings.llm_deadline_s, offline=True)
     api_key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "unused"
     client = AsyncOpenAI(
         base_url=settings.llm_base_url, api_key=api_key, timeout=settings.llm_timeout_s, max_retries=0
     )
-    return OpenAIGenerator(client, policy=policy)
+    return OpenAIGenerator(client, policy=policy, deadline_s=settings.llm_deadline_s)

@@ -1,11 +1,13 @@
 """Forwarding a request to an internal service over a pooled HTTP client."""
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import httpx
 from fastapi import Response
 from fastapi.responses import StreamingResponse
+from fastapi.sse import format_sse_event
 from starlette.background import BackgroundTask
 
 from shared.errors import DependencyUnavailable, UpstreamTimeout
@@ -63,8 +65,10 @@ class Upstream:
         try:
             async for chunk in upstream.aiter_raw():
                 yield chunk
-        except httpx.HTTPError:  # the service went away mid-stream: end the stream cleanly
-            pass
+        except httpx.HTTPError as exc:  # the service went away or went silent mid-stream: say so, then end
+            error = UpstreamTimeout(self.name) if isinstance(exc, httpx.TimeoutException) else DependencyUnavailable(self.name)
+            # The blank lines first end any event the service left half-sent.
+            yield b"\n\n" + format_sse_event(event="error", data_str=json.dumps(error.body()))
         finally:
             await upstream.aclose()
 

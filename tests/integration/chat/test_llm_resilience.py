@@ -100,6 +100,18 @@ async def test_a_hanging_endpoint_times_out_on_every_attempt(stand_in, script):
     assert 0.9 <= elapsed < 2.4, elapsed  # 3 × 0.3 s timeouts, ~0.15 s of backoff, slack for a busy machine
 
 
+async def test_the_deadline_bounds_the_whole_request_across_retries(stand_in, script):
+    script.reset(mode="hang")
+    async with generator_for(stand_in, llm_timeout_s=2.0, llm_deadline_s=0.5) as generator:
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailable, match="within 0.5 s"):
+            await generate(generator)
+        with pytest.raises(LLMUnavailable, match="no text within 0.5 s"):
+            [item async for item in streamed(generator)]
+        elapsed = time.monotonic() - started
+    assert elapsed < 1.0 + 1.0, elapsed  # two deadlines, slack for a busy machine
+
+
 async def test_a_stream_yields_its_deltas_in_order_then_the_generation(stand_in, script):
     script.reset(mode="stream")
     async with generator_for(stand_in) as generator:

@@ -148,6 +148,20 @@ def test_the_chat_stream_is_passed_through_unbuffered(settings):
             assert "event: done" in list(lines)
 
 
+def test_a_stream_that_goes_silent_ends_with_an_error_event(settings):
+    RELEASE_STREAM.clear()
+    try:
+        with serve_in_thread(create_app(settings.model_copy(update={"upstream_timeout_s": 0.5}))) as gateway:
+            login = httpx.post(f"{gateway}/auth/login", json={"username": "ann", "password": PASSWORD}).json()
+            auth = {"Authorization": f"Bearer {login['token']}"}
+            response = httpx.post(f"{gateway}/api/chat/stream", json={"query": "q"}, headers=auth, timeout=10)
+    finally:
+        RELEASE_STREAM.set()
+    assert response.status_code == 200
+    last = response.text.strip().split("\n\n")[-1].splitlines()
+    assert last[0] == "event: error" and json.loads(last[1].removeprefix("data: "))["error"] == "chat_timeout"
+
+
 def test_roles_are_enforced_per_route(client):
     user = {"Authorization": f"Bearer {_login(client, 'ann')['token']}"}
     response = client.get("/api/analytics/summary", headers=user)

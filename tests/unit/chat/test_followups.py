@@ -86,3 +86,9 @@ def test_subjects_come_from_known_question_shapes(question, subject, action):
 def test_the_topic_drops_the_question_frame():
     assert topic_of("How do I add a user?") == "add a user"
     assert topic_of(SESSIONS) == "login sessions stored"
+
+
+def test_a_chain_of_bracketed_rewrites_keeps_the_first_topic():
+    first = rewrite_follow_up("Why?", "How are login sessions stored?")
+    assert first == "Why? (login sessions stored)"
+    assert rewrite_follow_up("And how?", first) == "How? (login sessions stored)"

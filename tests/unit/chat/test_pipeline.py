@@ -112,7 +112,10 @@ async def test_unknown_model_is_refused_before_anything_happens():
     with pytest.raises(UnknownModel) as caught:
         await chat.answer(request=ChatRequest(query="q", model_id="gpt-unknown"), caller=CALLER)
     assert caught.value.status_code == 422 and "cairn-extractive" in caught.value.message
-    assert retriever.calls == [] and chat.publisher.events == []
+    assert retriever.calls == []
+    assert chat.publisher.types() == ["QuerySubmitted", "QueryFailed"]
+    failed = chat.publisher.events[-1].data
+    assert (failed.stage, failed.error, failed.error_type) == ("validation", "unknown_model", "UnknownModel")
 
 
 async def test_retrieval_down_publishes_query_failed():

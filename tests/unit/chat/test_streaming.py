@@ -71,3 +71,13 @@ async def test_a_reader_that_leaves_is_reported_as_disconnected():
     await events.aclose()
     failed = chat.publisher.events[-1]
     assert (failed.event_type, failed.data.error) == ("QueryFailed", "client_disconnected")
+
+
+async def test_a_reader_leaving_after_done_does_not_count_the_question_twice():
+    chat = pipeline()
+    events = await open_stream(chat, request=ChatRequest(query="How do I add a user?"), caller=CALLER)
+    async for event in events:
+        if event.event == "done":
+            break
+    await events.aclose()
+    assert chat.publisher.types() == ["QuerySubmitted", "ResponseGenerated"]
