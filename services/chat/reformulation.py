@@ -2,6 +2,8 @@
 falls back to it whenever the model fails or answers something unusable."""
 from __future__ import annotations
 
+import asyncio
+
 import logging
 import re
 from functools import cache
@@ -40,7 +42,7 @@ class LLMReformulator:
 
     def __init__(
         self, generator: Generator, *, mode: Mode, max_history_turns: int = 3, temperature: float = 0,
-        max_tokens: int = 96,
+        max_tokens: int = 96, timeout_s: float = 10.0,
     ) -> None:
         if mode not in ("followups", "always"):
             raise ValueError(f"mode must be 'followups' or 'always', got {mode!r}")
@@ -51,6 +53,7 @@ class LLMReformulator:
         self._max_history_turns = max_history_turns
         self._temperature = temperature
         self._max_tokens = max_tokens
+        self._timeout_s = timeout_s  # a rewrite is a nicety: past this, the heuristic answers instead
         self._fallback = HeuristicReformulator()
 
     async def reformulate(self, *, query: str, history: list[Exchange], model: str) -> str:
@@ -58,10 +61,11 @@ class LLMReformulator:
             return query
         messages = reformulation_messages(query=query, history=history[-self._max_history_turns :])
         try:
-            generation = await self._generator.generate(
-                model=model, messages=messages, temperature=self._temperature, max_tokens=self._max_tokens
-            )
-        except LLMUnavailable as exc:
+            async with asyncio.timeout(self._timeout_s):
+                generation = await self._generator.generate(
+                    model=model, messages=messages, temperature=self._temperature, max_tokens=self._max_tokens
+                )
+        except (LLMUnavailable, TimeoutError) as exc:
             log.warning("query reformulation failed, using the heuristic", extra={"model": model, "reason": str(exc)})
             return await self._fallback.reformulate(query=query, history=history, model=model)
         rewritten = first_line(generation.text)
@@ -80,7 +84,7 @@ def reformulator_from(settings: Settings, generator: Generator) -> Reformulator 
         return None
     if settings.offline:
         return HeuristicReformulator()
-    return LLMReformulator(generator, mode=settings.query_reformulation)
+    return LLMReformulator(generator, mode=settings.query_reformulation, timeout_s=settings.reformulation_timeout_s)
 
 
 def reformulation_messages(*, query: str, history: list[Exchange]) -> list[dict[str, str]]:

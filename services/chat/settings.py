@@ -50,7 +50,7 @@ class Settings(CommonSettings):
         description="Longest wait for the model to connect or to send its next bytes, per attempt.",
     )
     llm_deadline_s: float = Field(
-        100.0, gt=0, validation_alias=aliases("LLM_DEADLINE_S", "llm_deadline_s"),
+        90.0, gt=0, validation_alias=aliases("LLM_DEADLINE_S", "llm_deadline_s"),
         description="Longest a request waits for an answer (a stream: for its first text), retries included; "
         "below the gateway's UPSTREAM_TIMEOUT_S so the caller gets 502 llm_unavailable, not a 504.",
     )
@@ -94,6 +94,10 @@ class Settings(CommonSettings):
     )
     conversation_max_turns: int = Field(
         10, ge=1, le=100, validation_alias=aliases("CONVERSATION_MAX_TURNS", "conversation_max_turns")
+    )
+    reformulation_timeout_s: float = Field(
+        10.0, gt=0, validation_alias=aliases("REFORMULATION_TIMEOUT_S", "reformulation_timeout_s"),
+        description="Longest the LLM may take to rewrite a question; then the offline heuristic rewrites it.",
     )
     query_reformulation: Literal["off", "followups", "always"] = Field(
         "followups",

@@ -1,4 +1,5 @@
 """The LLM rewriter with hand-written generators, its fallback to the heuristic, and the wiring choice."""
+import asyncio
 import logging
 from typing import Any
 
@@ -139,3 +140,14 @@ async def test_a_configured_llm_gets_the_llm_rewriter_in_the_configured_mode():
     assert isinstance(chosen, LLMReformulator)
     assert await chosen.reformulate(query="How do I ad a usr?", history=[], model="gpt-x") == "How do I add a user?"
     assert len(generator.calls) == 1
+
+
+class HangingGenerator(RecordingGenerator):
+    async def generate(self, **_):
+        await asyncio.sleep(5)
+
+
+async def test_a_slow_rewrite_falls_back_to_the_heuristic_in_time():
+    reformulator = LLMReformulator(HangingGenerator(), mode="followups", timeout_s=0.05)
+    rewritten = await reformulator.reformulate(query="and what about its TTL?", history=[SESSIONS], model="m")
+    assert rewritten == "What about the TTL of login sessions?"
