@@ -10,7 +10,7 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel
 
 from services.chat.deps import CallerDep, PipelineDep
-from services.chat.models import ChatRequest, ChatResponse
+from services.chat.models import ChatRequest, ChatResponse, ModelsOut
 from services.chat.streaming import StreamEvent, open_stream
 
 router = APIRouter(tags=["chat"])
@@ -33,6 +33,12 @@ _STREAM_DESCRIPTION = (
 async def chat(body: ChatRequest, pipeline: PipelineDep, caller: CallerDep) -> ChatResponse:
     """Answer `query` from the document collection, with numbered citations."""
     return await pipeline.answer(request=body, caller=caller)
+
+
+@router.get("/models", response_model=ModelsOut, responses={401: _ERRORS[401]})
+async def models(pipeline: PipelineDep) -> ModelsOut:
+    """The models a request may choose with model_id."""
+    return ModelsOut(default=pipeline.config.default_model, models=list(pipeline.config.allowed_models))
 
 
 @router.post(

@@ -8,6 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 MAX_QUERY_CHARS = 1000
 
 
+class PastTurn(BaseModel):
+    """A question asked earlier in the conversation and the answer it got."""
+
+    question: str = Field(min_length=1, max_length=4 * MAX_QUERY_CHARS)
+    answer: str = Field(max_length=20_000)
+
+
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -22,6 +29,12 @@ class ChatRequest(BaseModel):
         description="Continue this conversation (from an earlier response); omitted: a new one is started.",
     )
     filters: dict[str, Any] | None = Field(None, description="Metadata filters passed to retrieval.")
+    history: list[PastTurn] | None = Field(
+        None,
+        max_length=50,
+        description="Earlier turns, oldest first, for a caller that keeps the conversation itself (as OpenAI "
+        "clients do); follow-ups are resolved against them. Ignored when conversation_id is given.",
+    )
 
     @field_validator("query")
     @classmethod
@@ -132,3 +145,8 @@ class StreamSources(BaseModel):
     """The first event of /chat/stream: the passages given to the model, numbered as its tokens cite them."""
 
     sources: list[Citation]
+
+
+class ModelsOut(BaseModel):
+    default: str = Field(description="The model used when a request names none.")
+    models: list[str] = Field(description="Every model a request may name as model_id.")

@@ -149,7 +149,11 @@ class ChatPipeline:
         return [c for c in chunks if c.relevance >= self.config.relevance_threshold]
 
     async def _load_history(self, turn: Turn) -> None:
-        if self.conversations is None or turn.request.conversation_id is None:
+        if turn.request.conversation_id is None:
+            given = turn.request.history or []
+            turn.history = [Exchange(question=t.question, standalone=t.question, answer=t.answer) for t in given]
+            return
+        if self.conversations is None:
             return
         turn.stage = "conversation"
         turn.history = await self.conversations.history(conversation_id=turn.conversation_id, user_id=turn.owner)

@@ -55,7 +55,7 @@ async def me(session: CurrentSession) -> MeResponse:
     )
 
 
-def _headers_for(request: Request, session: Session, settings: Settings) -> dict[str, str]:
+def headers_for(request: Request, session: Session, settings: Settings) -> dict[str, str]:
     headers = internal_headers(
         settings, user_id=session.user_id, user_roles=",".join(session.roles), session_id=session.public_id
     )
@@ -67,7 +67,7 @@ def _headers_for(request: Request, session: Session, settings: Settings) -> dict
 async def _forward(
     upstream: Upstream, request: Request, session: Session, settings: Settings, *, path: str
 ) -> Response:
-    headers = _headers_for(request, session, settings)
+    headers = headers_for(request, session, settings)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH") else None
     return await upstream.forward(
         method=request.method, path=path, headers=headers, body=body, params=list(request.query_params.multi_items())
@@ -84,7 +84,7 @@ async def chat(request: Request, session: UserSession, settings: SettingsDep, ch
     summary="Ask a question and receive the answer as Server-Sent Events (sources, token..., done | error)",
 )
 async def chat_stream(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
-    headers = _headers_for(request, session, settings)
+    headers = headers_for(request, session, settings)
     return await chat.forward_stream(path="/chat/stream", headers=headers, body=await request.body())
 
 

@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.adapters.upstream import open_upstream
 from services.gateway.api import api_router, auth_router
+from services.gateway.openai_api import router as openai_router
 from services.gateway.settings import Settings
 from shared.web import create_service_app
 
@@ -44,4 +45,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(auth_router)
     app.include_router(api_router)
+    app.include_router(openai_router)
     return app

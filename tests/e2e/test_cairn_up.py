@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from tests.support import free_port, wait_until
@@ -163,3 +164,36 @@ def test_the_answer_streams_through_the_gateway(cairn):
             assert response.headers["content-type"].startswith("text/event-stream")
             names = [line.removeprefix("event: ") for line in response.iter_lines() if line.startswith("event: ")]
     assert names[0] == "sources" and names[-1] == "done" and "token" in names, names
+
+
+def test_the_official_openai_client_uses_cairn_as_a_model(cairn):
+    with httpx.Client(base_url=cairn.gateway, timeout=60) as client:
+        token = _login(client)["Authorization"].removeprefix("Bearer ")
+    model = openai.OpenAI(base_url=f"{cairn.gateway}/v1", api_key=token, max_retries=0)
+    assert "cairn" in [m.id for m in model.models.list()]
+
+    question = [{"role": "user", "content": "How do I add a user?"}]
+    completion = model.chat.completions.create(model="cairn", messages=question)
+    text = completion.choices[0].message.content
+    citations = completion.model_extra["citations"]
+    assert "cairn user add" in text and "[1]" in text, text
+    assert citations[0]["n"] == 1 and citations[0]["doc_id"].startswith("docs/"), citations
+
+    chunks = list(model.chat.completions.create(model="cairn", messages=question, stream=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    last = chunks[-1].model_extra
+    assert "cairn user add" in streamed and chunks[-1].choices[0].finish_reason == "stop"
+    cited = {c["n"] for c in last["citations"]}
+    assert cited and all(f"[{n}]" in streamed for n in cited), (streamed, last["citations"])
+
+    follow_up = model.chat.completions.create(
+        model="cairn",
+        messages=[*question, {"role": "assistant", "content": text}, {"role": "user", "content": "And how do I list them?"}],
+    )
+    assert "cairn user list" in follow_up.choices[0].message.content
+
+
+def test_the_openai_face_needs_a_valid_token(cairn):
+    model = openai.OpenAI(base_url=f"{cairn.gateway}/v1", api_key="not-a-token", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        model.chat.completions.create(model="cairn", messages=[{"role": "user", "content": "hi"}])

@@ -44,22 +44,30 @@ class Upstream:
         An error answer (not 200) is read whole and returned as is. The upstream response is closed
         when the stream ends or the client goes away, so the service behind stops its work too.
         """
+        upstream = await self.open_stream(path=path, headers=headers, body=body)
+        if upstream.status_code != 200:
+            return await self.read_error(upstream)
+        return StreamingResponse(
+            self._relay(upstream), status_code=200, headers=_passed(upstream), background=BackgroundTask(upstream.aclose)
+        )
+
+    async def open_stream(self, *, path: str, headers: dict[str, str], body: bytes) -> httpx.Response:
+        """POST and return the response with its body unread; the caller must aclose() it."""
         request = self._client.build_request("POST", path, content=body, headers=headers)
         try:
-            upstream = await self._client.send(request, stream=True)
+            return await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(self.name) from exc
         except httpx.TransportError as exc:
             raise DependencyUnavailable(self.name) from exc
-        if upstream.status_code != 200:
-            try:
-                content = await upstream.aread()
-            finally:
-                await upstream.aclose()
-            return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
-        return StreamingResponse(
-            self._relay(upstream), status_code=200, headers=_passed(upstream), background=BackgroundTask(upstream.aclose)
-        )
+
+    async def read_error(self, upstream: httpx.Response) -> Response:
+        """A streamed response that is not a stream (an error) passed on whole, and closed."""
+        try:
+            content = await upstream.aread()
+        finally:
+            await upstream.aclose()
+        return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
 
     async def _relay(self, upstream: httpx.Response) -> AsyncIterator[bytes]:
         try:

@@ -8,7 +8,7 @@ from services.chat.errors import LLMUnavailable
 from services.chat.main import create_app
 from services.chat.settings import Settings
 from shared.errors import DependencyUnavailable
-from tests.unit.chat.fakes import FakeRetriever, ListPublisher, RecordingGenerator
+from tests.unit.chat.fakes import FakeRetriever, ListPublisher, MemoryConversations, RecordingGenerator
 
 pytestmark = pytest.mark.unit
 
@@ -19,7 +19,10 @@ HEADERS = {"X-Service-Token": TOKEN, "X-User-Id": "u7", "X-User-Roles": "user,an
 @asynccontextmanager
 async def chat_client(retriever=None, generator=None, publisher=None):
     settings = Settings(service_token=TOKEN, chat_models="cairn-extractive,other")
-    app = create_app(settings, retriever=retriever or FakeRetriever(), generator=generator, publisher=publisher or ListPublisher())
+    app = create_app(
+        settings, retriever=retriever or FakeRetriever(), generator=generator, publisher=publisher or ListPublisher(),
+        conversations=MemoryConversations(),
+    )
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://chat") as client:
             yield client
@@ -124,3 +127,9 @@ async def test_readiness_reports_retrieval_and_llm():
         not_ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["checks"] == {"retrieval": True, "llm": True}
     assert not_ready.status_code == 503 and not_ready.json()["checks"]["retrieval"] is False
+
+
+async def test_models_lists_the_allow_list_with_the_default_first():
+    async with chat_client() as client:
+        response = await client.get("/models", headers=HEADERS)
+    assert response.json() == {"default": "cairn-extractive", "models": ["cairn-extractive", "other"]}

@@ -96,3 +96,11 @@ async def test_response_generated_carries_the_answer_figures():
     assert data.grounding_score == response.grounding.score == 1.0
     assert data.chunks_retrieved == 3 and data.usage.total_tokens == 107
     assert data.cited_doc_ids == ["doc-1", "doc-2"]
+
+
+async def test_history_given_with_the_request_resolves_a_follow_up_without_a_store():
+    chat = pipeline(conversations=None)
+    chat.conversations = None
+    history = [{"question": "How are login sessions stored?", "answer": "In Redis [1]."}]
+    response = await chat.answer(request=ChatRequest(query="and what about its TTL?", history=history), caller=ANN)
+    assert response.metadata.reformulated_query == "What about the TTL of login sessions?"
