@@ -1,11 +1,24 @@
 """The chat contract of DESIGN.md: `POST /chat` request and response bodies."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from annotated_types import Ge, Le
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 MAX_QUERY_CHARS = 1000
+# Trimmed from a query: ASCII whitespace only, so that the schema's pattern means the same in every regex dialect.
+WHITESPACE = " \t\n\r\f\v"
+_SPACE = "[ \\t\\n\\r\\f\\v]"
+_TEXT = "[^ \\t\\n\\r\\f\\v]"
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON integers, including 3.0, but not "3" or true (which plain int would coerce)."""
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer")
+    return value
+
 
 
 class PastTurn(BaseModel):
@@ -18,8 +31,14 @@ class PastTurn(BaseModel):
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    query: str = Field(description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed.")
-    top_k: StrictInt | None = Field(None, ge=1, le=50, description="Passages to retrieve; default DEFAULT_TOP_K (8).")
+    query: str = Field(
+        description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed.",
+        # The same rule as the validator below, for clients and schema-driven tests.
+        json_schema_extra={"pattern": rf"^{_SPACE}*{_TEXT}(?:[\s\S]{{0,{MAX_QUERY_CHARS - 2}}}{_TEXT})?{_SPACE}*$"},
+    )
+    top_k: Annotated[int, Ge(1), Le(50), BeforeValidator(_whole_number)] | None = Field(
+        None, description="Passages to retrieve; default DEFAULT_TOP_K (8)."
+    )
     model_id: str | None = Field(None, min_length=1, max_length=200, description="A model from the allow-list.")
     conversation_id: str | None = Field(
         None,
@@ -39,7 +58,7 @@ class ChatRequest(BaseModel):
     @field_validator("query")
     @classmethod
     def _trimmed_query(cls, value: str) -> str:
-        value = value.strip()
+        value = value.strip(WHITESPACE)
         if not value:
             raise ValueError("query must not be empty")
         if len(value) > MAX_QUERY_CHARS:
