@@ -20,10 +20,17 @@ def _parser() -> argparse.ArgumentParser:
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
     add = user.add_parser("add", help="add a user")
     add.add_argument("username")
-    add.add_argument("--role", action="append", choices=["user", "analyst", "admin"], required=True,
-                     help="repeat for several roles")
-    add.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    _role_option(add)
+    _password_stdin_option(add)
     user.add_parser("list", help="list users")
+    user.add_parser("disable", help="refuse the user's logins and end its sessions").add_argument("username")
+    user.add_parser("enable", help="let a disabled user log in again").add_argument("username")
+    set_role = user.add_parser("set-role", help="replace the user's roles and end its sessions (it logs in again)")
+    set_role.add_argument("username")
+    _role_option(set_role)
+    reset = user.add_parser("reset-password", help="give the user a new password and end its sessions")
+    reset.add_argument("username")
+    _password_stdin_option(reset)
 
     ingest = sub.add_parser("ingest", help="add .md/.txt/.html/.pdf files or folders (recursive) to the collection")
     ingest.add_argument("paths", nargs="+", type=Path)
@@ -46,6 +53,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _role_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--role", action="append", choices=["user", "analyst", "admin"], required=True,
+                        help="repeat for several roles")
+
+
+def _password_stdin_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--password-stdin", action="store_true",
+                        help="read the password from standard input (else it is asked for twice at a prompt)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = CliSettings()
@@ -56,10 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return commands.down(settings)
         case "status":
             return commands.status(settings)
-        case "user" if args.user_command == "add":
-            return commands.user_add(settings, username=args.username, roles=args.role, password_stdin=args.password_stdin)
         case "user":
-            return commands.user_list(settings)
+            return _user_command(settings, args)
         case "ingest":
             return commands.ingest(settings, paths=args.paths)
         case "eval":
@@ -72,6 +87,23 @@ def main(argv: list[str] | None = None) -> int:
             return commands.ask(
                 settings, question=args.question, username=args.user, password_stdin=args.password_stdin, top_k=args.top_k
             )
+    return 2
+
+
+def _user_command(settings: CliSettings, args: argparse.Namespace) -> int:
+    match args.user_command:
+        case "add":
+            return commands.user_add(settings, username=args.username, roles=args.role, password_stdin=args.password_stdin)
+        case "list":
+            return commands.user_list(settings)
+        case "disable":
+            return commands.user_disable(settings, username=args.username)
+        case "enable":
+            return commands.user_enable(settings, username=args.username)
+        case "set-role":
+            return commands.user_set_role(settings, username=args.username, roles=args.role)
+        case "reset-password":
+            return commands.user_reset_password(settings, username=args.username, password_stdin=args.password_stdin)
     return 2
 
 

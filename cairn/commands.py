@@ -16,8 +16,18 @@ from cairn.engines import EngineMissing, engines_for, ensure
 from cairn.ingest import IngestError
 from cairn.settings import SERVICES, CliSettings
 from cairn.supervisor import StartFailed, Supervisor, pid_alive, read_state, state_file
-from services.gateway.adapters.redis_store import RedisUserStore, connect
-from services.gateway.users import UserError, add_user
+from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
+from services.gateway.domain import User
+from services.gateway.users import (
+    UserChange,
+    UserError,
+    add_user,
+    disable_user,
+    enable_user,
+    reset_password,
+    set_roles,
+)
+from shared.errors import DependencyUnavailable
 
 
 def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
@@ -114,26 +124,77 @@ def status(settings: CliSettings) -> int:
 
 def user_add(settings: CliSettings, *, username: str, roles: list[str], password_stdin: bool) -> int:
     password = _read_password(password_stdin, confirm=True)
-    try:
-        user = asyncio.run(_with_users(settings, lambda users: add_user(users=users, username=username, password=password, roles=roles)))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"added {user.username} ({', '.join(user.roles)})")
-    return 0
+    return _run_user_command(
+        settings,
+        lambda users, sessions: add_user(users=users, username=username, password=password, roles=roles),
+        lambda user: f"added {user.username} ({', '.join(user.roles)})",
+    )
 
 
 def user_list(settings: CliSettings) -> int:
-    for user in asyncio.run(_with_users(settings, lambda users: users.list())):
-        flag = "  (disabled)" if user.disabled else ""
-        print(f"{user.username:<24} {','.join(user.roles)}{flag}")
+    def describe(users: list[User]) -> str:
+        return "\n".join(
+            f"{u.username:<24} {','.join(u.roles)}{'  (disabled)' if u.disabled else ''}" for u in users
+        ) or "no users"
+
+    return _run_user_command(settings, lambda users, sessions: users.list(), describe)
+
+
+def user_disable(settings: CliSettings, *, username: str) -> int:
+    return _run_user_command(
+        settings,
+        lambda users, sessions: disable_user(users=users, sessions=sessions, username=username),
+        lambda change: f"disabled {username}; {_ended(change)}",
+    )
+
+
+def user_enable(settings: CliSettings, *, username: str) -> int:
+    return _run_user_command(
+        settings, lambda users, sessions: enable_user(users=users, username=username), lambda user: f"enabled {username}"
+    )
+
+
+def user_set_role(settings: CliSettings, *, username: str, roles: list[str]) -> int:
+    return _run_user_command(
+        settings,
+        lambda users, sessions: set_roles(users=users, sessions=sessions, username=username, roles=roles),
+        lambda change: f"{username} now has the roles {', '.join(change.user.roles)}; {_ended(change)}",
+    )
+
+
+def user_reset_password(settings: CliSettings, *, username: str, password_stdin: bool) -> int:
+    password = _read_password(password_stdin, confirm=True)
+    return _run_user_command(
+        settings,
+        lambda users, sessions: reset_password(users=users, sessions=sessions, username=username, password=password),
+        lambda change: f"new password set for {username}; {_ended(change)}",
+    )
+
+
+def _ended(change: UserChange) -> str:
+    count = change.sessions_ended
+    return f"{count} session{'' if count == 1 else 's'} ended"
+
+
+def _run_user_command(settings: CliSettings, action, describe) -> int:
+    """Run `action(users, sessions)` against the gateway's Redis; print what it did, or why it could not."""
+    try:
+        result = asyncio.run(_with_stores(settings, action))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except DependencyUnavailable:
+        print("error: Redis (REDIS_URL) did not answer; the change may be incomplete: run the command again", file=sys.stderr)
+        return 1
+    print(describe(result))
     return 0
 
 
-async def _with_users(settings: CliSettings, action):
+async def _with_stores(settings: CliSettings, action):
     redis = connect(settings.redis_url, timeout_s=5)
+    store_args = {"prefix": settings.redis_prefix, "timeout_s": 5}
     try:
-        return await action(RedisUserStore(redis, prefix=settings.redis_prefix, timeout_s=5))
+        return await action(RedisUserStore(redis, **store_args), RedisSessionStore(redis, **store_args))
     finally:
         await redis.aclose()
 

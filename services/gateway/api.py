@@ -3,14 +3,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from services.gateway import auth
+from services.gateway import auth, rate_limits
 from services.gateway.adapters.upstream import Upstream
 from services.gateway.deps import (
     AdminSession,
     AnalystSession,
     AnalyticsUpstream,
+    AskingSession,
     ChatUpstream,
+    ClientAddress,
     CurrentSession,
+    LoginLimitsDep,
+    RateLimiterDep,
     RetrievalUpstream,
     SessionsDep,
     SettingsDep,
@@ -26,15 +30,26 @@ auth_router = APIRouter(prefix="/auth", tags=["auth"])
 api_router = APIRouter(prefix="/api", tags=["api"])
 
 
-@auth_router.post("/login", response_model=LoginResponse)
-async def login(body: LoginRequest, users: UsersDep, sessions: SessionsDep, settings: SettingsDep) -> LoginResponse:
+@auth_router.post("/login", response_model=LoginResponse, responses={429: {"description": "Too many failed logins"}})
+async def login(
+    body: LoginRequest,
+    users: UsersDep,
+    sessions: SessionsDep,
+    settings: SettingsDep,
+    limiter: RateLimiterDep,
+    limits: LoginLimitsDep,
+    address: ClientAddress,
+) -> LoginResponse:
+    attempt = await rate_limits.start_login(limiter=limiter, limits=limits, username=body.username, address=address)
     token, session, user = await auth.login(
         users=users,
         sessions=sessions,
         username=body.username,
         password=body.password,
         ttl_s=settings.session_ttl_seconds,
+        max_age_s=settings.session_max_age_seconds,
     )
+    await rate_limits.login_succeeded(limiter=limiter, attempt=attempt)  # only failures use up the limits
     return LoginResponse(
         token=token, expires_at=session.expires_at, user=UserOut(id=user.id, username=user.username, roles=list(user.roles))
     )
@@ -75,7 +90,7 @@ async def _forward(
 
 
 @api_router.post("/chat", summary="Ask a question; see the chat service's /docs for the body")
-async def chat(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
+async def chat(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     return await _forward(chat, request, session, settings, path="/chat")
 
 
@@ -83,7 +98,7 @@ async def chat(request: Request, session: UserSession, settings: SettingsDep, ch
     "/chat/stream",
     summary="Ask a question and receive the answer as Server-Sent Events (sources, token..., done | error)",
 )
-async def chat_stream(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
+async def chat_stream(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     headers = headers_for(request, session, settings)
     return await chat.forward_stream(path="/chat/stream", headers=headers, body=await request.body())
 

@@ -1,14 +1,19 @@
-"""Logging in, checking a bearer token, logging out."""
+"""Logging in, checking a bearer token, listing and ending the caller's sessions, logging out."""
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime
 
-from services.gateway.domain import Session, User
+from services.gateway.domain import Session, SessionLifetime, User
 from services.gateway.passwords import verify_password
 from services.gateway.stores import SessionStore, UserStore
-from shared.errors import Unauthorized
+from shared.errors import NotFound, Unauthorized
+
+_BAD_CREDENTIALS = "invalid username or password"
+_BAD_TOKEN = "invalid or expired token"
 
 
 def new_token() -> str:
@@ -20,37 +25,69 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _seconds_until(moment: datetime, now: datetime) -> int:
+    return max(1, math.ceil((moment - now).total_seconds()))
+
+
 async def login(
-    *, users: UserStore, sessions: SessionStore, username: str, password: str, ttl_s: int
+    *, users: UserStore, sessions: SessionStore, username: str, password: str, ttl_s: int, max_age_s: int
 ) -> tuple[str, Session, User]:
+    lifetime = SessionLifetime(idle_s=ttl_s, max_age_s=max_age_s)
     user = await users.get(username)
     if not verify_password(user.password_hash if user else None, password) or user is None or user.disabled:
-        raise Unauthorized("invalid username or password")
+        raise Unauthorized(_BAD_CREDENTIALS)
     token = new_token()
     now = datetime.now(UTC)
     session = Session(
         id=token_digest(token),
+        public_id=secrets.token_hex(8),
         user_id=user.id,
         username=user.username,
         roles=user.roles,
         created_at=now,
         last_seen=now,
-        expires_at=now + timedelta(seconds=ttl_s),
+        expires_at=lifetime.expires_at(created_at=now, now=now),
     )
-    await sessions.create(session, ttl_s=ttl_s)
+    await sessions.create(session, ttl_s=_seconds_until(session.expires_at, now))
+    # `cairn user disable/set-role/reset-password` saves the user first, then ends its sessions. Reading
+    # the user again after storing the session either sees that change or proves the command will
+    # find this session and end it: a login racing the command never keeps stale rights.
+    if await users.get(username) != user:
+        await sessions.delete(session)
+        raise Unauthorized(_BAD_CREDENTIALS)
     return token, session, user
 
 
-async def authenticate(*, sessions: SessionStore, token: str | None, ttl_s: int) -> Session:
+async def authenticate(*, sessions: SessionStore, token: str | None, ttl_s: int, max_age_s: int) -> Session:
+    """The session the token opens, its expiry pushed back; 401 for a missing, unknown, ended or too old one."""
+    lifetime = SessionLifetime(idle_s=ttl_s, max_age_s=max_age_s)
     if not token:
         raise Unauthorized("missing bearer token")
     session = await sessions.get(token_digest(token))
     if session is None:
-        raise Unauthorized("invalid or expired token")
-    await sessions.touch(session, ttl_s=ttl_s)
+        raise Unauthorized(_BAD_TOKEN)
     now = datetime.now(UTC)
-    return Session(**{**session.__dict__, "last_seen": now, "expires_at": now + timedelta(seconds=ttl_s)})
+    if lifetime.is_over(created_at=session.created_at, now=now):
+        await sessions.delete(session)
+        raise Unauthorized(_BAD_TOKEN)
+    expires_at = lifetime.expires_at(created_at=session.created_at, now=now)
+    await sessions.touch(session, seen_at=now, ttl_s=_seconds_until(expires_at, now))
+    return replace(session, last_seen=now, expires_at=expires_at)
 
 
 async def logout(*, sessions: SessionStore, session: Session) -> None:
-    await sessions.delete(session.id)
+    await sessions.delete(session)
+
+
+async def list_sessions(*, sessions: SessionStore, caller: Session) -> list[Session]:
+    """The caller's own live sessions, oldest first (the caller's own one with its fresh expiry)."""
+    return [caller if s.id == caller.id else s for s in await sessions.list_for_user(caller.user_id)]
+
+
+async def end_session(*, sessions: SessionStore, caller: Session, public_id: str) -> None:
+    """End one of the caller's own sessions; someone else's is as unknown as one that never existed."""
+    for session in await sessions.list_for_user(caller.user_id):
+        if session.public_id == public_id:
+            await sessions.delete(session)
+            return
+    raise NotFound("no such session")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from functools import lru_cache
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -9,9 +10,21 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from services.gateway.adapters.upstream import Upstream
 from services.gateway.auth import authenticate
 from services.gateway.domain import Session
+from services.gateway.feedback import RequestOwners, remember_request
+from services.gateway.rate_limits import (
+    IPNetwork,
+    Limit,
+    LoginLimits,
+    RateLimiter,
+    client_address,
+    count_chat_request,
+    parse_networks,
+)
 from services.gateway.roles import grants
 from services.gateway.settings import Settings
 from services.gateway.stores import SessionStore, UserStore
+from shared.broker import EventPublisher
+from shared.context import request_id_var
 from shared.errors import Forbidden
 
 _bearer = HTTPBearer(auto_error=False, description="The token from POST /auth/login")
@@ -40,7 +53,9 @@ async def _current_session(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Session:
     token = credentials.credentials if credentials else None
-    return await authenticate(sessions=sessions, token=token, ttl_s=settings.session_ttl_seconds)
+    return await authenticate(
+        sessions=sessions, token=token, ttl_s=settings.session_ttl_seconds, max_age_s=settings.session_max_age_seconds
+    )
 
 
 CurrentSession = Annotated[Session, Depends(_current_session)]
@@ -72,3 +87,62 @@ def upstream(name: str) -> Callable[[Request], Coroutine[Any, Any, Upstream]]:
 ChatUpstream = Annotated[Upstream, Depends(upstream("chat"))]
 RetrievalUpstream = Annotated[Upstream, Depends(upstream("retrieval"))]
 AnalyticsUpstream = Annotated[Upstream, Depends(upstream("analytics"))]
+
+
+async def _rate_limiter(request: Request) -> RateLimiter:
+    return request.app.state.rate_limiter
+
+
+async def _request_owners(request: Request) -> RequestOwners:
+    return request.app.state.request_owners
+
+
+async def _publisher(request: Request) -> EventPublisher:
+    return request.app.state.publisher
+
+
+RateLimiterDep = Annotated[RateLimiter, Depends(_rate_limiter)]
+RequestOwnersDep = Annotated[RequestOwners, Depends(_request_owners)]
+PublisherDep = Annotated[EventPublisher, Depends(_publisher)]
+
+
+async def _login_limits(settings: SettingsDep) -> LoginLimits:
+    return LoginLimits(
+        per_username=Limit(settings.login_attempts_per_username, settings.login_window_s),
+        per_address=Limit(settings.login_attempts_per_ip, settings.login_window_s),
+    )
+
+
+LoginLimitsDep = Annotated[LoginLimits, Depends(_login_limits)]
+
+
+@lru_cache(maxsize=8)
+def _networks(entries: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+    return parse_networks(entries)
+
+
+async def _client_address(request: Request, settings: SettingsDep) -> str:
+    return client_address(
+        peer=request.client.host if request.client else None,
+        forwarded_for=",".join(request.headers.getlist("x-forwarded-for")) or None,
+        trusted=_networks(settings.trusted_proxies),
+    )
+
+
+ClientAddress = Annotated[str, Depends(_client_address)]
+
+
+async def _asking_session(
+    session: UserSession, limiter: RateLimiterDep, owners: RequestOwnersDep, settings: SettingsDep
+) -> Session:
+    """The caller of a question: counted against CHAT_REQUESTS_PER_MINUTE (429), then remembered as the
+    one who asked this request id, so that only they may rate the answer (409 if the id is another's)."""
+    limit = Limit(settings.chat_requests_per_minute, window_s=60)
+    await count_chat_request(limiter=limiter, limit=limit, user_id=session.user_id)
+    await remember_request(
+        owners=owners, request_id=request_id_var.get(), user_id=session.user_id, ttl_s=settings.feedback_window_s
+    )
+    return session
+
+
+AskingSession = Annotated[Session, Depends(_asking_session)]

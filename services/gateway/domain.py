@@ -1,8 +1,8 @@
 """What the gateway knows about people and their sessions."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True)
@@ -17,17 +17,40 @@ class User:
 
 @dataclass(frozen=True)
 class Session:
-    """A live login. `id` is the SHA-256 of the bearer token; the token itself is never stored."""
+    """A live login. `id` is the SHA-256 of the bearer token; the token itself is never stored.
+
+    `public_id` is a separate random name for the session, shown to its user (GET /auth/sessions),
+    used to end it (DELETE /auth/sessions/{public_id}) and passed to other services; it reveals
+    nothing about the token or its digest.
+    """
 
     id: str
+    public_id: str
     user_id: str
     username: str
     roles: tuple[str, ...]
     created_at: datetime
+    last_seen: datetime
     expires_at: datetime
-    last_seen: datetime = field(default=None)  # type: ignore[assignment]
 
-    @property
-    def public_id(self) -> str:
-        """Names the session to other services and in events without revealing the stored digest."""
-        return self.id[:16]
+
+@dataclass(frozen=True)
+class SessionLifetime:
+    """A session lives `idle_s` seconds after its last use (sliding), and never beyond `max_age_s` after login."""
+
+    idle_s: int
+    max_age_s: int
+
+    def __post_init__(self) -> None:
+        if self.idle_s <= 0 or self.max_age_s <= 0:
+            raise ValueError(f"session lifetimes must be positive; got idle {self.idle_s}s, max age {self.max_age_s}s")
+
+    def hard_limit(self, created_at: datetime) -> datetime:
+        return created_at + timedelta(seconds=self.max_age_s)
+
+    def expires_at(self, *, created_at: datetime, now: datetime) -> datetime:
+        """When a session used at `now` expires if it is not used again."""
+        return min(now + timedelta(seconds=self.idle_s), self.hard_limit(created_at))
+
+    def is_over(self, *, created_at: datetime, now: datetime) -> bool:
+        return now >= self.hard_limit(created_at)

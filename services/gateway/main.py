@@ -5,11 +5,18 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from services.gateway.adapters.redis_rate_limits import RedisRateLimiter
+from services.gateway.adapters.redis_request_owners import RedisRequestOwners
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.adapters.upstream import open_upstream
 from services.gateway.api import api_router, auth_router
+from services.gateway.feedback_api import router as feedback_router
+from services.gateway.middleware import gateway_middleware
 from services.gateway.openai_api import router as openai_router
+from services.gateway.sessions_api import sessions_router
 from services.gateway.settings import Settings
+from services.gateway.web_page import router as web_page_router
+from shared.broker import RabbitEventPublisher
 from shared.web import create_service_app
 
 
@@ -22,6 +29,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store_args = {"prefix": settings.redis_prefix, "timeout_s": settings.redis_timeout_s}
         app.state.users = RedisUserStore(redis, **store_args)
         app.state.sessions = RedisSessionStore(redis, **store_args)
+        app.state.rate_limiter = RedisRateLimiter(redis, **store_args)
+        app.state.request_owners = RedisRequestOwners(redis, **store_args)
+        app.state.publisher = RabbitEventPublisher(  # feedback events; buffers while the broker is down
+            amqp_url=settings.amqp_url, exchange=settings.events_exchange, queue=settings.analytics_queue
+        )
+        await app.state.publisher.start()
         app.state.upstreams = {
             name: open_upstream(name=name, base_url=url, timeout_s=settings.upstream_timeout_s)
             for name, url in (
@@ -31,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         }
         yield
+        await app.state.publisher.close()
         for upstream in app.state.upstreams.values():
             await upstream.aclose()
         await redis.aclose()
@@ -41,9 +55,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             checks[name] = await upstream.healthy()
         return checks
 
-    app = create_service_app(service="gateway", title="Cairn gateway", lifespan=lifespan, readiness=readiness)
+    app = create_service_app(
+        service="gateway",
+        title="Cairn gateway",
+        lifespan=lifespan,
+        readiness=readiness,
+        middleware=gateway_middleware(settings),
+    )
     app.state.settings = settings
     app.include_router(auth_router)
+    app.include_router(sessions_router)
     app.include_router(api_router)
+    app.include_router(feedback_router)
     app.include_router(openai_router)
+    app.include_router(web_page_router)
     return app

@@ -27,3 +27,15 @@ class MeResponse(BaseModel):
     user: UserOut
     session_created_at: datetime
     expires_at: datetime
+
+
+class SessionOut(BaseModel):
+    id: str = Field(description="The session's public id: use it to end the session; unrelated to the token")
+    created_at: datetime
+    last_seen: datetime
+    expires_at: datetime
+    current: bool = Field(description="True for the session making this request")
+
+
+class SessionsResponse(BaseModel):
+    sessions: list[SessionOut]

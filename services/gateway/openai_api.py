@@ -13,7 +13,7 @@ from starlette.background import BackgroundTask
 from services.gateway import openai_compat
 from services.gateway.adapters.upstream import Upstream
 from services.gateway.api import headers_for
-from services.gateway.deps import ChatUpstream, SettingsDep, UserSession
+from services.gateway.deps import AskingSession, ChatUpstream, SettingsDep, UserSession
 from services.gateway.openai_compat import ChunkWriter, CompletionRequest
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
@@ -27,6 +27,10 @@ _ERRORS = {
     503: {"description": "A service is unavailable"},
     504: {"description": "The chat service did not answer in time"},
 }
+_ASKING_ERRORS = {
+    409: {"description": "The X-Request-ID sent names another user's request (request_id_taken)"},
+    429: {"description": "Over CHAT_REQUESTS_PER_MINUTE (rate_limited, with Retry-After)"},
+}
 
 
 @router.get("/models", responses=_ERRORS)
@@ -38,9 +42,9 @@ async def models(request: Request, session: UserSession, settings: SettingsDep, 
     return JSONResponse(openai_compat.models_list(json.loads(answer.body)["models"]))
 
 
-@router.post("/chat/completions", responses=_ERRORS)
+@router.post("/chat/completions", responses={**_ERRORS, **_ASKING_ERRORS})
 async def chat_completions(
-    body: CompletionRequest, request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream
+    body: CompletionRequest, request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream
 ) -> Response:
     """Answer the last user message from the documents; earlier messages are the conversation."""
     headers = {**headers_for(request, session, settings), "Content-Type": "application/json"}

@@ -1,4 +1,8 @@
-"""The gateway's two stores, as interfaces. The Redis adapter implements both; tests use fakes."""
+"""The gateway's two stores, as interfaces. The Redis adapter implements both; tests use fakes.
+
+Every method may raise `shared.errors.DependencyUnavailable` when the store does not answer in time:
+callers let it through, so the gateway answers 503 and never lets a request in unchecked.
+"""
 from __future__ import annotations
 
 from typing import Protocol
@@ -16,13 +20,25 @@ class UserStore(Protocol):
 
 
 class SessionStore(Protocol):
-    async def create(self, session: Session, *, ttl_s: int) -> None: ...
+    """Sessions keyed by token digest, each also listed under its user so that a user's sessions
+    can be found without scanning the whole store."""
 
-    async def get(self, session_id: str) -> Session | None: ...
+    async def create(self, session: Session, *, ttl_s: int) -> None:
+        """Store the session to expire in `ttl_s` seconds, and list it under its user."""
+
+    async def get(self, session_id: str) -> Session | None:
+        """The session with this token digest, or None when it is unknown, expired or ended."""
 
     async def touch(self, session: Session, *, ttl_s: int) -> None:
-        """Record activity and push the expiry `ttl_s` seconds further (sliding expiry)."""
+        """Record activity now and expire the session `ttl_s` seconds from now (sliding expiry).
+        A session ended meanwhile stays ended."""
 
-    async def delete(self, session_id: str) -> None: ...
+    async def delete(self, session: Session) -> None: ...
+
+    async def list_for_user(self, user_id: str) -> list[Session]:
+        """The user's live sessions, oldest first; forgets the ones that have expired."""
+
+    async def delete_all_for_user(self, user_id: str) -> int:
+        """End every session of the user at once; returns how many there were."""
 
     async def ping(self) -> bool: ...

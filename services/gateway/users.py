@@ -1,15 +1,20 @@
-"""Managing users (used by `cairn user ...`): names, passwords and roles checked here, stored by a UserStore."""
+"""Managing users (used by `cairn user ...`): names, passwords and roles checked here, stored by a UserStore.
+
+A change that takes rights away or may answer a leaked password ends the user's sessions at once:
+disabling, changing roles (a session carries the roles it was opened with) and resetting the password.
+The user logs in again and gets a session with what the user record now says.
+"""
 from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from services.gateway.domain import User
 from services.gateway.passwords import hash_password
 from services.gateway.roles import validate_roles
-from services.gateway.stores import UserStore
+from services.gateway.stores import SessionStore, UserStore
 
 _USERNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 MIN_PASSWORD_LENGTH = 8
@@ -19,9 +24,29 @@ class UserError(ValueError):
     """A user command that cannot be carried out as asked."""
 
 
+@dataclass(frozen=True)
+class UserChange:
+    user: User
+    sessions_ended: int
+
+
 def _check_password(password: str) -> None:
     if len(password) < MIN_PASSWORD_LENGTH:
         raise UserError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
+
+
+def _checked_roles(roles: list[str]) -> tuple[str, ...]:
+    try:
+        return validate_roles(roles)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
+async def _existing(users: UserStore, username: str) -> User:
+    user = await users.get(username)
+    if user is None:
+        raise UserError(f"no user {username!r}")
+    return user
 
 
 async def add_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:
@@ -30,15 +55,11 @@ async def add_user(*, users: UserStore, username: str, password: str, roles: lis
     if await users.get(username):
         raise UserError(f"user {username!r} already exists")
     _check_password(password)
-    try:
-        checked_roles = validate_roles(roles)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
     user = User(
         id=uuid.uuid4().hex,
         username=username,
         password_hash=hash_password(password),
-        roles=checked_roles,
+        roles=_checked_roles(roles),
         created_at=datetime.now(UTC),
     )
     await users.save(user)
@@ -46,13 +67,43 @@ async def add_user(*, users: UserStore, username: str, password: str, roles: lis
 
 
 async def set_password(*, users: UserStore, username: str, password: str) -> User:
-    user = await users.get(username)
-    if user is None:
-        raise UserError(f"no user {username!r}")
+    user = await _existing(users, username)
     _check_password(password)
     updated = replace(user, password_hash=hash_password(password))
     await users.save(updated)
     return updated
+
+
+async def _save_then_end_sessions(users: UserStore, sessions: SessionStore, updated: User) -> UserChange:
+    # Save first, end sessions second: a login racing this re-reads the user after storing its
+    # session (see auth.login), so no session opened under the old record survives.
+    await users.save(updated)
+    return UserChange(updated, await sessions.delete_all_for_user(updated.id))
+
+
+async def reset_password(*, users: UserStore, sessions: SessionStore, username: str, password: str) -> UserChange:
+    user = await _existing(users, username)
+    _check_password(password)
+    return await _save_then_end_sessions(users, sessions, replace(user, password_hash=hash_password(password)))
+
+
+async def disable_user(*, users: UserStore, sessions: SessionStore, username: str) -> UserChange:
+    """Refuse the user's logins and end its sessions; running it again ends any session left over."""
+    user = await _existing(users, username)
+    return await _save_then_end_sessions(users, sessions, replace(user, disabled=True))
+
+
+async def enable_user(*, users: UserStore, username: str) -> User:
+    user = await _existing(users, username)
+    updated = replace(user, disabled=False)
+    await users.save(updated)
+    return updated
+
+
+async def set_roles(*, users: UserStore, sessions: SessionStore, username: str, roles: list[str]) -> UserChange:
+    """Replace the user's roles and end its sessions, which still carry the old ones."""
+    user = await _existing(users, username)
+    return await _save_then_end_sessions(users, sessions, replace(user, roles=_checked_roles(roles)))
 
 
 async def ensure_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:

@@ -1,16 +1,26 @@
-"""Users and sessions in Redis. Any Redis failure or slowness becomes 503 session_store_unavailable:
-the gateway fails closed, never open."""
+"""Users and sessions in Redis. Any Redis failure, or an operation slower than `timeout_s`, becomes
+503 session_store_unavailable: the gateway fails closed, never open, and recovers when Redis answers again.
+
+Keys, under the configured prefix:
+  {prefix}:user:{username}          hash: the user record
+  {prefix}:users                    set: every username
+  {prefix}:session:{token sha256}   hash: public_id, user_id, username, roles, created_at, last_seen;
+                                    expires with the session
+  {prefix}:user-sessions:{user_id}  set: the token digests of the user's sessions; expires with the
+                                    longest-lived of them, members of expired sessions are removed lazily
+"""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import functools
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from services.gateway.domain import Session, User
 from shared.errors import DependencyUnavailable
@@ -24,81 +34,151 @@ def connect(url: str, *, timeout_s: float) -> Redis:
         decode_responses=True,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), retries=1),  # one quick retry for a stale pooled connection, no more
+        # The asyncio client needs the asyncio Retry: the sync one hands back the command's coroutine
+        # unawaited, so its retry never happens. One quick retry for a stale pooled connection, no more.
+        retry=Retry(NoBackoff(), retries=1),
         health_check_interval=30,
     )
 
 
+def _bounded(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """The whole operation within the adapter's timeout; any Redis trouble becomes DependencyUnavailable."""
+
+    @functools.wraps(method)
+    async def bounded(self: _RedisAdapter, *args: Any, **kwargs: Any) -> T:
+        try:
+            return await asyncio.wait_for(method(self, *args, **kwargs), self._timeout_s)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise DependencyUnavailable("session_store", "the session store (Redis) is unavailable") from exc
+
+    return bounded
+
+
 class _RedisAdapter:
     def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive; got {timeout_s}")
         self._redis = redis
         self._prefix = prefix
         self._timeout_s = timeout_s
 
-    async def _call(self, operation: Awaitable[T]) -> T:
-        try:
-            return await asyncio.wait_for(operation, self._timeout_s)
-        except (RedisError, OSError, TimeoutError) as exc:
-            raise DependencyUnavailable("session_store", "the session store (Redis) is unavailable") from exc
-
     async def ping(self) -> bool:
         try:
-            return bool(await self._call(self._redis.ping()))
+            return bool(await self._ping())
         except DependencyUnavailable:
             return False
 
+    @_bounded
+    async def _ping(self) -> bool:
+        return await self._redis.ping()
+
 
 class RedisUserStore(_RedisAdapter):
-    """Users as hashes under `{prefix}:user:{username}`, names indexed in the set `{prefix}:users`."""
-
     def _key(self, username: str) -> str:
         return f"{self._prefix}:user:{username}"
 
+    @_bounded
     async def get(self, username: str) -> User | None:
-        fields = await self._call(self._redis.hgetall(self._key(username)))
+        fields = await self._redis.hgetall(self._key(username))
         return _user_from(fields) if fields else None
 
+    @_bounded
     async def save(self, user: User) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(user.username), mapping=_user_fields(user))
             pipe.sadd(f"{self._prefix}:users", user.username)
-            await self._call(pipe.execute())
+            await pipe.execute()
 
+    @_bounded
     async def list(self) -> list[User]:
-        names = sorted(await self._call(self._redis.smembers(f"{self._prefix}:users")))
-        users = [await self.get(name) for name in names]
-        return [u for u in users if u]
+        names = sorted(await self._redis.smembers(f"{self._prefix}:users"))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hgetall(self._key(name))
+            records = await pipe.execute()
+        return [_user_from(fields) for fields in records if fields]
 
 
 class RedisSessionStore(_RedisAdapter):
-    """Sessions as hashes under `{prefix}:session:{sha256 of token}`, expiring with the session."""
-
     def _key(self, session_id: str) -> str:
         return f"{self._prefix}:session:{session_id}"
 
+    def _user_key(self, user_id: str) -> str:
+        return f"{self._prefix}:user-sessions:{user_id}"
+
+    @_bounded
     async def create(self, session: Session, *, ttl_s: int) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(session.id), mapping=_session_fields(session))
             pipe.expire(self._key(session.id), ttl_s)
-            await self._call(pipe.execute())
+            pipe.sadd(self._user_key(session.user_id), session.id)
+            _outlive(pipe, self._user_key(session.user_id), ttl_s)
+            await pipe.execute()
 
+    @_bounded
     async def get(self, session_id: str) -> Session | None:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(self._key(session_id))
-            pipe.ttl(self._key(session_id))
-            fields, ttl = await self._call(pipe.execute())
-        if "user_id" not in fields or ttl < 0:  # gone, or only a touch of a just-deleted session
-            return None
-        return _session_from(session_id, fields, expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
+        return (await self._fetch([session_id]))[0]
 
-    async def touch(self, session: Session, *, ttl_s: int) -> None:
+    @_bounded
+    async def touch(self, session: Session, *, seen_at: datetime, ttl_s: int) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._key(session.id), "last_seen", datetime.now(UTC).isoformat())
+            pipe.hset(self._key(session.id), "last_seen", seen_at.isoformat())
             pipe.expire(self._key(session.id), ttl_s)
-            await self._call(pipe.execute())
+            _outlive(pipe, self._user_key(session.user_id), ttl_s)
+            fields_added, *_ = await pipe.execute()
+        if fields_added:  # the session ended meanwhile: drop the stray hash the write left behind
+            await self._redis.delete(self._key(session.id))
 
-    async def delete(self, session_id: str) -> None:
-        await self._call(self._redis.delete(self._key(session_id)))
+    @_bounded
+    async def delete(self, session: Session) -> None:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self._key(session.id))
+            pipe.srem(self._user_key(session.user_id), session.id)
+            await pipe.execute()
+
+    @_bounded
+    async def list_for_user(self, user_id: str) -> list[Session]:
+        ids = sorted(await self._redis.smembers(self._user_key(user_id)))
+        found = await self._fetch(ids)
+        if gone := [sid for sid, session in zip(ids, found, strict=True) if session is None]:
+            await self._redis.srem(self._user_key(user_id), *gone)
+        live = [s for s in found if s is not None and s.user_id == user_id]
+        return sorted(live, key=lambda s: s.created_at)
+
+    @_bounded
+    async def delete_all_for_user(self, user_id: str) -> int:
+        ids = list(await self._redis.smembers(self._user_key(user_id)))
+        if not ids:
+            return 0
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(*(self._key(sid) for sid in ids))
+            pipe.srem(self._user_key(user_id), *ids)  # not DEL: a session added meanwhile stays listed
+            ended, _ = await pipe.execute()
+        return ended
+
+    async def _fetch(self, session_ids: list[str]) -> list[Session | None]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for sid in session_ids:
+                pipe.hgetall(self._key(sid))
+                pipe.ttl(self._key(sid))
+            replies = await pipe.execute()
+        now = datetime.now(UTC)
+        return [
+            _session_from(sid, fields, expires_at=now + timedelta(seconds=ttl)) if _is_session(fields, ttl) else None
+            for sid, fields, ttl in zip(session_ids, replies[::2], replies[1::2], strict=True)
+        ]
+
+
+def _outlive(pipe: Any, key: str, ttl_s: int) -> None:
+    """Let `key` live at least `ttl_s` more seconds, never shortening it (EXPIRE NX, then GT: Redis 7)."""
+    pipe.expire(key, ttl_s, nx=True)
+    pipe.expire(key, ttl_s, gt=True)
+
+
+def _is_session(fields: dict[str, str], ttl: int) -> bool:
+    # A hash without these is not a live session: gone, a stray `last_seen` write racing a logout,
+    # or a session stored by an older gateway (no public id, not listed under its user): log in again.
+    return ttl >= 0 and "user_id" in fields and "public_id" in fields
 
 
 def _user_fields(user: User) -> dict[str, str]:
@@ -117,7 +197,7 @@ def _user_from(fields: dict[str, str]) -> User:
         id=fields["id"],
         username=fields["username"],
         password_hash=fields["password_hash"],
-        roles=tuple(r for r in fields.get("roles", "").split(",") if r),
+        roles=_roles(fields),
         disabled=fields.get("disabled") == "1",
         created_at=datetime.fromisoformat(fields["created_at"]) if fields.get("created_at") else None,
     )
@@ -125,21 +205,27 @@ def _user_from(fields: dict[str, str]) -> User:
 
 def _session_fields(session: Session) -> dict[str, str]:
     return {
+        "public_id": session.public_id,
         "user_id": session.user_id,
         "username": session.username,
         "roles": ",".join(session.roles),
         "created_at": session.created_at.isoformat(),
-        "last_seen": (session.last_seen or session.created_at).isoformat(),
+        "last_seen": session.last_seen.isoformat(),
     }
 
 
 def _session_from(session_id: str, fields: dict[str, str], *, expires_at: datetime) -> Session:
     return Session(
         id=session_id,
+        public_id=fields["public_id"],
         user_id=fields["user_id"],
         username=fields["username"],
-        roles=tuple(r for r in fields.get("roles", "").split(",") if r),
+        roles=_roles(fields),
         created_at=datetime.fromisoformat(fields["created_at"]),
         last_seen=datetime.fromisoformat(fields["last_seen"]),
         expires_at=expires_at,
     )
+
+
+def _roles(fields: dict[str, str]) -> tuple[str, ...]:
+    return tuple(r for r in fields.get("roles", "").split(",") if r)

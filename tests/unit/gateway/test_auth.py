@@ -1,15 +1,18 @@
 import hashlib
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from services.gateway import auth
+from services.gateway.domain import SessionLifetime
 from services.gateway.roles import grants, validate_roles
 from services.gateway.users import UserError, add_user, ensure_user, set_password
-from shared.errors import Unauthorized
+from shared.errors import DependencyUnavailable, Unauthorized
 from tests.unit.gateway.fakes import FakeSessionStore, FakeUserStore
 
 pytestmark = pytest.mark.unit
+LIFETIME = {"ttl_s": 60, "max_age_s": 3600}
 
 
 @pytest.fixture
@@ -19,11 +22,15 @@ async def stores():
     return users, sessions
 
 
+async def _login(users, sessions, **lifetime):
+    return await auth.login(
+        users=users, sessions=sessions, username="ann", password="correct horse", **(lifetime or LIFETIME)
+    )
+
+
 async def test_login_stores_only_the_token_digest(stores):
     users, sessions = stores
-    token, session, user = await auth.login(
-        users=users, sessions=sessions, username="ann", password="correct horse", ttl_s=60
-    )
+    token, session, user = await _login(users, sessions)
     assert len(token) >= 43  # 32 random bytes, base64url
     assert list(sessions.sessions) == [hashlib.sha256(token.encode()).hexdigest()]
     assert token not in repr(sessions.sessions)
@@ -31,11 +38,18 @@ async def test_login_stores_only_the_token_digest(stores):
     assert session.roles == user.roles == ("analyst",)
 
 
+async def test_the_public_id_is_random_and_unrelated_to_the_token(stores):
+    users, sessions = stores
+    (token, first, _), (_, second, _) = await _login(users, sessions), await _login(users, sessions)
+    assert len(first.public_id) == 16 and first.public_id != second.public_id
+    assert first.public_id not in first.id and first.public_id not in token
+
+
 @pytest.mark.parametrize("username,password", [("ann", "wrong password"), ("bob", "correct horse")])
 async def test_bad_credentials_get_one_indistinct_error(stores, username, password):
     users, sessions = stores
     with pytest.raises(Unauthorized, match="invalid username or password"):
-        await auth.login(users=users, sessions=sessions, username=username, password=password, ttl_s=60)
+        await auth.login(users=users, sessions=sessions, username=username, password=password, **LIFETIME)
     assert sessions.sessions == {}
 
 
@@ -43,26 +57,90 @@ async def test_disabled_user_cannot_log_in(stores):
     users, sessions = stores
     users.users["ann"] = replace(users.users["ann"], disabled=True)
     with pytest.raises(Unauthorized):
-        await auth.login(users=users, sessions=sessions, username="ann", password="correct horse", ttl_s=60)
+        await _login(users, sessions)
+
+
+class _ChangedDuringLogin(FakeUserStore):
+    """Disables the user right after the login has read it, as a racing `cairn user disable` would."""
+
+    async def get(self, username):
+        user = await super().get(username)
+        if user and not user.disabled:
+            self.users[username] = replace(user, disabled=True)
+        return user
+
+
+async def test_a_login_racing_a_disable_keeps_no_session():
+    users, sessions = _ChangedDuringLogin(), FakeSessionStore()
+    users.users["ann"] = await add_user(users=FakeUserStore(), username="ann", password="correct horse", roles=["user"])
+    with pytest.raises(Unauthorized):
+        await _login(users, sessions)
+    assert sessions.sessions == {} and users.users["ann"].disabled
 
 
 async def test_authenticate_slides_the_expiry_and_rejects_unknown_tokens(stores):
     users, sessions = stores
-    token, session, _ = await auth.login(users=users, sessions=sessions, username="ann", password="correct horse", ttl_s=60)
+    token, session, _ = await _login(users, sessions)
     sessions.ttls[session.id] = 5
-    assert (await auth.authenticate(sessions=sessions, token=token, ttl_s=60)).user_id == session.user_id
-    assert sessions.ttls[session.id] == 60
-    for bad in (None, "", "not-a-token", token + "x"):
+    seen = await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+    assert seen.user_id == session.user_id and sessions.ttls[session.id] == 60
+    assert sessions.sessions[session.id].last_seen == seen.last_seen > session.last_seen
+    for bad in (None, "", "not-a-token", token + "x", token[:-1]):
         with pytest.raises(Unauthorized):
-            await auth.authenticate(sessions=sessions, token=bad, ttl_s=60)
+            await auth.authenticate(sessions=sessions, token=bad, **LIFETIME)
+
+
+async def test_an_expired_session_is_refused(stores):
+    users, sessions = stores
+    token, session, _ = await _login(users, sessions)
+    sessions.expire(session.id)
+    with pytest.raises(Unauthorized, match="invalid or expired token"):
+        await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+
+
+async def test_no_session_outlives_its_maximum_age_however_busy(stores):
+    users, sessions = stores
+    token, session, _ = await _login(users, sessions)
+    nearly = datetime.now(UTC) - timedelta(seconds=3590)
+    sessions.sessions[session.id] = replace(session, created_at=nearly)
+    fresh = await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+    assert sessions.ttls[session.id] <= 10  # the sliding expiry stops at the hard limit
+    assert fresh.expires_at == nearly + timedelta(seconds=3600)
+
+    sessions.sessions[session.id] = replace(session, created_at=nearly - timedelta(seconds=11))
+    with pytest.raises(Unauthorized):
+        await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+    assert session.id not in sessions.sessions  # ended, not just refused
+
+
+async def test_a_login_expires_by_the_maximum_age_when_it_is_shorter_than_the_ttl(stores):
+    users, sessions = stores
+    _, session, _ = await _login(users, sessions, ttl_s=600, max_age_s=30)
+    assert sessions.ttls[session.id] == 30
+    assert session.expires_at == session.created_at + timedelta(seconds=30)
+
+
+def test_lifetimes_must_be_positive():
+    for idle, max_age in ((0, 10), (10, 0), (-1, 10)):
+        with pytest.raises(ValueError):
+            SessionLifetime(idle_s=idle, max_age_s=max_age)
 
 
 async def test_logout_revokes(stores):
     users, sessions = stores
-    token, session, _ = await auth.login(users=users, sessions=sessions, username="ann", password="correct horse", ttl_s=60)
+    token, session, _ = await _login(users, sessions)
     await auth.logout(sessions=sessions, session=session)
     with pytest.raises(Unauthorized):
-        await auth.authenticate(sessions=sessions, token=token, ttl_s=60)
+        await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+
+
+async def test_a_store_that_does_not_answer_fails_closed(stores):
+    users, sessions = stores
+    token, _, _ = await _login(users, sessions)
+    sessions.down = True
+    with pytest.raises(DependencyUnavailable) as caught:
+        await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+    assert caught.value.status_code == 503 and caught.value.code == "session_store_unavailable"
 
 
 def test_roles_build_on_each_other():

@@ -1,0 +1,28 @@
+"""Who asked which request, in Redis: `{prefix}:asked:{request_id}` holds the user id, with a TTL."""
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from services.gateway.adapters.redis_rate_limits import fail_closed
+
+
+class RedisRequestOwners:
+    def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive; got {timeout_s}")
+        self._redis = redis
+        self._prefix = prefix
+        self._timeout_s = timeout_s
+
+    def _key(self, request_id: str) -> str:
+        return f"{self._prefix}:asked:{request_id}"
+
+    async def claim(self, request_id: str, *, user_id: str, ttl_s: int) -> str:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._key(request_id), user_id, nx=True, ex=ttl_s)
+            pipe.get(self._key(request_id))
+            _, owner = await fail_closed(pipe.execute(), timeout_s=self._timeout_s)
+        return owner
+
+    async def owner(self, request_id: str) -> str | None:
+        return await fail_closed(self._redis.get(self._key(request_id)), timeout_s=self._timeout_s)

@@ -1,0 +1,77 @@
+"""Rating answers: who asked which request, and the FeedbackReceived event a rating becomes.
+
+When the gateway forwards a question (/api/chat, /api/chat/stream, /v1/chat/completions) it records
+who asked under the request id (the X-Request-ID the client sent or the one the gateway made; the
+answer's metadata.request_id), for `FEEDBACK_WINDOW_S`. Only that user may rate that answer:
+someone else's request, an unknown one and one older than the window are all 404, alike.
+
+A request id a client sends is kept for the first user only: another user reusing it is refused
+(409), or they could make someone else's answer theirs to rate.
+
+Rating the same answer again replaces the earlier rating: every rating is published, and the latest
+(by `occurred_at`) is the one that counts.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from services.gateway.domain import Session
+from shared.context import request_id_var, trace_id_of, traceparent_var
+from shared.errors import NotFound, ServiceError
+from shared.events import FeedbackReceived, FeedbackReceivedData
+
+if TYPE_CHECKING:
+    from shared.broker import EventPublisher
+
+SOURCE = "gateway"
+MAX_COMMENT_CHARS = 2000
+
+
+class RequestOwners(Protocol):
+    """Who asked which request, for a while. Methods raise DependencyUnavailable when the store does not answer."""
+
+    async def claim(self, request_id: str, *, user_id: str, ttl_s: int) -> str:
+        """Record `user_id` as the asker of `request_id` for `ttl_s` seconds unless someone already is;
+        return the asker on record (`user_id` itself when the claim took)."""
+
+    async def owner(self, request_id: str) -> str | None:
+        """The user who asked `request_id`, or None when unknown or forgotten."""
+
+
+class RequestIdTaken(ServiceError):
+    status_code = 409
+    code = "request_id_taken"
+
+
+async def remember_request(*, owners: RequestOwners, request_id: str | None, user_id: str, ttl_s: int) -> None:
+    """Record the caller as the asker of the request being forwarded; 409 when the id is another user's."""
+    if request_id is None:  # outside a request context (never in the app): nothing to rate later
+        return
+    if await owners.claim(request_id, user_id=user_id, ttl_s=ttl_s) != user_id:
+        raise RequestIdTaken("this X-Request-ID belongs to another request; send a new one or none")
+
+
+async def rate_answer(
+    *,
+    owners: RequestOwners,
+    publisher: EventPublisher,
+    session: Session,
+    rated_request_id: str,
+    rating: Literal[-1, 1],
+    comment: str | None,
+) -> FeedbackReceived:
+    """Publish the caller's rating of one of their own answers; 404 for any other request id."""
+    if await owners.owner(rated_request_id) != session.user_id:
+        raise NotFound("no answer of yours has this request id (answers can be rated for a limited time)")
+    event = FeedbackReceived(
+        source_service=SOURCE,
+        request_id=request_id_var.get(),
+        trace_id=trace_id_of(traceparent_var.get()),
+        user_id=session.user_id,
+        session_id=session.public_id,
+        data=FeedbackReceivedData(
+            rated_request_id=rated_request_id, rating=rating, comment=(comment or "").strip() or None
+        ),
+    )
+    publisher.submit(event)
+    return event

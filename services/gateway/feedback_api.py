@@ -1,0 +1,62 @@
+"""`POST /api/feedback`: a user rates one of their own answers; the rating goes out as FeedbackReceived."""
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field, field_validator
+
+from services.gateway import feedback
+from services.gateway.deps import PublisherDep, RequestOwnersDep, UserSession
+from shared.web import error_responses
+
+router = APIRouter(prefix="/api", tags=["feedback"])
+
+
+class FeedbackRequest(BaseModel):
+    request_id: str = Field(
+        min_length=1, max_length=128, description="The answer's metadata.request_id (its X-Request-ID response header)"
+    )
+    rating: Literal[-1, 1] = Field(description="1 for a good answer, -1 for a bad one")
+    comment: str | None = Field(None, max_length=feedback.MAX_COMMENT_CHARS)
+
+    @field_validator("rating", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):  # JSON true would otherwise pass as 1
+            raise ValueError("rating must be 1 or -1")
+        return value
+
+
+class FeedbackAccepted(BaseModel):
+    status: Literal["accepted"] = "accepted"
+    request_id: str = Field(description="The rated request")
+    rating: Literal[-1, 1]
+
+
+@router.post(
+    "/feedback",
+    status_code=202,
+    response_model=FeedbackAccepted,
+    responses=error_responses(
+        {
+            401: "Missing or invalid bearer token",
+            404: "No answer of the caller has this request id (or it is older than FEEDBACK_WINDOW_S)",
+            422: "Invalid body: rating not 1 or -1, comment over 2000 characters",
+            503: "The session store (Redis) is unavailable",
+        }
+    ),
+)
+async def rate_answer(
+    body: FeedbackRequest, session: UserSession, owners: RequestOwnersDep, publisher: PublisherDep
+) -> FeedbackAccepted:
+    """Rate one of your answers; rating it again replaces the earlier rating."""
+    await feedback.rate_answer(
+        owners=owners,
+        publisher=publisher,
+        session=session,
+        rated_request_id=body.request_id,
+        rating=body.rating,
+        comment=body.comment,
+    )
+    return FeedbackAccepted(request_id=body.request_id, rating=body.rating)

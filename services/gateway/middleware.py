@@ -1,0 +1,166 @@
+"""What the gateway does to every request and response: a body size limit, CORS, security headers.
+
+Pure ASGI, so streamed answers (SSE) pass through unbuffered.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from services.gateway.settings import Settings
+
+# Only the gateway's own scripts, styles, images and API: no inline script, no other origin, no framing.
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+# FastAPI's /docs and /redoc pages load Swagger UI / ReDoc from a CDN and start them with an inline script.
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
+    "font-src 'self' https://fonts.gstatic.com; img-src 'self' data: https:; worker-src 'self' blob:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+DOCS_PATHS = ("/docs", "/redoc")
+UPLOAD_PATH = "/api/documents"
+CORS_ALLOWED_HEADERS = ["Authorization", "Content-Type", "X-Request-ID", "traceparent"]
+CORS_EXPOSED_HEADERS = ["X-Request-ID", "Retry-After"]
+
+
+class BodyTooLarge(HTTPException):
+    """A Starlette HTTPException, so FastAPI's body parsing lets it through to the app's 413 handler."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(status_code=413, detail=f"the request body is over the limit of {limit} bytes")
+
+
+class BodyLimitMiddleware:
+    """413 payload_too_large for a body over the limit of its path (`per_path`, else `default_bytes`):
+    at once when Content-Length says so, otherwise as soon as the bytes read pass it (chunked bodies)."""
+
+    def __init__(self, app: ASGIApp, *, default_bytes: int, per_path: Mapping[str, int] | None = None) -> None:
+        limits = [default_bytes, *(per_path or {}).values()]
+        if any(limit < 0 for limit in limits):
+            raise ValueError(f"body limits must not be negative; got {limits}")
+        self.app = app
+        self.default_bytes = default_bytes
+        self.per_path = {path.rstrip("/"): limit for path, limit in (per_path or {}).items()}
+
+    def limit_for(self, path: str) -> int:
+        return self.per_path.get(path.rstrip("/"), self.default_bytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope["path"])
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _too_large(BodyTooLarge(limit))(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, watched_send)
+        except BodyTooLarge as exc:  # read where no exception handler answers it (e.g. a background read)
+            if started:
+                raise
+            await _too_large(exc)(scope, receive, send)
+
+
+def _too_large(exc: BodyTooLarge) -> JSONResponse:
+    return JSONResponse({"error": "payload_too_large", "message": exc.detail}, status_code=413)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class SecurityHeadersMiddleware:
+    """nosniff and no-referrer on every response; on HTML pages also a Content-Security-Policy and
+    X-Frame-Options DENY. A header the route set itself is left as it is."""
+
+    def __init__(self, app: ASGIApp, *, page_csp: str = PAGE_CSP, docs_csp: str = DOCS_CSP) -> None:
+        self.app = app
+        self.page_csp = page_csp
+        self.docs_csp = docs_csp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        is_docs = scope["path"].startswith(DOCS_PATHS)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                added = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
+                content_type = dict(headers).get(b"content-type", b"")
+                if content_type.startswith(b"text/html"):
+                    csp = self.docs_csp if is_docs else self.page_csp
+                    added += [(b"content-security-policy", csp.encode()), (b"x-frame-options", b"DENY")]
+                message["headers"] = headers + [(k, v) for k, v in added if k not in present]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def cors_middleware(*, origins: Sequence[str], allow_credentials: bool) -> list[Middleware]:
+    """CORSMiddleware for an allow-list of origins; none at all (no CORS headers) for an empty list."""
+    if not origins:
+        return []
+    if allow_credentials and "*" in origins:
+        raise ValueError("CORS_ORIGINS may not be '*' when CORS_ALLOW_CREDENTIALS is true")
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(origins),
+            allow_credentials=allow_credentials,
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=CORS_ALLOWED_HEADERS,
+            expose_headers=CORS_EXPOSED_HEADERS,
+            max_age=600,
+        )
+    ]
+
+
+def gateway_middleware(settings: Settings) -> list[Middleware]:
+    """Outermost first: CORS (so every answer, 413 included, carries its headers), security headers, body limit."""
+    return [
+        *cors_middleware(origins=settings.cors_origins, allow_credentials=settings.cors_allow_credentials),
+        Middleware(SecurityHeadersMiddleware),
+        Middleware(
+            BodyLimitMiddleware,
+            default_bytes=settings.max_body_bytes,
+            per_path={UPLOAD_PATH: settings.max_upload_bytes},
+        ),
+    ]

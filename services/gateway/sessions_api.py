@@ -1,0 +1,44 @@
+"""`/auth/sessions`: a user sees and ends its own sessions (other devices, a forgotten login)."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from services.gateway import auth
+from services.gateway.deps import CurrentSession, SessionsDep
+from services.gateway.models import SessionOut, SessionsResponse
+
+sessions_router = APIRouter(prefix="/auth", tags=["auth"])
+
+_ERRORS = {
+    401: {"description": "Missing, invalid or expired bearer token"},
+    503: {"description": "The session store is unavailable (session_store_unavailable)"},
+}
+
+
+@sessions_router.get("/sessions", response_model=SessionsResponse, responses=_ERRORS)
+async def list_sessions(session: CurrentSession, sessions: SessionsDep) -> SessionsResponse:
+    """The caller's live sessions, oldest first; `current` marks the one making this request."""
+    mine = await auth.list_sessions(sessions=sessions, caller=session)
+    return SessionsResponse(
+        sessions=[
+            SessionOut(
+                id=s.public_id,
+                created_at=s.created_at,
+                last_seen=s.last_seen,
+                expires_at=s.expires_at,
+                current=s.id == session.id,
+            )
+            for s in mine
+        ]
+    )
+
+
+@sessions_router.delete(
+    "/sessions/{session_id}",
+    status_code=204,
+    responses={**_ERRORS, 404: {"description": "No session of the caller has this id"}},
+)
+async def end_session(session_id: str, session: CurrentSession, sessions: SessionsDep) -> Response:
+    """End one of the caller's own sessions (the current one too: that is a logout)."""
+    await auth.end_session(sessions=sessions, caller=session, public_id=session_id)
+    return Response(status_code=204)

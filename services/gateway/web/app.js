@@ -1,0 +1,223 @@
+// The chat page: log in, ask, follow up in the same conversation, log out.
+import * as api from "./api.js";
+import { Turn } from "./turn.js";
+
+const TOKEN_KEY = "cairn.token";
+const USER_KEY = "cairn.username";
+
+const $ = (id) => document.getElementById(id);
+const view = {
+  login: $("login-view"),
+  loginForm: $("login-form"),
+  loginMessage: $("login-message"),
+  username: $("username"),
+  password: $("password"),
+  chat: $("chat-view"),
+  session: $("session"),
+  whoami: $("whoami"),
+  turns: $("turns"),
+  intro: $("intro"),
+  askForm: $("ask-form"),
+  question: $("question"),
+  askButton: $("ask-button"),
+  newConversation: $("new-conversation"),
+  logout: $("logout"),
+  turnTemplate: $("turn-template"),
+};
+
+const state = { token: sessionStorage.getItem(TOKEN_KEY), conversationId: null, busy: null };
+
+/** What to tell the user about a failed call. */
+function describe(error) {
+  if (error instanceof api.ApiError) {
+    switch (error.status) {
+      case 0:
+        return "Cairn could not be reached. Check your connection and try again.";
+      case 429:
+        return error.retryAfter
+          ? `Too many requests. Try again in ${error.retryAfter} second${error.retryAfter === 1 ? "" : "s"}.`
+          : "Too many requests. Try again in a moment.";
+      case 502:
+        return "The language model is not answering right now. Try again in a moment.";
+      case 503:
+        return `Cairn is partly unavailable (${error.message}). Try again in a moment.`;
+      case 504:
+        return "Cairn took too long to answer. Try again in a moment.";
+      default:
+        if (error.status >= 500) return "Something went wrong on Cairn's side. Try again in a moment.";
+        return error.message || `Something went wrong (${error.status}).`;
+    }
+  }
+  return "The answer was cut off. Try again.";
+}
+
+/** The HTTP status an error event's code stands for (the stream itself was a 200). */
+function statusOf(code = "") {
+  if (code === "llm_unavailable") return 502;
+  if (code.endsWith("_unavailable")) return 503;
+  if (code.endsWith("_timeout")) return 504;
+  return 500;
+}
+
+// --- views ---------------------------------------------------------------------------------------
+function showLogin(message = "", kind = "notice") {
+  stopAnswer();
+  state.token = null;
+  state.conversationId = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(USER_KEY);
+  view.turns.replaceChildren();
+  view.chat.hidden = true;
+  view.session.hidden = true;
+  view.login.hidden = false;
+  say(message, kind);
+  view.password.value = "";
+  view.username.focus();
+}
+
+function showChat(username) {
+  view.whoami.textContent = username;
+  view.login.hidden = true;
+  view.chat.hidden = false;
+  view.session.hidden = false;
+  view.intro.hidden = view.turns.children.length > 0;
+  view.question.focus();
+}
+
+function setBusy(controller) {
+  state.busy = controller;
+  view.askButton.disabled = Boolean(controller);
+  view.askForm.setAttribute("aria-busy", String(Boolean(controller)));
+}
+
+function stopAnswer() {
+  state.busy?.abort();
+  setBusy(null);
+}
+
+function say(message, kind) {
+  view.loginMessage.textContent = message;
+  view.loginMessage.className = `login-message ${kind}`;
+}
+
+// --- log-in and log-out --------------------------------------------------------------------------
+view.loginForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  say("", "notice");
+  const button = view.loginForm.querySelector("button[type=submit]");
+  button.disabled = true;
+  try {
+    const session = await api.login(view.username.value.trim(), view.password.value);
+    state.token = session.token;
+    sessionStorage.setItem(TOKEN_KEY, session.token);
+    sessionStorage.setItem(USER_KEY, session.user.username);
+    view.password.value = "";
+    showChat(session.user.username);
+  } catch (error) {
+    say(error.status === 401 ? "Wrong user name or password." : describe(error), "error");
+    view.password.select();
+  } finally {
+    button.disabled = false;
+  }
+});
+
+view.logout.addEventListener("click", async () => {
+  const token = state.token;
+  showLogin("You are logged out.");
+  try {
+    await api.logout(token);
+  } catch {
+    // the session is forgotten here either way; an expired one is already gone
+  }
+});
+
+view.newConversation.addEventListener("click", () => {
+  stopAnswer();
+  state.conversationId = null;
+  view.turns.replaceChildren();
+  view.intro.hidden = false;
+  view.question.value = "";
+  view.question.focus();
+});
+
+// --- asking --------------------------------------------------------------------------------------
+async function rate(requestId, rating) {
+  try {
+    await api.sendFeedback(state.token, { requestId, rating });
+    return true;
+  } catch (error) {
+    if (error.status === 401) showLogin("Your session has ended. Please log in again.", "error");
+    return false;
+  }
+}
+
+async function ask(query) {
+  const turn = new Turn({ template: view.turnTemplate, question: query, rate });
+  view.intro.hidden = true;
+  view.turns.append(turn.element);
+  turn.element.scrollIntoView({ block: "start", behavior: "smooth" });
+  const controller = new AbortController();
+  setBusy(controller);
+  let finished = false;
+  try {
+    const events = api.streamChat(state.token, {
+      query,
+      conversationId: state.conversationId,
+      signal: controller.signal,
+    });
+    for await (const { event, data } of events) {
+      if (event === "sources") turn.showSources(data.sources ?? []);
+      else if (event === "token") turn.addText(data.text ?? "");
+      else if (event === "done") {
+        state.conversationId = data.conversation_id;
+        turn.finish(data);
+        finished = true;
+      } else if (event === "error") {
+        const error = new api.ApiError({ status: statusOf(data.error), code: data.error, message: data.message });
+        turn.fail(describe(error));
+        finished = true;
+      }
+    }
+    if (!finished) turn.fail("The answer was cut off. Try again.");
+  } catch (error) {
+    if (error.name === "AbortError") return;
+    if (error.status === 401) {
+      showLogin("Your session has ended. Please log in again.", "error");
+      return;
+    }
+    if (error.code === "conversation_not_found") {
+      state.conversationId = null;
+      turn.fail("This conversation has expired. Ask again to start a new one.", { keepText: false });
+    } else {
+      turn.fail(describe(error), { keepText: false });
+    }
+    if (!view.question.value) view.question.value = query; // ready to send again
+  } finally {
+    if (state.busy === controller) setBusy(null);
+  }
+}
+
+view.askForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const query = view.question.value.trim();
+  if (!query || state.busy) return;
+  view.question.value = "";
+  ask(query);
+});
+
+// --- start ---------------------------------------------------------------------------------------
+async function start() {
+  if (!state.token) {
+    showLogin();
+    return;
+  }
+  try {
+    const who = await api.me(state.token);
+    showChat(who.user.username);
+  } catch (error) {
+    if (error.status === 401) showLogin("Your session has ended. Please log in again.", "error");
+    else showChat(sessionStorage.getItem(USER_KEY) ?? "");
+  }
+}
+
+start();

@@ -1,0 +1,250 @@
+// One question and its answer: streamed text, citation panel, sources, confidence, feedback.
+import { renderAnswerText } from "./answer-text.js";
+
+let nextId = 0;
+const VERDICTS = { supported: "Supported by the passage", weak: "Partly supported", unsupported: "Not supported" };
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** A link only for http(s) URLs (never javascript: or data:), resolved against the page. */
+function safeUrl(url) {
+  if (!url) return null;
+  try {
+    const parsed = new URL(url, window.location.href);
+    return ["http:", "https:"].includes(parsed.protocol) ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+function sourceLink(url, label) {
+  const href = safeUrl(url);
+  if (!href) return null;
+  const a = el("a", "source-link", label);
+  a.href = href;
+  a.target = "_blank";
+  a.rel = "noopener noreferrer";
+  return a;
+}
+
+/** "Title › Section (page 3)" */
+export function heading(cite) {
+  let text = cite.title || cite.doc_id;
+  if (cite.section) text += ` › ${cite.section}`;
+  if (cite.page !== null && cite.page !== undefined) text += ` (page ${cite.page})`;
+  return text;
+}
+
+function sameQuestion(a, b) {
+  const norm = (s) => s.toLowerCase().replace(/[\s?.!]+/g, " ").trim();
+  return norm(a) === norm(b);
+}
+
+export class Turn {
+  constructor({ template, question, rate }) {
+    this.id = `turn-${++nextId}`;
+    this.rate = rate;
+    this.text = "";
+    this.cites = new Map();
+    this.openNumber = null;
+    this.element = template.content.firstElementChild.cloneNode(true);
+    const $ = (selector) => this.element.querySelector(selector);
+    this.parts = {
+      question: $(".question-text"),
+      reformulated: $(".reformulated"),
+      body: $(".answer-text"),
+      status: $(".answer-status"),
+      panel: $(".citation-panel"),
+      footer: $(".answer-footer"),
+      badge: $(".badge"),
+      meta: $(".answer-meta"),
+      feedback: $(".feedback"),
+      feedbackStatus: $(".feedback-status"),
+      sources: $(".sources"),
+    };
+    this.parts.question.textContent = question;
+    this.parts.panel.id = `${this.id}-panel`;
+    this.parts.status.textContent = "Searching the documents…";
+    for (const button of this.parts.feedback.querySelectorAll("button[data-rating]")) {
+      button.addEventListener("click", () => this.sendRating(Number(button.dataset.rating)));
+    }
+  }
+
+  // --- while streaming -------------------------------------------------------------------------
+  showSources(sources) {
+    this.cites = new Map(sources.map((s) => [s.n, s]));
+    this.parts.status.textContent = sources.length ? "Writing the answer…" : "";
+  }
+
+  addText(delta) {
+    this.text += delta;
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = null;
+      this.render();
+    });
+  }
+
+  render() {
+    renderAnswerText(this.parts.body, this.text, (n) => this.citationButton(n));
+  }
+
+  // --- at the end --------------------------------------------------------------------------------
+  finish(response) {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = null;
+    this.text = response.answer;
+    this.response = response;
+    this.cites = new Map((response.citations ?? []).map((c) => [c.n, c]));
+    this.closePanel();
+    this.render();
+    this.parts.body.setAttribute("aria-busy", "false");
+    this.parts.status.textContent = "";
+    this.element.classList.add("done");
+
+    const meta = response.metadata ?? {};
+    if (meta.reformulated_query && !sameQuestion(meta.reformulated_query, response.query)) {
+      this.parts.reformulated.querySelector("q").textContent = meta.reformulated_query;
+      this.parts.reformulated.hidden = false;
+    }
+    this.renderConfidence(response.confidence, meta.kind);
+    this.renderMeta(meta);
+    this.renderSources(response.sources ?? []);
+    this.parts.feedback.hidden = !meta.request_id;
+    this.parts.footer.hidden = false;
+  }
+
+  fail(message, { keepText = true } = {}) {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = null;
+    if (keepText && this.text) this.render();
+    else this.parts.body.replaceChildren();
+    this.parts.body.setAttribute("aria-busy", "false");
+    this.parts.status.textContent = message;
+    this.parts.status.classList.add("error");
+    this.parts.status.setAttribute("role", "alert");
+    this.element.classList.add("failed");
+  }
+
+  renderConfidence(confidence, kind) {
+    const badge = this.parts.badge;
+    if (!confidence || kind === "small_talk") {
+      badge.hidden = true;
+      return;
+    }
+    const level = String(confidence.level);
+    badge.classList.add(`badge-${level.toLowerCase()}`);
+    badge.title = confidence.reason;
+    badge.querySelector(".badge-level").textContent = `${level} confidence`;
+    badge.querySelector(".badge-reason").textContent = `: ${confidence.reason}`;
+    badge.hidden = false;
+  }
+
+  renderMeta(meta) {
+    const bits = [];
+    if (meta.model) bits.push(meta.model);
+    const ms = meta.timings_ms?.total;
+    if (ms) bits.push(ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`);
+    this.parts.meta.textContent = bits.join(" · ");
+  }
+
+  renderSources(sources) {
+    if (!sources.length) return;
+    const list = this.parts.sources.querySelector("ol");
+    for (const source of sources) {
+      const item = el("li", "source");
+      item.id = `${this.id}-source-${source.n}`;
+      item.append(el("span", "source-n", `${source.n}`), el("span", "source-title", heading(source)));
+      const where = el("span", "source-where");
+      where.append(sourceLink(source.url, source.url) ?? el("span", "doc-id", source.doc_id));
+      item.append(where);
+      if (source.content) {
+        const details = el("details", "passage");
+        const passage = el("div", "passage-text");
+        renderAnswerText(passage, source.content);
+        details.append(el("summary", "", "Show passage"), passage);
+        item.append(details);
+      }
+      list.append(item);
+    }
+    this.parts.sources.hidden = false;
+  }
+
+  // --- citations ---------------------------------------------------------------------------------
+  citationButton(n) {
+    const cite = this.cites.get(n);
+    if (!cite) return null;
+    const button = el("button", "cite", String(n));
+    button.type = "button";
+    button.setAttribute("aria-label", `Citation ${n}: ${heading(cite)}`);
+    button.setAttribute("aria-controls", this.parts.panel.id);
+    button.setAttribute("aria-expanded", String(this.openNumber === n));
+    button.title = heading(cite);
+    button.dataset.n = String(n);
+    button.addEventListener("click", () => (this.openNumber === n ? this.closePanel() : this.openPanel(n)));
+    return button;
+  }
+
+  openPanel(n) {
+    const cite = this.cites.get(n);
+    if (!cite) return;
+    const panel = this.parts.panel;
+    const head = el("div", "panel-head");
+    head.append(el("span", "source-n", String(n)), el("strong", "panel-title", heading(cite)));
+    const close = el("button", "panel-close", "×");
+    close.type = "button";
+    close.setAttribute("aria-label", "Close the citation");
+    close.addEventListener("click", () => {
+      this.closePanel();
+      this.parts.body.querySelector(`.cite[data-n="${n}"]`)?.focus();
+    });
+    head.append(close);
+
+    const snippet = el("blockquote", "snippet");
+    renderAnswerText(snippet, cite.snippet);
+    const facts = el("p", "panel-facts");
+    if (cite.support?.verdict) {
+      facts.append(el("span", `verdict verdict-${cite.support.verdict}`, VERDICTS[cite.support.verdict] ?? cite.support.verdict));
+    }
+    facts.append(sourceLink(cite.url, "Open the source") ?? el("span", "doc-id", cite.doc_id));
+    panel.replaceChildren(head, snippet, facts);
+    panel.hidden = false;
+    this.openNumber = n;
+    this.syncExpanded();
+  }
+
+  closePanel() {
+    this.parts.panel.hidden = true;
+    this.parts.panel.replaceChildren();
+    this.openNumber = null;
+    this.syncExpanded();
+  }
+
+  syncExpanded() {
+    for (const button of this.parts.body.querySelectorAll(".cite")) {
+      button.setAttribute("aria-expanded", String(Number(button.dataset.n) === this.openNumber));
+    }
+  }
+
+  // --- feedback ----------------------------------------------------------------------------------
+  async sendRating(rating) {
+    const buttons = [...this.parts.feedback.querySelectorAll("button[data-rating]")];
+    buttons.forEach((b) => {
+      b.disabled = true;
+      b.setAttribute("aria-pressed", String(Number(b.dataset.rating) === rating));
+    });
+    this.parts.feedbackStatus.textContent = "Sending…";
+    const ok = await this.rate(this.response.metadata.request_id, rating);
+    this.parts.feedbackStatus.textContent = ok ? "Thanks for your feedback." : "Feedback could not be sent.";
+    this.parts.feedbackStatus.classList.toggle("quiet-error", !ok);
+    if (!ok) buttons.forEach((b) => {
+      b.disabled = false;
+      b.setAttribute("aria-pressed", "false");
+    });
+  }
+}

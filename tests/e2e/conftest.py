@@ -1,0 +1,75 @@
+"""The whole system as real processes, started the way a user starts it (`cairn up`), once for every
+e2e test module: on free loopback ports, with a temporary data directory and its own Redis prefix,
+exchange and queue."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+PASSWORD = "e2e-demo-password"
+
+
+class Cairn:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.gateway = f"http://127.0.0.1:{env['GATEWAY_PORT']}"
+        self.output: list[str] = []
+
+    def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "cairn.cli", *args],
+            env=self.env, cwd=REPO, input=stdin, capture_output=True, text=True, timeout=120,
+        )
+
+    def logs(self) -> str:
+        log_dir = Path(self.env["CAIRN_DATA_DIR"]) / "logs"
+        tails = [f"--- {p.name}\n" + "\n".join(p.read_text().splitlines()[-30:]) for p in sorted(log_dir.glob("*.log"))]
+        return "\n".join(["--- cairn up", *self.output[-30:], *tails])
+
+
+@pytest.fixture(scope="session")
+def cairn(tmp_path_factory, redis_url, amqp_url) -> Iterator[Cairn]:
+    name = f"e2e-{os.getpid()}-{free_port()}"
+    env = {
+        **os.environ,
+        "CAIRN_DATA_DIR": str(tmp_path_factory.mktemp("cairn-data")),
+        "REDIS_URL": redis_url,
+        "REDIS_PREFIX": name,
+        "AMQP_URL": amqp_url,
+        "EVENTS_EXCHANGE": f"{name}.events",
+        "ANALYTICS_QUEUE": f"{name}.analytics",
+        "CAIRN_DEMO_PASSWORD": PASSWORD,
+        **{f"{svc}_PORT": str(free_port()) for svc in ("GATEWAY", "CHAT", "RETRIEVAL", "ANALYTICS")},
+    }
+    for inherited in ("CHAT_URL", "RETRIEVAL_URL", "ANALYTICS_URL", "LLM_BASE_URL"):
+        env.pop(inherited, None)
+    system = Cairn(env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cairn.cli", "up"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    reader = threading.Thread(target=lambda: system.output.extend(process.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(
+            lambda: any("Cairn is up at" in line for line in system.output) or process.poll() is not None,
+            timeout=240, what="cairn up to print its URL",
+        )
+        assert process.poll() is None, system.logs()
+        yield system
+    finally:
+        result = system.cli("down")
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,104 @@
+"""`cairn user ...` against the real Redis: what each command prints, changes and ends."""
+import asyncio
+import getpass
+import io
+
+import pytest
+
+from cairn import cli
+from services.gateway import auth
+from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
+from shared.errors import Unauthorized
+from tests.support import free_port
+
+pytestmark = pytest.mark.integration
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def cairn_user(redis_url, unique, monkeypatch, capsys):
+    """Runs `cairn user ARGS` (with `stdin` as standard input); returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("REDIS_PREFIX", unique)
+
+    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        code = cli.main(["user", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _login(redis_url: str, prefix: str, password: str = PASSWORD) -> tuple[str, tuple[str, ...]]:
+    async def go():
+        redis = connect(redis_url, timeout_s=2)
+        stores = {"users": RedisUserStore(redis, prefix=prefix, timeout_s=2), "sessions": RedisSessionStore(redis, prefix=prefix, timeout_s=2)}
+        try:
+            token, session, _ = await auth.login(**stores, username="ann", password=password, ttl_s=60, max_age_s=600)
+            return token, session.roles
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(go())
+
+
+def _is_live(redis_url: str, prefix: str, token: str) -> bool:
+    async def go():
+        redis = connect(redis_url, timeout_s=2)
+        try:
+            await auth.authenticate(sessions=RedisSessionStore(redis, prefix=prefix, timeout_s=2), token=token, ttl_s=60, max_age_s=600)
+            return True
+        except Unauthorized:
+            return False
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(go())
+
+
+def test_every_user_command(cairn_user, redis_url, unique):
+    assert cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\n")[:2] == (0, "added ann (user)\n")
+    token, roles = _login(redis_url, unique)
+    assert roles == ("user",)
+
+    code, out, _ = cairn_user("set-role", "ann", "--role", "analyst", "--role", "user")
+    assert code == 0 and out == "ann now has the roles user, analyst; 1 session ended\n"
+    assert not _is_live(redis_url, unique, token)
+    token, roles = _login(redis_url, unique)
+    assert roles == ("user", "analyst")
+
+    assert cairn_user("disable", "ann")[:2] == (0, "disabled ann; 1 session ended\n")
+    assert not _is_live(redis_url, unique, token)
+    with pytest.raises(Unauthorized):
+        _login(redis_url, unique)
+    assert cairn_user("list")[1] == "ann                      user,analyst  (disabled)\n"
+    assert cairn_user("enable", "ann")[:2] == (0, "enabled ann\n")
+    token, _ = _login(redis_url, unique)
+
+    code, out, _ = cairn_user("reset-password", "ann", "--password-stdin", stdin="a brand new password\n")
+    assert code == 0 and out == "new password set for ann; 1 session ended\n"
+    assert not _is_live(redis_url, unique, token)
+    with pytest.raises(Unauthorized):
+        _login(redis_url, unique)
+    assert _login(redis_url, unique, "a brand new password")
+
+
+def test_the_password_prompt_asks_twice(cairn_user, redis_url, unique, monkeypatch):
+    cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\n")
+    answers = iter(["another password", "another password"])
+    monkeypatch.setattr(getpass, "getpass", lambda prompt: next(answers))
+    assert cairn_user("reset-password", "ann")[0] == 0
+    assert _login(redis_url, unique, "another password")
+    answers = iter(["one password", "a different one"])
+    with pytest.raises(SystemExit, match="differ"):
+        cairn_user("reset-password", "ann")
+
+
+def test_refusals_are_one_clear_line(cairn_user, monkeypatch):
+    assert cairn_user("disable", "nobody") == (2, "", "error: no user 'nobody'\n")
+    assert cairn_user("set-role", "nobody", "--role", "user")[0] == 2
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    code, out, err = cairn_user("disable", "ann")
+    assert code == 1 and out == "" and err.startswith("error: Redis (REDIS_URL) did not answer")
+    assert "Traceback" not in err and "\n" == err[-1] and err.count("\n") == 1

@@ -1,0 +1,101 @@
+from datetime import UTC, datetime
+
+import pytest
+
+from services.gateway import feedback
+from services.gateway.domain import Session
+from services.gateway.feedback import RequestIdTaken
+from shared.context import request_id_var, traceparent_var
+from shared.errors import NotFound
+from shared.events import FeedbackReceived, routing_key
+
+pytestmark = pytest.mark.unit
+NOW = datetime.now(UTC)
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+class FakeRequestOwners:
+    def __init__(self) -> None:
+        self.owners: dict[str, str] = {}
+        self.ttls: dict[str, int] = {}
+
+    async def claim(self, request_id: str, *, user_id: str, ttl_s: int) -> str:
+        if request_id not in self.owners:
+            self.owners[request_id], self.ttls[request_id] = user_id, ttl_s
+        return self.owners[request_id]
+
+    async def owner(self, request_id: str) -> str | None:
+        return self.owners.get(request_id)
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def submit(self, event) -> None:
+        self.events.append(event)
+
+
+def _session(user_id: str) -> Session:
+    return Session(
+        id="digest", public_id=f"pub-{user_id}", user_id=user_id, username=user_id, roles=("user",),
+        created_at=NOW, last_seen=NOW, expires_at=NOW,
+    )
+
+
+@pytest.fixture
+def request_context():
+    tokens = request_id_var.set("feedback-req"), traceparent_var.set(f"00-{TRACE}-b7ad6b7169203331-01")
+    yield
+    request_id_var.reset(tokens[0])
+    traceparent_var.reset(tokens[1])
+
+
+async def test_the_asker_rates_their_answer_and_the_rating_is_published(request_context):
+    owners, publisher = FakeRequestOwners(), FakePublisher()
+    await feedback.remember_request(owners=owners, request_id="asked-1", user_id="u1", ttl_s=604_800)
+    assert owners.ttls["asked-1"] == 604_800
+
+    event = await feedback.rate_answer(
+        owners=owners, publisher=publisher, session=_session("u1"), rated_request_id="asked-1", rating=-1,
+        comment="  the second citation is wrong  ",
+    )
+    assert publisher.events == [event] and isinstance(event, FeedbackReceived)
+    assert routing_key(event) == "analytics.feedback.received"
+    assert (event.source_service, event.request_id, event.trace_id) == ("gateway", "feedback-req", TRACE)
+    assert (event.user_id, event.session_id) == ("u1", "pub-u1")
+    assert event.data.rated_request_id == "asked-1" and event.data.rating == -1
+    assert event.data.comment == "the second citation is wrong"
+
+
+async def test_rating_again_publishes_the_new_rating():
+    owners, publisher = FakeRequestOwners(), FakePublisher()
+    await feedback.remember_request(owners=owners, request_id="asked-1", user_id="u1", ttl_s=60)
+    for rating in (1, -1):
+        await feedback.rate_answer(
+            owners=owners, publisher=publisher, session=_session("u1"), rated_request_id="asked-1", rating=rating,
+            comment="   ",
+        )
+    assert [e.data.rating for e in publisher.events] == [1, -1]
+    assert all(e.data.comment is None for e in publisher.events)
+
+
+@pytest.mark.parametrize("rated", ["asked-by-u2", "never-asked"])
+async def test_another_users_or_an_unknown_request_is_not_found(rated):
+    owners, publisher = FakeRequestOwners(), FakePublisher()
+    await feedback.remember_request(owners=owners, request_id="asked-by-u2", user_id="u2", ttl_s=60)
+    with pytest.raises(NotFound):
+        await feedback.rate_answer(
+            owners=owners, publisher=publisher, session=_session("u1"), rated_request_id=rated, rating=1, comment=None
+        )
+    assert publisher.events == []
+
+
+async def test_a_request_id_stays_with_its_first_asker():
+    owners = FakeRequestOwners()
+    await feedback.remember_request(owners=owners, request_id="r1", user_id="u1", ttl_s=60)
+    await feedback.remember_request(owners=owners, request_id="r1", user_id="u1", ttl_s=60)  # the asker retrying
+    with pytest.raises(RequestIdTaken) as taken:
+        await feedback.remember_request(owners=owners, request_id="r1", user_id="u2", ttl_s=60)
+    assert taken.value.status_code == 409 and taken.value.code == "request_id_taken"
+    assert owners.owners == {"r1": "u1"}

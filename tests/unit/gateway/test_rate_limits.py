@@ -1,0 +1,164 @@
+import ipaddress
+from collections.abc import Sequence
+
+import pytest
+
+from services.gateway import rate_limits
+from services.gateway.rate_limits import Bucket, Limit, LoginLimits, RateLimited, client_address, parse_networks
+
+pytestmark = pytest.mark.unit
+
+
+class FakeRateLimiter:
+    """The sliding window of the Redis adapter, in memory, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.events: dict[str, dict[str, float]] = {}
+
+    async def take(self, buckets: Sequence[Bucket], *, event_id: str) -> float:
+        wait = 0.0
+        for bucket in buckets:
+            times = self.events.setdefault(bucket.key, {})
+            for old, at in list(times.items()):
+                if at <= self.now - bucket.limit.window_s:
+                    del times[old]
+            if len(times) >= bucket.limit.events:
+                frees_at = sorted(times.values())[len(times) - bucket.limit.events]
+                wait = max(wait, frees_at + bucket.limit.window_s - self.now)
+        if wait > 0:
+            return wait
+        for bucket in buckets:
+            self.events[bucket.key][event_id] = self.now
+        return 0.0
+
+    async def give_back(self, keys: Sequence[str], *, event_id: str) -> None:
+        for key in keys:
+            self.events.get(key, {}).pop(event_id, None)
+
+
+LIMITS = LoginLimits(per_username=Limit(3, 60), per_address=Limit(5, 60))
+
+
+async def _fail(limiter, username="ann", address="192.0.2.1"):
+    await rate_limits.start_login(limiter=limiter, limits=LIMITS, username=username, address=address)
+
+
+async def test_failed_logins_per_username_are_limited_for_the_window_then_allowed():
+    limiter = FakeRateLimiter()
+    for _ in range(3):
+        await _fail(limiter)
+        limiter.now += 10
+    with pytest.raises(RateLimited) as refused:
+        await _fail(limiter)
+    assert refused.value.status_code == 429 and refused.value.code == "rate_limited"
+    assert refused.value.retry_after_s == 30  # the first failure (t=0) leaves the window at t=60; now t=30
+    assert refused.value.headers() == {"Retry-After": "30"}
+    assert refused.value.body()["retry_after_s"] == 30
+
+    limiter.now += 25  # refused attempts are not counted: the lock does not grow
+    with pytest.raises(RateLimited):
+        await _fail(limiter)
+    limiter.now += 5
+    await _fail(limiter)  # the oldest failure has left the window
+
+
+async def test_usernames_are_counted_without_case_or_spaces_and_stored_hashed():
+    limiter = FakeRateLimiter()
+    for name in ("Ann", " ann", "ANN"):
+        await _fail(limiter, username=name)
+    with pytest.raises(RateLimited):
+        await _fail(limiter, username="ann")
+    assert not any("ann" in key.lower().split(":")[-1] for key in limiter.events)
+
+
+async def test_a_successful_login_uses_up_no_limit():
+    limiter = FakeRateLimiter()
+    for _ in range(10):
+        attempt = await rate_limits.start_login(limiter=limiter, limits=LIMITS, username="ann", address="192.0.2.1")
+        await rate_limits.login_succeeded(limiter=limiter, attempt=attempt)
+    assert all(not times for times in limiter.events.values())
+
+
+async def test_failures_per_address_are_limited_across_usernames():
+    limiter = FakeRateLimiter()
+    for n in range(5):
+        await _fail(limiter, username=f"user{n}")
+    with pytest.raises(RateLimited):
+        await _fail(limiter, username="someone-else")
+    await _fail(limiter, username="someone-else", address="192.0.2.2")
+
+
+async def test_a_refused_attempt_is_counted_in_no_bucket():
+    limiter = FakeRateLimiter()
+    for n in range(5):
+        await _fail(limiter, username=f"user{n}")
+    with pytest.raises(RateLimited):
+        await _fail(limiter, username="bob")  # the address is full: bob's own bucket must stay empty
+    for _ in range(3):
+        await _fail(limiter, username="bob", address="198.51.100.7")
+
+
+async def test_a_limit_of_zero_is_off():
+    limiter = FakeRateLimiter()
+    limits = LoginLimits(per_username=Limit(0, 60), per_address=Limit(0, 60))
+    for _ in range(50):
+        await rate_limits.start_login(limiter=limiter, limits=limits, username="ann", address="192.0.2.1")
+        await rate_limits.count_chat_request(limiter=limiter, limit=Limit(0, 60), user_id="u1")
+    assert limiter.events == {}
+
+
+async def test_chat_requests_are_limited_per_user():
+    limiter = FakeRateLimiter()
+    limit = Limit(2, 60)
+    for _ in range(2):
+        await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u1")
+    with pytest.raises(RateLimited) as refused:
+        await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u1")
+    assert refused.value.retry_after_s == 60 and "2 questions per 60 s" in refused.value.message
+    await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u2")
+
+
+@pytest.mark.parametrize("events, window", [(-1, 60), (5, 0), (5, -1)])
+def test_a_limit_checks_its_arguments(events, window):
+    with pytest.raises(ValueError):
+        Limit(events, window)
+
+
+def test_retry_after_is_whole_seconds_and_at_least_one():
+    assert RateLimited("x", retry_after_s=0.001).retry_after_s == 1
+    assert RateLimited("x", retry_after_s=2.2).retry_after_s == 3
+
+
+TRUSTED = parse_networks(["10.0.0.0/8", "::1"])
+
+
+@pytest.mark.parametrize(
+    "peer, forwarded, expected",
+    [
+        ("192.0.2.9", None, "192.0.2.9"),  # no proxy
+        ("192.0.2.9", "203.0.113.5", "192.0.2.9"),  # an untrusted peer cannot name someone else
+        ("10.1.2.3", "203.0.113.5", "203.0.113.5"),  # a trusted proxy names the client
+        ("10.1.2.3", "6.6.6.6, 203.0.113.5", "203.0.113.5"),  # the left part is the client's to forge
+        ("10.1.2.3", "203.0.113.5, 10.9.9.9", "203.0.113.5"),  # two trusted proxies in a row
+        ("10.1.2.3", "10.2.2.2, 10.9.9.9", "10.2.2.2"),  # all trusted: the farthest one
+        ("10.1.2.3", "203.0.113.5:4711", "203.0.113.5"),  # a port some proxies add
+        ("10.1.2.3", "[2001:db8::1]:4711", "2001:db8::1"),
+        ("10.1.2.3", "garbage", "10.1.2.3"),  # not an address: stop at the last trusted hop
+        ("10.1.2.3", None, "10.1.2.3"),
+        ("::1", "2001:db8::7", "2001:db8::7"),
+        ("testclient", "203.0.113.5", "testclient"),  # not an address at all (test clients)
+        (None, None, "unknown"),
+    ],
+)
+def test_client_address(peer, forwarded, expected):
+    assert client_address(peer=peer, forwarded_for=forwarded, trusted=TRUSTED) == expected
+
+
+def test_trusted_proxies_must_be_addresses_or_ranges():
+    assert parse_networks([" 10.0.0.0/8 ", "", "127.0.0.1"]) == (
+        ipaddress.ip_network("10.0.0.0/8"),
+        ipaddress.ip_network("127.0.0.1/32"),
+    )
+    with pytest.raises(ValueError):
+        parse_networks(["proxy.internal"])
