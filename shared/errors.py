@@ -1,6 +1,15 @@
 """Named errors mapped to JSON HTTP responses in one place: `{"error": code, "message": text}`."""
 from __future__ import annotations
 
+from pydantic import BaseModel, Field
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response, declared in the OpenAPI schema of each route that can fail."""
+
+    error: str = Field(description="A stable code, e.g. not_found or chroma_unavailable.")
+    message: str
+
 
 class ServiceError(Exception):
     status_code = 500

@@ -14,10 +14,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.context import child_traceparent, new_request_id, request_id_var, traceparent_var
-from shared.errors import ServiceError, Unauthorized
+from shared.errors import ErrorBody, ServiceError, Unauthorized
 from shared.settings import CommonSettings
 
 log = logging.getLogger("cairn.http")
@@ -98,11 +99,25 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
     return JSONResponse({"error": "invalid_request", "message": message, "detail": detail}, status_code=422)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(routes: list[BaseRoute], scope: Scope) -> str:
+    """The methods some route serves at this request's path. Starlette's own 405 names only those of
+    the first route whose path matched, though several may serve the path."""
+    at = {"type": "http", "path": scope["path"], "root_path": scope.get("root_path", ""), "headers": scope["headers"]}
+    allowed = [m for m in _METHODS if any(route.matches({**at, "method": m})[0] is Match.FULL for route in routes)]
+    return ", ".join(allowed)
+
+
 def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     codes = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
     code = codes.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code
-    return JSONResponse({"error": code, "message": message}, status_code=exc.status_code, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405 and (allowed := _allowed_methods(request.app.router.routes, request.scope)):
+        headers = {**(headers or {}), "Allow": allowed}
+    return JSONResponse({"error": code, "message": message}, status_code=exc.status_code, headers=headers)
 
 
 def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
@@ -114,6 +129,11 @@ def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
 def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error")
     return JSONResponse({"error": "internal_error", "message": "internal error"}, status_code=500)
+
+
+def error_responses(described: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for a route's error statuses, each with the shared error body."""
+    return {status: {"model": ErrorBody, "description": text} for status, text in described.items()}
 
 
 ReadinessCheck = Callable[[], Awaitable[dict[str, bool]]]

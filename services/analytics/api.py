@@ -6,10 +6,17 @@ from fastapi import APIRouter
 
 from services.analytics.deps import RangeDep, StoreDep
 from services.analytics.models import SummaryResponse
+from shared.web import error_responses
 
 router = APIRouter(prefix="/analytics", tags=["analytics"])
 
-_ERRORS = {401: {"description": "Missing or wrong service token"}, 503: {"description": "Database unavailable"}}
+_ERRORS = error_responses(
+    {
+        401: "Missing or wrong service token",
+        422: "from or to is not an ISO 8601 date-time, or from is after to (invalid_request)",
+        503: "Database unavailable (database_unavailable)",
+    }
+)
 
 
 @router.get("/summary", response_model=SummaryResponse, responses=_ERRORS)

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
+from pydantic import AfterValidator, BeforeValidator
 
 from services.analytics.domain import EventStore
 from shared.errors import ServiceError
@@ -15,25 +17,43 @@ async def _store(request: Request) -> EventStore:
 
 StoreDep = Annotated[EventStore, Depends(_store)]
 
+_STARTS_WITH_A_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _iso_8601(value: Any) -> Any:
+    """ISO 8601 text only: not the Unix timestamps ("1700000000") pydantic would also read as datetimes."""
+    if isinstance(value, str) and not _STARTS_WITH_A_DATE.match(value):
+        raise ValueError("must be an ISO 8601 date-time, e.g. 2025-03-01T12:00:00Z")
+    return value
+
+
+def _utc(value: datetime) -> datetime:
+    """Aware UTC; a time without an offset is taken as UTC. A bound past the range Python can
+    represent in UTC (year 1 with a positive offset, say) is clamped: no event lies beyond it."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return (datetime.min if value.year == datetime.min.year else datetime.max).replace(tzinfo=UTC)
+
+
+UtcDateTime = Annotated[datetime, BeforeValidator(_iso_8601), AfterValidator(_utc)]
+_FROM = Query(alias="from", description="ISO 8601, inclusive; a time without an offset is UTC")
+_TO = Query(alias="to", description="ISO 8601, exclusive; a time without an offset is UTC")
+
 
 class TimeRange:
-    """The `from` / `to` query parameters, as aware UTC datetimes (a time without offset is taken as UTC)."""
+    """The `from` / `to` query parameters, as aware UTC datetimes."""
 
     def __init__(
         self,
-        start: Annotated[datetime | None, Query(alias="from", description="ISO 8601, inclusive")] = None,
-        end: Annotated[datetime | None, Query(alias="to", description="ISO 8601, exclusive")] = None,
+        start: Annotated[UtcDateTime | None, _FROM] = None,
+        end: Annotated[UtcDateTime | None, _TO] = None,
     ) -> None:
-        self.start = _utc(start)
-        self.end = _utc(end)
-        if self.start and self.end and self.start > self.end:
+        self.start, self.end = start, end
+        if start and end and start > end:
             raise ServiceError("from: must not be after to", code="invalid_request", status_code=422)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 RangeDep = Annotated[TimeRange, Depends()]

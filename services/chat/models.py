@@ -4,21 +4,15 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from shared.json_types import JSON_INTEGER
 
 MAX_QUERY_CHARS = 1000
 # Trimmed from a query: ASCII whitespace only, so that the schema's pattern means the same in every regex dialect.
 WHITESPACE = " \t\n\r\f\v"
 _SPACE = "[ \\t\\n\\r\\f\\v]"
 _TEXT = "[^ \\t\\n\\r\\f\\v]"
-
-
-def _whole_number(value: Any) -> Any:
-    """JSON integers, including 3.0, but not "3" or true (which plain int would coerce)."""
-    if isinstance(value, bool | str):
-        raise ValueError("must be an integer")
-    return value
-
 
 
 class PastTurn(BaseModel):
@@ -36,7 +30,7 @@ class ChatRequest(BaseModel):
         # The same rule as the validator below, for clients and schema-driven tests.
         json_schema_extra={"pattern": rf"^{_SPACE}*{_TEXT}(?:[\s\S]{{0,{MAX_QUERY_CHARS - 2}}}{_TEXT})?{_SPACE}*$"},
     )
-    top_k: Annotated[int, Ge(1), Le(50), BeforeValidator(_whole_number)] | None = Field(
+    top_k: Annotated[int, Ge(1), Le(50), JSON_INTEGER] | None = Field(
         None, description="Passages to retrieve; default DEFAULT_TOP_K (8)."
     )
     model_id: str | None = Field(None, min_length=1, max_length=200, description="A model from the allow-list.")

@@ -5,7 +5,8 @@ import logging
 import time
 from dataclasses import asdict
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from services.retrieval import ingestion, uploads
 from services.retrieval import search as searching
@@ -24,7 +25,6 @@ from services.retrieval.models import (
     DocumentList,
     DocumentOut,
     DocumentSummary,
-    ErrorBody,
     SearchRequest,
     SearchResponse,
     SearchResult,
@@ -33,15 +33,27 @@ from services.retrieval.models import (
 )
 from services.retrieval.similar import similar_documents
 from shared.errors import NotFound
+from shared.web import error_responses
 
 log = logging.getLogger("cairn.retrieval")
 
+
+class DocumentIdConvertor(PathConvertor):
+    """A doc_id in a path: may hold slashes, but does not end in /similar, which names GET .../similar.
+
+    Without it DELETE /documents/a/similar would delete a document "a/similar", and which route a
+    GET took would depend on the order they were registered in.
+    """
+
+    regex = ".*(?<!/similar)"
+
+
+register_url_convertor("doc_id", DocumentIdConvertor())
+
 router = APIRouter(
-    responses={
-        401: {"model": ErrorBody, "description": "Missing or wrong service token"},
-        503: {"model": ErrorBody, "description": "Chroma is unavailable"},
-    }
+    responses=error_responses({401: "Missing or wrong service token", 503: "Chroma is unavailable (chroma_unavailable)"})
 )
+_NO_DOCUMENT = error_responses({404: "No such document"})
 
 
 @router.post(
@@ -50,12 +62,14 @@ router = APIRouter(
     tags=["documents"],
     summary="Add or replace a document: JSON text, or a file upload (.md, .txt, .html, .pdf)",
     openapi_extra=uploads.OPENAPI_BODY,
-    responses={
-        400: {"model": ErrorBody, "description": "Malformed JSON or multipart body"},
-        413: {"model": ErrorBody, "description": "Body over MAX_UPLOAD_BYTES"},
-        415: {"model": ErrorBody, "description": "Unsupported file type or content type"},
-        422: {"model": ErrorBody, "description": "Invalid fields, or a corrupt or empty file (named)"},
-    },
+    responses=error_responses(
+        {
+            400: "Malformed JSON or multipart body",
+            413: "Body over MAX_UPLOAD_BYTES",
+            415: "Unsupported file type or content type",
+            422: "Invalid fields, or a corrupt or empty file (named)",
+        }
+    ),
 )
 async def add_document(
     request: Request, settings: SettingsDep, embedder: EmbedderDep, store: StoreDep, contextualizer: ContextualizerDep
@@ -90,12 +104,7 @@ async def list_documents(store: StoreDep) -> DocumentList:
     )
 
 
-@router.delete(
-    "/documents/{doc_id:path}",
-    response_model=DeletedDocument,
-    tags=["documents"],
-    responses={404: {"model": ErrorBody, "description": "No such document"}},
-)
+@router.delete("/documents/{doc_id:doc_id}", response_model=DeletedDocument, tags=["documents"], responses=_NO_DOCUMENT)
 async def delete_document(doc_id: str, store: StoreDep) -> DeletedDocument:
     deleted = await store.delete(doc_id=doc_id)
     if not deleted:
@@ -108,7 +117,12 @@ async def delete_document(doc_id: str, store: StoreDep) -> DeletedDocument:
     "/search",
     response_model=SearchResponse,
     tags=["search"],
-    responses={422: {"model": ErrorBody, "description": "Invalid query, filter or mode, or rerank asked for without a model"}},
+    responses=error_responses(
+        {
+            400: "Malformed JSON",
+            422: "Invalid query, filter or mode, or rerank asked for without a model (rerank_unavailable)",
+        }
+    ),
 )
 async def search(
     body: SearchRequest,
@@ -160,7 +174,7 @@ async def search(
     "/documents/{doc_id:path}/similar",
     response_model=SimilarDocuments,
     tags=["documents"],
-    responses={404: {"model": ErrorBody, "description": "No such document"}},
+    responses={**_NO_DOCUMENT, **error_responses({422: "top_k is not an integer in 1..50"})},
 )
 async def similar(doc_id: str, store: StoreDep, top_k: int = Query(5, ge=1, le=50)) -> SimilarDocuments:
     found = await similar_documents(doc_id=doc_id, top_k=top_k, store=store)
@@ -180,16 +194,26 @@ async def similar(doc_id: str, store: StoreDep, top_k: int = Query(5, ge=1, le=5
     )
 
 
-# Registered last: GET /documents/{id}/similar and any other GET under a document must match first,
-# since a doc_id may itself contain slashes.
-@router.get(
-    "/documents/{doc_id:path}",
-    response_model=DocumentSummary,
-    tags=["documents"],
-    responses={404: {"model": ErrorBody, "description": "No such document"}},
-)
+@router.get("/documents/{doc_id:doc_id}", response_model=DocumentSummary, tags=["documents"], responses=_NO_DOCUMENT)
 async def get_document(doc_id: str, store: StoreDep) -> DocumentSummary:
     document = await store.get_document(doc_id)
     if document is None:
         raise NotFound(f"no document {doc_id!r}")
     return DocumentSummary(doc_id=document.doc_id, chunks=document.chunks, **document.metadata)
+
+
+def rerank_offered_in_schema(app: FastAPI, *, offered: bool) -> None:
+    """Without a RERANK_MODEL, say in the OpenAPI schema that `rerank` cannot be true (it is a 422), so that
+    clients (and schema-driven tests) see what this deployment accepts."""
+    if offered:
+        return
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = FastAPI.openapi(app)
+            rerank = schema["components"]["schemas"]["SearchRequest"]["properties"]["rerank"]
+            rerank["anyOf"] = [{"type": "boolean", "enum": [False]}, {"type": "null"}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

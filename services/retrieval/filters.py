@@ -27,7 +27,8 @@ from typing import Any, Literal
 Scalar = str | int | float | bool
 Operator = Literal["$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"]
 
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+_KEY = re.compile(KEY_PATTERN)
 _RANGE = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 _LISTS = {"$in", "$nin"}
 MAX_KEYS = 10
@@ -67,7 +68,7 @@ def parse_filter(raw: Mapping[str, Any] | Filter | None) -> Filter:
         raise InvalidFilter(f"at most {MAX_KEYS} filter keys")
     conditions: list[Condition] = []
     for key, spec in raw.items():
-        if not isinstance(key, str) or not _KEY.match(key):
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise InvalidFilter(f"filter key {key!r} must be a plain field name (letters, digits, _)")
         if isinstance(spec, Mapping):
             if not spec:

@@ -14,7 +14,7 @@ from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import embedder_from_settings
 from services.retrieval.adapters.reranker import CrossEncoderReranker
-from services.retrieval.api import router
+from services.retrieval.api import rerank_offered_in_schema, router
 from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
 from services.retrieval.ports import Embedder, VectorStore
 from services.retrieval.search import SearchOptions
@@ -110,4 +110,5 @@ def create_app(
 
     app = create_service_app(service="retrieval", title="Cairn retrieval", lifespan=lifespan, readiness=readiness)
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
+    rerank_offered_in_schema(app, offered=settings.rerank_model is not None)
     return app

@@ -3,20 +3,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from annotated_types import Ge, Le
+from pydantic import BaseModel, Field, WithJsonSchema, field_validator
 
-from services.retrieval.filters import InvalidFilter, parse_filter
+from services.retrieval.filters import KEY_PATTERN, MAX_KEYS, MAX_VALUES, InvalidFilter, parse_filter
+from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
 
-
-class ErrorBody(BaseModel):
-    error: str
-    message: str
+MAX_QUERY_CHARS = 1000
 
 
 class DocumentIn(BaseModel):
     doc_id: str | None = Field(None, min_length=1, max_length=512, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
-    text: str = Field(min_length=1, max_length=10_000_000)
+    text: str = Field(min_length=1, max_length=10_000_000, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
     source: str | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
@@ -67,29 +66,71 @@ class DeletedDocument(BaseModel):
     deleted_chunks: int
 
 
+def _filter_schema() -> dict[str, Any]:
+    """What parse_filter accepts, as far as JSON Schema can say it (dates in range bounds are ISO strings)."""
+    scalar = {"type": ["string", "number", "boolean"]}
+    one_kind_list = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_VALUES,
+        "anyOf": [{"items": {"type": kind}} for kind in ("string", "number", "boolean")],
+    }
+    date, date_time = {"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}
+    bound = {"anyOf": [{"type": "number"}, date, date_time]}
+    operators = {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {
+            "$eq": scalar,
+            "$ne": scalar,
+            "$in": one_kind_list,
+            "$nin": one_kind_list,
+            **{op: bound for op in ("$gt", "$gte", "$lt", "$lte")},
+        },
+    }
+    return {
+        "type": "object",
+        "maxProperties": MAX_KEYS,
+        "propertyNames": {"pattern": KEY_PATTERN},
+        "additionalProperties": {"anyOf": [scalar, operators]},
+    }
+
+
 class SearchRequest(BaseModel):
-    query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)]
-    top_k: int = Field(8, ge=1, le=50)
-    threshold: float | None = Field(
+    query: str = Field(
+        description=f"What to look for, 1..{MAX_QUERY_CHARS} characters once trimmed.",
+        json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS)},
+    )
+    top_k: Annotated[int, Ge(1), Le(50), JSON_INTEGER] = 8
+    threshold: Annotated[JsonNumber, Ge(-1.0), Le(1.0)] | None = Field(
         None,
-        ge=-1.0,
-        le=1.0,
         description="Minimum cosine similarity (dense_score) of a returned chunk, in every mode; "
         "in keyword mode setting it costs a query encode.",
     )
     mode: Literal["hybrid", "dense", "keyword"] = Field(
         "hybrid", description="hybrid: BM25 and dense fused by reciprocal rank; dense: cosine; keyword: BM25."
     )
-    filters: dict[str, Any] | None = Field(
+    filters: Annotated[dict[str, Any], WithJsonSchema(_filter_schema())] | None = Field(
         None,
         description="Metadata conditions, all of which must hold: a value for equality, or an object of "
         "operators $eq $ne $in $nin $gt $gte $lt $lte. Range bounds are numbers, or ISO dates compared "
         "with fields stored as epoch seconds.",
         examples=[{"category": "guide", "doc_id": {"$in": ["a.md", "b.md"]}, "page": {"$gte": 2, "$lte": 5}}],
     )
-    rerank: bool | None = Field(
+    rerank: JsonBool | None = Field(
         None, description="Rerank with the cross-encoder; default: yes when RERANK_MODEL is set. true without one: 422."
     )
+
+    @field_validator("query")
+    @classmethod
+    def _trimmed_query(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("query must not be empty")
+        if len(value) > MAX_QUERY_CHARS:
+            raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters once trimmed")
+        return value
 
     @field_validator("filters")
     @classmethod

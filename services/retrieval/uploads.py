@@ -110,7 +110,20 @@ async def document_from_request(request: Request, *, limit: int) -> ingestion.Ne
 
 def _form_schema() -> dict:
     schema = UploadFields.model_json_schema()
-    schema["properties"] = {"file": {"type": "string", "format": "binary"}, **schema["properties"]}
+    for name, field in schema["properties"].items():
+        # A form field is a string, never null; an unfilled one ("") counts as absent, so the default applies.
+        text = next(choice for choice in field.pop("anyOf") if choice["type"] == "string")
+        text.pop("minLength", None)
+        field.pop("default", None)
+        schema["properties"][name] = {**text, **field}
+    suffixes = ", ".join(sorted(parsing.SUPPORTED_SUFFIXES))
+    file = {
+        "type": "string",
+        "format": "binary",
+        "description": f"The document; its type is read from the file name's suffix ({suffixes}), or from the "
+        "part's Content-Type for a name without one. A type Cairn cannot read is 415; a corrupt or empty file 422.",
+    }
+    schema["properties"] = {"file": file, **schema["properties"]}
     schema["required"] = ["file"]
     return schema
 
@@ -120,7 +133,10 @@ OPENAPI_BODY = {
         "required": True,
         "content": {
             "application/json": {"schema": DocumentIn.model_json_schema()},
-            "multipart/form-data": {"schema": _form_schema()},
+            "multipart/form-data": {
+                "schema": _form_schema(),
+                "encoding": {"file": {"contentType": ", ".join(parsing.SUPPORTED_MEDIA_TYPES)}},
+            },
         },
     }
 }

@@ -2,18 +2,30 @@
 and no response that breaks its schema. Real services over HTTP; a bounded number of examples."""
 from __future__ import annotations
 
+import asyncio
+import html
 import uuid
 from collections.abc import Iterator
 
+import aio_pika
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from schemathesis.config import SchemathesisConfig
 
+from services.analytics.adapters.sql_store import SqlEventStore
+from services.analytics.domain import to_record
+from services.analytics.main import create_app as create_analytics_app
+from services.analytics.settings import Settings as AnalyticsSettings
 from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
 from services.retrieval.settings import Settings as RetrievalSettings
+from shared.broker import dead_letter_names
 from tests.support import serve_in_thread
+from tests.unit.analytics.analytics_events import responded, submitted
 from tests.unit.chat.fakes import FakeRetriever, ListPublisher
 
 pytestmark = pytest.mark.integration
@@ -21,13 +33,6 @@ pytestmark = pytest.mark.integration
 TOKEN = "contract-token"
 INTERNAL = {"X-Service-Token": TOKEN, "X-User-Id": "contract-user", "X-User-Roles": "user", "X-Session-Id": "s1"}
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-
-
-@pytest.fixture(scope="module")
-def retrieval_url(tmp_path_factory, embedder) -> Iterator[str]:
-    settings_ = RetrievalSettings(service_token=TOKEN, data_dir=tmp_path_factory.mktemp("contracts"), chroma_collection="contracts")
-    with serve_in_thread(create_retrieval_app(settings_, embedder=embedder)) as url:
-        yield url
 
 
 def chat_settings() -> ChatSettings:
@@ -49,3 +54,107 @@ chat = schemathesis.openapi.from_dict(create_chat_app(chat_settings()).openapi()
 @EXAMPLES
 def test_chat_keeps_its_contract(case, chat_url):
     case.call_and_validate(base_url=chat_url, headers=INTERNAL)
+
+
+def retrieval_settings(data_dir) -> RetrievalSettings:
+    return RetrievalSettings(service_token=TOKEN, data_dir=data_dir, chroma_collection="contracts")
+
+
+DOCUMENTS = [
+    {"doc_id": "guides/backups.md", "text": "# Backups\n\nBackups run nightly.", "category": "ops"},
+    {"doc_id": "billing", "text": "Invoices are sent monthly to the billing contact.", "source": "billing.txt"},
+]
+
+
+@pytest.fixture(scope="module")
+def retrieval_url(tmp_path_factory, embedder) -> Iterator[str]:
+    """The real embedding model and embedded Chroma, holding a few documents for search and the document routes."""
+    app = create_retrieval_app(retrieval_settings(tmp_path_factory.mktemp("contracts")), embedder=embedder)
+    with serve_in_thread(app) as url:
+        for document in DOCUMENTS:
+            httpx.post(f"{url}/documents", json=document, headers=INTERNAL, timeout=30).raise_for_status()
+        yield url
+
+
+# What a file of each text type named by the upload's `encoding` holds: a file's integrity is beyond what
+# OpenAPI can say, and schemathesis would otherwise send an image's bytes under any of these types. Text:
+# UTF-8, not blank, no NUL, no BOM (a file holding only one is empty). PDF is left out: writing one with
+# text in it takes a PDF writer.
+_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00\ufeff"), min_size=1, max_size=200)
+_TEXT = _TEXT.filter(str.strip)
+schemathesis.openapi.media_type("text/plain", _TEXT.map(str.encode))
+schemathesis.openapi.media_type("text/markdown", _TEXT.map(lambda text: f"# Notes\n\n{text}".encode()))
+schemathesis.openapi.media_type("text/html", _TEXT.map(lambda text: f"<h1>Notes</h1><p>{html.escape(text)}</p>".encode()))
+
+retrieval = schemathesis.openapi.from_dict(create_retrieval_app(retrieval_settings("unused")).openapi())
+
+
+@retrieval.parametrize()
+@EXAMPLES
+def test_retrieval_keeps_its_contract(case, retrieval_url):
+    case.call_and_validate(base_url=retrieval_url, headers=INTERNAL)
+
+
+def analytics_settings(data_dir, amqp_url: str, unique: str) -> AnalyticsSettings:
+    return AnalyticsSettings(
+        service_token=TOKEN,
+        data_dir=data_dir,
+        amqp_url=amqp_url,
+        events_exchange=f"{unique}.events",
+        analytics_queue=f"{unique}.analytics",
+    )
+
+
+async def _delete_topology(amqp_url: str, settings_: AnalyticsSettings) -> None:
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        dead_exchange, dead_queue = dead_letter_names(settings_.analytics_queue)
+        for queue in (settings_.analytics_queue, dead_queue):
+            await channel.queue_delete(queue)
+        for exchange in (settings_.events_exchange, dead_exchange):
+            await channel.exchange_delete(exchange)
+
+
+@pytest.fixture(scope="module")
+def analytics_url(tmp_path_factory, amqp_url) -> Iterator[str]:
+    """SQLite in a temporary directory holding a few events; the consumer on the real RabbitMQ, under unique names."""
+    settings_ = analytics_settings(tmp_path_factory.mktemp("analytics"), amqp_url, f"contracts-{uuid.uuid4().hex[:10]}")
+    store = SqlEventStore.from_url(settings_.database_url)
+    store.create_schema()
+    for event in (submitted(request_id="c1"), responded(request_id="c1", total_ms=250.0, citations=3)):
+        store.add(to_record(event))
+    store.close()
+    try:
+        with serve_in_thread(create_analytics_app(settings_)) as url:
+            yield url
+    finally:
+        asyncio.run(_delete_topology(amqp_url, settings_))
+
+
+# `from` must not be after `to`: a rule between two parameters, which OpenAPI cannot state, so a schema-valid
+# pair can be reversed and get its documented 422. For this one operation 422 joins the statuses that count
+# as accepting schema-valid data (schemathesis's defaults otherwise); every other check stays as it is.
+REVERSED_RANGE_IS_422 = SchemathesisConfig.from_dict(
+    {
+        "operations": [
+            {
+                "include-path": "/analytics/summary",
+                "include-method": "GET",
+                "checks": {
+                    "positive_data_acceptance": {
+                        "expected-statuses": ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx", "422"]
+                    }
+                },
+            }
+        ]
+    }
+)
+analytics_schema = create_analytics_app(analytics_settings("unused", "amqp://unused", "unused")).openapi()
+analytics = schemathesis.openapi.from_dict(analytics_schema, config=REVERSED_RANGE_IS_422)
+
+
+@analytics.parametrize()
+@EXAMPLES
+def test_analytics_keeps_its_contract(case, analytics_url):
+    case.call_and_validate(base_url=analytics_url, headers=INTERNAL)

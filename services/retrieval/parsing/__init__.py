@@ -10,7 +10,7 @@ from services.retrieval.parsing.html import parse_html
 from services.retrieval.parsing.pdf import parse_pdf
 from services.retrieval.parsing.text import parse_markdown, parse_text
 
-__all__ = ["ParsedDocument", "Format", "SUPPORTED_SUFFIXES", "format_of", "parse"]
+__all__ = ["ParsedDocument", "Format", "SUPPORTED_SUFFIXES", "SUPPORTED_MEDIA_TYPES", "format_of", "parse"]
 
 _PARSERS: dict[Format, Callable[[str, bytes], ParsedDocument]] = {
     "markdown": parse_markdown,
@@ -35,6 +35,7 @@ _BY_MEDIA_TYPE: dict[str, Format] = {
     "application/pdf": "pdf",
 }
 SUPPORTED_SUFFIXES = frozenset(_BY_SUFFIX)
+SUPPORTED_MEDIA_TYPES = tuple(_BY_MEDIA_TYPE)
 
 
 def format_of(filename: str, media_type: str | None = None) -> Format | None:

@@ -75,13 +75,27 @@ async def test_no_service_token_is_401(client: httpx.AsyncClient) -> None:
 
 
 @pytest.mark.parametrize(
-    "params", [{"from": "yesterday"}, {"to": "2025-13-45"}, {"from": "2025-03-02T00:00:00Z", "to": "2025-03-01T00:00:00Z"}]
+    "params",
+    [
+        {"from": "yesterday"},
+        {"to": "2025-13-45"},
+        {"from": "2025-03-02T00:00:00Z", "to": "2025-03-01T00:00:00Z"},
+        {"to": "1700000000"},  # a Unix timestamp is not ISO 8601, though pydantic would read it
+        {"from": "0.5"},
+    ],
 )
 async def test_a_bad_range_is_422(client: httpx.AsyncClient, params: dict) -> None:
     response = await client.get("/analytics/summary", params=params, headers=AUTH)
     assert response.status_code == 422
     assert response.json()["error"] == "invalid_request"
     assert next(iter(params)) in response.json()["message"]
+
+
+async def test_a_bound_beyond_what_utc_can_hold_is_clamped(client: httpx.AsyncClient, store: FakeEventStore) -> None:
+    store.add(to_record(submitted(at=T0)))
+    params = {"from": "0001-01-01T00:00:00+05:00", "to": "9999-12-31T23:00:00-05:00"}
+    body = (await client.get("/analytics/summary", params=params, headers=AUTH)).json()
+    assert (body["queries"], body["from"], body["to"]) == (1, "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z")
 
 
 async def test_database_down_is_503_naming_it(client: httpx.AsyncClient, store: FakeEventStore) -> None:

@@ -143,5 +143,23 @@ def test_openapi_offers_json_and_multipart_bodies(client: TestClient) -> None:
     post = client.get("/openapi.json").json()["paths"]["/documents"]["post"]
     content = post["requestBody"]["content"]
     assert set(content) == {"application/json", "multipart/form-data"}
-    assert content["multipart/form-data"]["schema"]["required"] == ["file"]
-    assert {"413", "415", "422"} <= set(post["responses"])
+    form = content["multipart/form-data"]
+    assert form["schema"]["required"] == ["file"]
+    assert "text/markdown" in form["encoding"]["file"]["contentType"]
+    # A form field is a string; an unfilled one ("") is taken as absent.
+    assert form["schema"]["properties"]["doc_id"] == {
+        "type": "string", "maxLength": 512, "title": "Doc Id", "description": "Default: the file name."
+    }
+    assert {"400", "413", "415", "422"} <= set(post["responses"])
+
+
+def test_an_unfilled_form_field_is_taken_as_absent(client: TestClient) -> None:
+    files = {"file": ("notes.md", b"# Notes\n\nSome text.", "text/markdown")}
+    response = client.post("/documents", files=files, data={"doc_id": "", "title": ""}, headers=AUTH)
+    assert response.status_code == 200
+    assert (response.json()["doc_id"], response.json()["title"]) == ("notes.md", "Notes")
+
+
+def test_a_file_without_a_suffix_is_read_by_its_content_type(client: TestClient) -> None:
+    files = {"file": ("notes", b"Plain words.", "text/plain")}
+    assert client.post("/documents", files=files, headers=AUTH).json()["doc_id"] == "notes"

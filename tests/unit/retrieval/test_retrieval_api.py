@@ -67,6 +67,14 @@ def test_every_route_needs_the_service_token(client: TestClient, method: str, pa
         {"query": "x", "threshold": 2},
         {"query": "x", "filters": {"$or": "x"}},
         {"query": "x", "filters": {"category": ["a", "b"]}},
+        {"query": "x", "filters": {"category\n": "a"}},
+        # What JSON Schema calls the wrong type is refused, not coerced.
+        {"query": "x", "top_k": "3"},
+        {"query": "x", "top_k": True},
+        {"query": "x", "threshold": "0.5"},
+        {"query": "x", "threshold": False},
+        {"query": "x", "rerank": 0},
+        {"query": "x", "rerank": "false"},
         {},
     ],
 )
@@ -81,6 +89,28 @@ def test_bad_documents_get_422(client: TestClient, body: dict) -> None:
     response = client.post("/documents", json=body, headers=AUTH)
     assert response.status_code == 422
     assert response.json()["error"] == "invalid_request"
+
+
+def test_json_integers_and_a_query_trimmed_to_the_limit_are_accepted(client: TestClient) -> None:
+    body = {"query": "  " + "x" * 1000 + "\n", "top_k": 3.0, "threshold": 0, "rerank": False}
+    assert client.post("/search", json=body, headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/documents", "GET, POST"),
+        ("OPTIONS", "/documents/a.md", "GET, DELETE"),
+        ("POST", "/documents/guides/a.md", "GET, DELETE"),
+        # .../similar names the similar documents, never a document whose id ends in /similar.
+        ("DELETE", "/documents/a.md/similar", "GET"),
+        ("GET", "/search", "POST"),
+    ],
+)
+def test_405_names_every_method_of_the_path(client: TestClient, method: str, path: str, allow: str) -> None:
+    response = client.request(method, path, headers=AUTH)
+    assert (response.status_code, response.headers["allow"]) == (405, allow)
+    assert response.json()["error"] == "method_not_allowed"
 
 
 @pytest.mark.parametrize("path", ["/search", "/documents"])
@@ -116,4 +146,16 @@ def test_readiness_reports_the_store(client: TestClient, store: FakeStore) -> No
 
 def test_openapi_describes_the_routes(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/documents", "/documents/{doc_id}", "/search"} <= set(paths)
+    assert {"/documents", "/documents/{doc_id}", "/documents/{doc_id}/similar", "/search"} <= set(paths)
+    assert set(paths["/documents/{doc_id}"]) == {"get", "delete"}
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    assert all(paths["/search"]["post"]["responses"][s]["content"] == error for s in ("400", "401", "422", "503"))
+
+
+def test_openapi_says_rerank_cannot_be_true_without_a_model(tmp_path: Path) -> None:
+    def rerank(settings: Settings) -> dict:
+        return create_app(settings).openapi()["components"]["schemas"]["SearchRequest"]["properties"]["rerank"]
+
+    assert {"type": "boolean", "enum": [False]} in rerank(Settings(service_token=TOKEN, data_dir=tmp_path))["anyOf"]
+    offered = rerank(Settings(service_token=TOKEN, data_dir=tmp_path, rerank_model="some/cross-encoder"))
+    assert {"type": "boolean"} in offered["anyOf"]

@@ -1,0 +1,46 @@
+"""The request-field types of shared.json_types: what the schema says is what validation takes."""
+from __future__ import annotations
+
+import re
+import sys
+from typing import Annotated
+
+import pytest
+from annotated_types import Ge, Le
+from pydantic import BaseModel, ValidationError
+
+from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
+
+pytestmark = pytest.mark.unit
+
+
+class Body(BaseModel):
+    count: Annotated[int, Ge(1), Le(50), JSON_INTEGER] | None = None
+    ratio: JsonNumber | None = None
+    flag: JsonBool | None = None
+
+
+def test_bounds_stay_in_the_schema() -> None:
+    count = Body.model_json_schema()["properties"]["count"]["anyOf"][0]
+    assert count == {"type": "integer", "minimum": 1, "maximum": 50}
+
+
+@pytest.mark.parametrize("body", [{"count": "3"}, {"count": True}, {"count": 0}, {"ratio": "0.5"}, {"ratio": True},
+                                  {"flag": 0}, {"flag": "true"}])
+def test_values_of_another_json_type_are_refused(body: dict) -> None:
+    with pytest.raises(ValidationError):
+        Body.model_validate(body)
+
+
+def test_json_integers_and_numbers_are_taken() -> None:
+    assert Body.model_validate({"count": 3.0, "ratio": 1, "flag": False}) == Body(count=3, ratio=1.0, flag=False)
+
+
+def test_the_not_blank_pattern_is_what_strip_keeps() -> None:
+    pattern = re.compile(NOT_BLANK_PATTERN)
+    assert all((pattern.search(chr(c)) is None) == chr(c).isspace() for c in range(sys.maxunicode + 1))
+
+
+@pytest.mark.parametrize("text", ["a", " a ", "\u3000abc\n", "a b c", "", " \t", "abcd", " abcd\u2003"])
+def test_the_trimmed_text_pattern_is_the_length_once_trimmed(text: str) -> None:
+    assert bool(re.search(trimmed_text_pattern(3), text)) == (1 <= len(text.strip()) <= 3)
