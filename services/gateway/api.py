@@ -1,6 +1,8 @@
 """Public routes: authentication, and the /api/* routes forwarded to internal services under a role."""
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from fastapi import APIRouter, Request, Response
 
 from services.gateway import auth, rate_limits
@@ -23,6 +25,7 @@ from services.gateway.deps import (
 )
 from services.gateway.domain import Session
 from services.gateway.models import LoginRequest, LoginResponse, MeResponse, UserOut
+from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
 from services.gateway.settings import Settings
 from shared.web import internal_headers
 
@@ -30,7 +33,7 @@ auth_router = APIRouter(prefix="/auth", tags=["auth"])
 api_router = APIRouter(prefix="/api", tags=["api"])
 
 
-@auth_router.post("/login", response_model=LoginResponse, responses={429: {"description": "Too many failed logins"}})
+@auth_router.post("/login", response_model=LoginResponse, responses=LOGIN)
 async def login(
     body: LoginRequest,
     users: UsersDep,
@@ -55,13 +58,13 @@ async def login(
     )
 
 
-@auth_router.post("/logout", status_code=204)
+@auth_router.post("/logout", status_code=204, responses=SIGNED_IN)
 async def logout(session: CurrentSession, sessions: SessionsDep) -> Response:
     await auth.logout(sessions=sessions, session=session)
     return Response(status_code=204)
 
 
-@auth_router.get("/me", response_model=MeResponse)
+@auth_router.get("/me", response_model=MeResponse, responses=SIGNED_IN)
 async def me(session: CurrentSession) -> MeResponse:
     return MeResponse(
         user=UserOut(id=session.user_id, username=session.username, roles=list(session.roles)),
@@ -89,7 +92,17 @@ async def _forward(
     )
 
 
-@api_router.post("/chat", summary="Ask a question; see the chat service's /docs for the body")
+_CHAT = {404: "conversation_id names no conversation of the caller (conversation_not_found)"}
+_UPLOAD = {415: "An unsupported file or content type"}
+_DOCUMENT = {404: "No document has this id (not_found)"}
+_REPORT = {404: "No such report (not_found)"}
+
+
+@api_router.post(
+    "/chat",
+    summary="Ask a question; see the chat service's /docs for the body",
+    responses=forwarded("chat", _CHAT, asking=True),
+)
 async def chat(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     return await _forward(chat, request, session, settings, path="/chat")
 
@@ -97,36 +110,59 @@ async def chat(request: Request, session: AskingSession, settings: SettingsDep, 
 @api_router.post(
     "/chat/stream",
     summary="Ask a question and receive the answer as Server-Sent Events (sources, token..., done | error)",
+    responses=forwarded("chat", _CHAT, asking=True),
 )
 async def chat_stream(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     headers = headers_for(request, session, settings)
     return await chat.forward_stream(path="/chat/stream", headers=headers, body=await request.body())
 
 
-@api_router.post("/search", summary="Search the collection; see the retrieval service's /docs for the body")
+@api_router.post(
+    "/search",
+    summary="Search the collection; see the retrieval service's /docs for the body",
+    responses=forwarded("retrieval"),
+)
 async def search(request: Request, session: UserSession, settings: SettingsDep, retrieval: RetrievalUpstream) -> Response:
     return await _forward(retrieval, request, session, settings, path="/search")
 
 
-@api_router.api_route("/documents", methods=["GET", "POST"], summary="List or add documents (admin)")
-async def documents(
+@api_router.get("/documents", summary="List the documents (admin)", responses=forwarded("retrieval"))
+async def list_documents(
+    request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
+) -> Response:
+    return await _forward(retrieval, request, session, settings, path="/documents")
+
+
+@api_router.post("/documents", summary="Add a document (admin)", responses=forwarded("retrieval", _UPLOAD))
+async def add_document(
     request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
 ) -> Response:
     return await _forward(retrieval, request, session, settings, path="/documents")
 
 
 # GET covers /documents/{id}/similar too: the suffix travels inside the path parameter.
-@api_router.api_route(
-    "/documents/{doc_id:path}", methods=["GET", "DELETE"], summary="Read, delete or find documents similar to one (admin)"
+@api_router.get(
+    "/documents/{doc_id:path}",
+    summary="Read a document, or find documents similar to one (admin)",
+    responses=forwarded("retrieval", _DOCUMENT),
 )
-async def document(
+async def read_document(
     doc_id: str, request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
 ) -> Response:
-    return await _forward(retrieval, request, session, settings, path=f"/documents/{doc_id}")
+    return await _forward(retrieval, request, session, settings, path=f"/documents/{quote(doc_id)}")
 
 
-@api_router.get("/analytics/{report}", summary="Analytics reports (analyst)")
+@api_router.delete(
+    "/documents/{doc_id:path}", summary="Delete a document (admin)", responses=forwarded("retrieval", _DOCUMENT)
+)
+async def delete_document(
+    doc_id: str, request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
+) -> Response:
+    return await _forward(retrieval, request, session, settings, path=f"/documents/{quote(doc_id)}")
+
+
+@api_router.get("/analytics/{report}", summary="Analytics reports (analyst)", responses=forwarded("analytics", _REPORT))
 async def analytics(
     report: str, request: Request, session: AnalystSession, settings: SettingsDep, analytics: AnalyticsUpstream
 ) -> Response:
-    return await _forward(analytics, request, session, settings, path=f"/analytics/{report}")
+    return await _forward(analytics, request, session, settings, path=f"/analytics/{quote(report, safe='')}")

@@ -11,6 +11,7 @@ from services.gateway.adapters.upstream import Upstream
 from services.gateway.auth import authenticate
 from services.gateway.domain import Session
 from services.gateway.feedback import RequestOwners, remember_request
+from services.gateway.openai_compat import OfferedModels
 from services.gateway.rate_limits import (
     IPNetwork,
     Limit,
@@ -101,9 +102,18 @@ async def _publisher(request: Request) -> EventPublisher:
     return request.app.state.publisher
 
 
+async def _offered_models(request: Request) -> OfferedModels:
+    """Chat's model offer, cached on the app (made on first use: it holds no connection)."""
+    state = request.app.state
+    if getattr(state, "offered_models", None) is None:
+        state.offered_models = OfferedModels(ttl_s=30)
+    return state.offered_models
+
+
 RateLimiterDep = Annotated[RateLimiter, Depends(_rate_limiter)]
 RequestOwnersDep = Annotated[RequestOwners, Depends(_request_owners)]
 PublisherDep = Annotated[EventPublisher, Depends(_publisher)]
+OfferedModelsDep = Annotated[OfferedModels, Depends(_offered_models)]
 
 
 async def _login_limits(settings: SettingsDep) -> LoginLimits:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from services.gateway import feedback
 from services.gateway.deps import PublisherDep, RequestOwnersDep, UserSession
-from shared.web import error_responses
+from services.gateway.responses import FEEDBACK
 
 router = APIRouter(prefix="/api", tags=["feedback"])
 
@@ -38,14 +38,7 @@ class FeedbackAccepted(BaseModel):
     "/feedback",
     status_code=202,
     response_model=FeedbackAccepted,
-    responses=error_responses(
-        {
-            401: "Missing or invalid bearer token",
-            404: "No answer of the caller has this request id (or it is older than FEEDBACK_WINDOW_S)",
-            422: "Invalid body: rating not 1 or -1, comment over 2000 characters",
-            503: "The session store (Redis) is unavailable",
-        }
-    ),
+    responses=FEEDBACK,
 )
 async def rate_answer(
     body: FeedbackRequest, session: UserSession, owners: RequestOwnersDep, publisher: PublisherDep

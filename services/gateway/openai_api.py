@@ -13,27 +13,15 @@ from starlette.background import BackgroundTask
 from services.gateway import openai_compat
 from services.gateway.adapters.upstream import Upstream
 from services.gateway.api import headers_for
-from services.gateway.deps import AskingSession, ChatUpstream, SettingsDep, UserSession
-from services.gateway.openai_compat import ChunkWriter, CompletionRequest
+from services.gateway.deps import AskingSession, ChatUpstream, OfferedModelsDep, SettingsDep, UserSession
+from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest, ModelOffer
+from services.gateway.responses import forwarded
+from shared.errors import DependencyUnavailable
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
-_ERRORS = {
-    400: {"description": "No user message to answer (invalid_messages)"},
-    401: {"description": "Missing or invalid bearer token"},
-    403: {"description": "The user role is needed"},
-    422: {"description": "Invalid request, or a model chat does not offer"},
-    502: {"description": "The model behind chat failed (llm_unavailable)"},
-    503: {"description": "A service is unavailable"},
-    504: {"description": "The chat service did not answer in time"},
-}
-_ASKING_ERRORS = {
-    409: {"description": "The X-Request-ID sent names another user's request (request_id_taken)"},
-    429: {"description": "Over CHAT_REQUESTS_PER_MINUTE (rate_limited, with Retry-After)"},
-}
 
-
-@router.get("/models", responses=_ERRORS)
+@router.get("/models", responses=forwarded("chat"))
 async def models(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     """`cairn` (chat's default model) and every model chat lets a request choose."""
     answer = await chat.forward(method="GET", path="/models", headers=headers_for(request, session, settings))
@@ -42,19 +30,43 @@ async def models(request: Request, session: UserSession, settings: SettingsDep, 
     return JSONResponse(openai_compat.models_list(json.loads(answer.body)["models"]))
 
 
-@router.post("/chat/completions", responses={**_ERRORS, **_ASKING_ERRORS})
+@router.post(
+    "/chat/completions",
+    response_model=None,
+    responses={
+        200: {"model": Completion, "description": STREAM_DESCRIPTION, "content": {"text/event-stream": {}}},
+        **forwarded("chat", asking=True),
+    },
+)
 async def chat_completions(
-    body: CompletionRequest, request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream
+    body: CompletionRequest,
+    request: Request,
+    session: AskingSession,
+    settings: SettingsDep,
+    chat: ChatUpstream,
+    offered: OfferedModelsDep,
 ) -> Response:
-    """Answer the last user message from the documents; earlier messages are the conversation."""
-    headers = {**headers_for(request, session, settings), "Content-Type": "application/json"}
-    payload = json.dumps(openai_compat.chat_body(body)).encode()
+    """Answer the last user message with text from the documents; earlier messages are the conversation.
+    A model chat does not offer means chat's default; the completion's `model` names the one used."""
+    internal = headers_for(request, session, settings)
+    headers = {**internal, "Content-Type": "application/json"}
+
+    async def fetch_offer() -> ModelOffer:
+        answer = await chat.forward(method="GET", path="/models", headers=internal)
+        if answer.status_code != 200:
+            raise DependencyUnavailable("chat", f"chat's model list answered {answer.status_code}")
+        listed = json.loads(answer.body)
+        return ModelOffer(default=listed["default"], models=tuple(listed["models"]))
+
+    offer = await offered.get(fetch_offer)
+    model = offer.used(body.model)
+    payload = json.dumps(openai_compat.chat_body(body, model_id=offer.pick(body.model))).encode()
     if not body.stream:
         answer = await chat.forward(method="POST", path="/chat", headers=headers, body=payload)
         if answer.status_code != 200:
             return answer
-        return JSONResponse(openai_compat.completion(json.loads(answer.body), model=body.model))
-    return await _streamed(chat, headers=headers, payload=payload, model=body.model)
+        return JSONResponse(openai_compat.completion(json.loads(answer.body), model=model))
+    return await _streamed(chat, headers=headers, payload=payload, model=model)
 
 
 async def _streamed(chat: Upstream, *, headers: dict[str, str], payload: bytes, model: str) -> Response:

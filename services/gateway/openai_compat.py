@@ -1,62 +1,183 @@
 """Cairn as an OpenAI-compatible chat model: OpenAI requests in, chat service requests out, and
 chat's answers (plain or streamed) back as chat.completion objects and chunks.
 
-The last user message is the question; earlier user/assistant pairs are the conversation, which
-chat uses to resolve follow-ups. System messages are ignored: Cairn's own prompt decides how the
-documents are used. Model "cairn" (or none) means chat's default model; any other name is passed on
-as model_id, which chat checks against its allow-list. Citations stay in the text as [n] and come in
-full in the extra `citations` field (and, for a stream, in its last chunk).
+The question is the last user message with text (not blank); messages after it (an assistant's or a
+tool's) are ignored, and the user/assistant pairs before it are the conversation, which chat uses to
+resolve follow-ups. System messages are ignored: Cairn's own prompt decides how the documents are used.
+Model "cairn", none, or a name chat does not offer means chat's default model; the completion names
+the model that answered. Citations stay in the text as [n] and come in full in the extra `citations`
+field (and, for a stream, in its last chunk).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import BadRequest
+from shared.json_types import JsonBool
 
 CAIRN_MODEL = "cairn"
+MAX_MESSAGES = 200
+# What chat takes (services/chat/models.py): a longer question keeps its end, longer history turns their start.
+MAX_QUESTION_CHARS = 1000
+MAX_PAST_QUESTION_CHARS = 4000
+MAX_PAST_ANSWER_CHARS = 20_000
+MAX_HISTORY = 10
+# Blank means ASCII whitespace only, as chat trims its query; the pattern below says the same to the schema.
+WHITESPACE = " \t\n\r\f\v"
+NOT_BLANK = "[^ \\t\\n\\r\\f\\v]"
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only `text` parts are read."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: str
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
 
     @property
     def text(self) -> str:
         if isinstance(self.content, list):  # content parts: keep the text ones
-            return " ".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+            return " ".join(p.text for p in self.content if p.type == "text" and p.text is not None)
         return self.content or ""
+
+    @property
+    def asks(self) -> bool:
+        """A user message with text: a question."""
+        return self.role == "user" and bool(self.text.strip(WHITESPACE))
+
+
+# The schema's spelling of Message.asks, so that clients and schema-driven tests know what is accepted.
+_ASKS = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"const": "user"},
+        "content": {
+            "anyOf": [
+                {"type": "string", "pattern": NOT_BLANK},
+                {
+                    "type": "array",
+                    "contains": {
+                        "type": "object",
+                        "required": ["type", "text"],
+                        "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK}},
+                    },
+                },
+            ]
+        },
+    },
+}
 
 
 class CompletionRequest(BaseModel):
     """The part of OpenAI's chat-completions request that Cairn uses; other fields are accepted and ignored."""
 
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(CAIRN_MODEL, min_length=1, max_length=200)
-    messages: list[Message] = Field(min_length=1, max_length=200)
-    stream: bool = False
+    model: str = Field(
+        CAIRN_MODEL, description='"cairn" or a model of GET /v1/models; any other name means chat\'s default model.'
+    )
+    messages: list[Message] = Field(
+        min_length=1,
+        max_length=MAX_MESSAGES,
+        description="At least one user message with text (not blank): the last such is the question.",
+        json_schema_extra={"contains": _ASKS},
+    )
+    stream: JsonBool = False
 
 
-def chat_body(request: CompletionRequest) -> dict[str, Any]:
-    """The chat service's request for an OpenAI one: the last user message, the turns before it."""
-    turns = [m for m in request.messages if m.role in ("user", "assistant")]
-    if not turns or turns[-1].role != "user" or not turns[-1].text.strip():
-        raise BadRequest("the last message must be a user message with text", code="invalid_messages")
+class CompletionChoice(BaseModel):
+    index: int
+    message: dict[str, Any] = Field(description='{"role": "assistant", "content": the answer}')
+    finish_reason: str | None
+
+
+class Completion(BaseModel):
+    """A chat.completion object (stream false); Cairn adds `citations` and `cairn` (the full chat answer)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str = Field(description="The model that answered (chat's default for \"cairn\" or an unknown name).")
+    choices: list[CompletionChoice]
+    usage: dict[str, int]
+    citations: list[dict[str, Any]]
+
+
+STREAM_DESCRIPTION = (
+    "A chat.completion object; with stream true, chat.completion.chunk objects as Server-Sent Events "
+    "(`data: {...}` lines), the last with finish_reason, usage and citations, then `data: [DONE]`."
+)
+
+
+@dataclass(frozen=True)
+class ModelOffer:
+    """The models chat offers: its default, and those a request may name."""
+
+    default: str
+    models: tuple[str, ...]
+
+    def pick(self, requested: str) -> str | None:
+        """The model_id to send chat for a requested name: None (chat's default) unless chat offers it."""
+        return requested if requested != CAIRN_MODEL and requested in self.models else None
+
+    def used(self, requested: str) -> str:
+        return self.pick(requested) or self.default
+
+
+class OfferedModels:
+    """Chat's model offer, fetched at most once every `ttl_s` seconds."""
+
+    def __init__(self, *, ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"ttl_s must be positive; got {ttl_s}")
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._offer: ModelOffer | None = None
+        self._fetched_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def get(self, fetch: Callable[[], Awaitable[ModelOffer]]) -> ModelOffer:
+        async with self._lock:
+            if self._offer is None or self._clock() - self._fetched_at >= self.ttl_s:
+                self._offer = await fetch()
+                self._fetched_at = self._clock()
+            return self._offer
+
+
+def chat_body(request: CompletionRequest, *, model_id: str | None = None) -> dict[str, Any]:
+    """The chat service's request for an OpenAI one: the last user message with text, the turns before it."""
+    asking = [i for i, m in enumerate(request.messages) if m.asks]
+    if not asking:  # the schema says so too (`contains`); checked here for callers that skip validation
+        raise BadRequest("no user message has text to answer", code="invalid_messages")
+    last = asking[-1]
     history, question = [], None
-    for message in turns[:-1]:
-        if message.role == "user":
-            question = message.text
-        elif question is not None:  # an assistant message answers the user message before it
-            history.append({"question": question, "answer": message.text})
+    for message in request.messages[:last]:
+        if message.asks:
+            question = message.text.strip(WHITESPACE)
+        elif message.role == "assistant" and question is not None:  # it answers the user message before it
+            history.append(
+                {"question": question[:MAX_PAST_QUESTION_CHARS], "answer": message.text[:MAX_PAST_ANSWER_CHARS]}
+            )
             question = None
-    body: dict[str, Any] = {"query": turns[-1].text, "history": history[-10:]}
-    if request.model != CAIRN_MODEL:
-        body["model_id"] = request.model
+    query = request.messages[last].text.strip(WHITESPACE)[-MAX_QUESTION_CHARS:].strip(WHITESPACE)
+    body: dict[str, Any] = {"query": query, "history": history[-MAX_HISTORY:]}
+    if model_id is not None:
+        body["model_id"] = model_id
     return body
 
 

@@ -6,16 +6,11 @@ from fastapi import APIRouter, Response
 from services.gateway import auth
 from services.gateway.deps import CurrentSession, SessionsDep
 from services.gateway.models import SessionOut, SessionsResponse
+from services.gateway.responses import OWN_SESSION, SIGNED_IN
 
 sessions_router = APIRouter(prefix="/auth", tags=["auth"])
 
-_ERRORS = {
-    401: {"description": "Missing, invalid or expired bearer token"},
-    503: {"description": "The session store is unavailable (session_store_unavailable)"},
-}
-
-
-@sessions_router.get("/sessions", response_model=SessionsResponse, responses=_ERRORS)
+@sessions_router.get("/sessions", response_model=SessionsResponse, responses=SIGNED_IN)
 async def list_sessions(session: CurrentSession, sessions: SessionsDep) -> SessionsResponse:
     """The caller's live sessions, oldest first; `current` marks the one making this request."""
     mine = await auth.list_sessions(sessions=sessions, caller=session)
@@ -36,7 +31,7 @@ async def list_sessions(session: CurrentSession, sessions: SessionsDep) -> Sessi
 @sessions_router.delete(
     "/sessions/{session_id}",
     status_code=204,
-    responses={**_ERRORS, 404: {"description": "No session of the caller has this id"}},
+    responses=OWN_SESSION,
 )
 async def end_session(session_id: str, session: CurrentSession, sessions: SessionsDep) -> Response:
     """End one of the caller's own sessions (the current one too: that is a logout)."""

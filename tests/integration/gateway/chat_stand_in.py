@@ -41,6 +41,10 @@ def chat_stand_in() -> FastAPI:
     async def healthz() -> dict:
         return {"status": "ok"}
 
+    @app.get("/models")
+    async def models() -> dict:
+        return {"default": "stand-in-llm", "models": ["stand-in-llm"]}
+
     @app.post("/chat")
     async def chat(request: Request) -> dict:
         return _answer(request)

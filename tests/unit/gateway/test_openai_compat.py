@@ -1,8 +1,20 @@
+import asyncio
 import json
 
+import jsonschema
 import pytest
+from pydantic import ValidationError
 
-from services.gateway.openai_compat import ChunkWriter, CompletionRequest, chat_body, completion, models_list
+from services.gateway.openai_compat import (
+    ChunkWriter,
+    CompletionRequest,
+    Message,
+    ModelOffer,
+    OfferedModels,
+    chat_body,
+    completion,
+    models_list,
+)
 from shared.errors import BadRequest
 
 pytestmark = pytest.mark.unit
@@ -29,16 +41,59 @@ def test_the_last_user_message_is_the_question_and_earlier_pairs_the_history():
     assert body == {"query": "And their TTL?", "history": [{"question": "How are sessions stored?", "answer": "In Redis [1]."}]}
 
 
-def test_the_cairn_model_means_the_default_and_another_name_is_passed_on():
-    assert "model_id" not in chat_body(request(("user", "q")))
-    assert chat_body(request(("user", "q"), model="gpt-x"))["model_id"] == "gpt-x"
+def test_later_assistant_and_tool_messages_and_blank_user_messages_are_ignored():
+    body = chat_body(request(("user", "q1"), ("assistant", "a1"), ("user", " \t"), ("user", "q2"), ("assistant", "a2"),
+                             ("tool", "{}"), ("user", "\n")))
+    assert body == {"query": "q2", "history": [{"question": "q1", "answer": "a1"}]}
+
+
+def test_a_long_question_keeps_its_end_and_long_turns_their_start():
+    body = chat_body(request(("user", "p" * 5000), ("assistant", "a" * 30_000), ("user", "x" * 1500 + " why?  ")))
+    assert body["query"] == ("x" * 1500 + " why?")[-1000:]
+    assert len(body["history"][0]["question"]) == 4000 and len(body["history"][0]["answer"]) == 20_000
+
+
+def test_chat_is_asked_for_a_model_only_when_it_offers_it():
+    offer = ModelOffer(default="llm-a", models=("llm-a", "llm-b"))
+    assert (offer.pick("llm-b"), offer.used("llm-b")) == ("llm-b", "llm-b")
+    assert (offer.pick("gpt-4o"), offer.used("gpt-4o")) == (None, "llm-a")
+    assert (offer.pick("cairn"), offer.used("cairn")) == (None, "llm-a")
+    assert "model_id" not in chat_body(request(("user", "q")), model_id=offer.pick("gpt-4o"))
+    assert chat_body(request(("user", "q")), model_id=offer.pick("llm-b"))["model_id"] == "llm-b"
+
+
+def test_the_offer_is_fetched_once_per_ttl():
+    now, fetched = [0.0], []
+
+    async def fetch() -> ModelOffer:
+        fetched.append(now[0])
+        return ModelOffer(default="llm-a", models=("llm-a",))
+
+    cache = OfferedModels(ttl_s=30, clock=lambda: now[0])
+
+    async def run() -> None:
+        await cache.get(fetch)
+        now[0] = 29
+        await cache.get(fetch)
+        now[0] = 30
+        await cache.get(fetch)
+
+    asyncio.run(run())
+    assert fetched == [0.0, 30]
 
 
 def test_text_parts_are_read_and_a_missing_question_is_refused():
     parts = [{"type": "text", "text": "How do I"}, {"type": "image_url", "image_url": {}}, {"type": "text", "text": "add a user?"}]
     assert chat_body(CompletionRequest(messages=[{"role": "user", "content": parts}]))["query"] == "How do I add a user?"
     with pytest.raises(BadRequest):
-        chat_body(request(("user", "q"), ("assistant", "a")))
+        chat_body(request(("system", "q"), ("assistant", "a"), ("user", " ")))
+
+
+def test_the_request_is_strict_where_its_schema_is():
+    with pytest.raises(ValidationError):
+        request(("user", "q"), stream="true")
+    with pytest.raises(ValidationError):
+        CompletionRequest(messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}])
 
 
 def test_a_completion_carries_the_answer_usage_and_citations():
@@ -59,3 +114,15 @@ def test_the_streams_last_chunk_numbers_citations_as_the_streamed_text_does():
 
 def test_models_lists_cairn_first():
     assert [m["id"] for m in models_list(["cairn-extractive"])["data"]] == ["cairn", "cairn-extractive"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["q", " \t\n", "\u3000", "", None, [], [{"type": "text", "text": " "}, {"type": "image_url"}],
+     [{"type": "text", "text": "\v"}, {"type": "text", "text": " x "}], [{"type": "image_url", "text": "q"}]],
+)
+@pytest.mark.parametrize("role", ["user", "assistant"])
+def test_the_schema_and_the_code_agree_on_what_is_a_question(role, content):
+    schema = CompletionRequest.model_json_schema()["properties"]["messages"]["contains"]
+    message = {"role": role, "content": content}
+    assert jsonschema.Draft202012Validator(schema).is_valid(message) == Message.model_validate(message).asks

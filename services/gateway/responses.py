@@ -1,0 +1,68 @@
+"""The error statuses each kind of gateway route can answer, as OpenAPI `responses=` sets.
+
+Every route can answer 413 (the body limit runs before routing); a signed-in route adds 401 and the
+session store's 503; a route for a role adds 403; an asking route the per-user rate limit (429) and
+the request-id claim (409); a forwarded route whatever the service behind it answers, passed on as is.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from shared.web import error_responses
+
+_BODY_LIMIT = {413: "The body is over MAX_BODY_BYTES, or MAX_UPLOAD_BYTES for uploads (payload_too_large)"}
+_SESSION_STORE = {503: "The session store (Redis) is unavailable (session_store_unavailable)"}
+_SIGNED_IN = {401: "Missing, invalid or expired bearer token (unauthorized)", **_SESSION_STORE}
+_ROLE = {403: "None of the caller's roles grants this route (forbidden)"}
+_ASKING = {
+    409: "The X-Request-ID sent names another user's request (request_id_taken)",
+    429: "Over CHAT_REQUESTS_PER_MINUTE (rate_limited, with Retry-After)",
+}
+
+
+def _service(name: str) -> dict[int, str]:
+    return {
+        502: f"The {name} service answered 502 (for chat: the LLM failed, llm_unavailable)",
+        503: f"The {name} service, or something behind it, is unavailable ({name}_unavailable, "
+        "session_store_unavailable, ...)",
+        504: f"The {name} service did not answer in time ({name}_timeout)",
+    }
+
+
+LOGIN = error_responses(
+    {
+        **_BODY_LIMIT,
+        401: "Wrong username or password, or a disabled user (unauthorized)",
+        429: "Too many failed logins for this username or address (rate_limited, with Retry-After)",
+        **_SESSION_STORE,
+    }
+)
+SIGNED_IN = error_responses({**_BODY_LIMIT, **_SIGNED_IN})
+OWN_SESSION = error_responses(
+    {**_BODY_LIMIT, **_SIGNED_IN, 404: "No session of the caller has this id (not_found)"}
+)
+FEEDBACK = error_responses(
+    {
+        **_BODY_LIMIT,
+        **_SIGNED_IN,
+        **_ROLE,
+        404: "No answer of the caller has this request id, or it is older than FEEDBACK_WINDOW_S (not_found)",
+        422: "Invalid body: rating not 1 or -1, comment over 2000 characters (invalid_request)",
+    }
+)
+
+
+def forwarded(service: str, extra: dict[int, str] | None = None, *, asking: bool = False) -> dict[int | str, dict[str, Any]]:
+    """A route passed on to `service`: the gateway's own checks, then that service's answers (`extra`:
+    the statuses particular to the route, e.g. 404 for a document that does not exist)."""
+    described = {
+        **_BODY_LIMIT,
+        **_SIGNED_IN,
+        **_ROLE,
+        **(_ASKING if asking else {}),
+        400: f"Malformed JSON, or a request the {service} service refuses",
+        422: f"A request the {service} service finds invalid (invalid_request)",
+        **_service(service),
+        **(extra or {}),
+    }
+    return error_responses(dict(sorted(described.items())))
