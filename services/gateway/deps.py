@@ -11,7 +11,7 @@ from services.gateway.adapters.upstream import Upstream
 from services.gateway.auth import authenticate
 from services.gateway.domain import Session
 from services.gateway.feedback import RequestOwners, remember_request
-from services.gateway.openai_compat import OfferedModels
+from services.gateway.model_offer import OfferedModels
 from services.gateway.rate_limits import (
     IPNetwork,
     Limit,

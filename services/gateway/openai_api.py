@@ -14,7 +14,8 @@ from services.gateway import openai_compat
 from services.gateway.adapters.upstream import Upstream
 from services.gateway.api import headers_for
 from services.gateway.deps import AskingSession, ChatUpstream, OfferedModelsDep, SettingsDep, UserSession
-from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest, ModelOffer
+from services.gateway.model_offer import ModelOffer
+from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
 from services.gateway.responses import forwarded
 from shared.errors import DependencyUnavailable
 

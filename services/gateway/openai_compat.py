@@ -10,20 +10,17 @@ field (and, for a stream, in its last chunk).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.gateway.model_offer import CAIRN_MODEL
 from shared.errors import BadRequest
 from shared.json_types import JsonBool
 
-CAIRN_MODEL = "cairn"
 MAX_MESSAGES = 200
 # What chat takes (services/chat/models.py): a longer question keeps its end, longer history turns their start.
 MAX_QUESTION_CHARS = 1000
@@ -124,41 +121,6 @@ STREAM_DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class ModelOffer:
-    """The models chat offers: its default, and those a request may name."""
-
-    default: str
-    models: tuple[str, ...]
-
-    def pick(self, requested: str) -> str | None:
-        """The model_id to send chat for a requested name: None (chat's default) unless chat offers it."""
-        return requested if requested != CAIRN_MODEL and requested in self.models else None
-
-    def used(self, requested: str) -> str:
-        return self.pick(requested) or self.default
-
-
-class OfferedModels:
-    """Chat's model offer, fetched at most once every `ttl_s` seconds."""
-
-    def __init__(self, *, ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
-        if ttl_s <= 0:
-            raise ValueError(f"ttl_s must be positive; got {ttl_s}")
-        self.ttl_s = ttl_s
-        self._clock = clock
-        self._offer: ModelOffer | None = None
-        self._fetched_at = 0.0
-        self._lock = asyncio.Lock()
-
-    async def get(self, fetch: Callable[[], Awaitable[ModelOffer]]) -> ModelOffer:
-        async with self._lock:
-            if self._offer is None or self._clock() - self._fetched_at >= self.ttl_s:
-                self._offer = await fetch()
-                self._fetched_at = self._clock()
-            return self._offer
-
-
 def chat_body(request: CompletionRequest, *, model_id: str | None = None) -> dict[str, Any]:
     """The chat service's request for an OpenAI one: the last user message with text, the turns before it."""
     asking = [i for i, m in enumerate(request.messages) if m.asks]
@@ -190,7 +152,11 @@ def completion(answer: dict[str, Any], *, model: str) -> dict[str, Any]:
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": answer["answer"]}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": answer["answer"]},
+                "finish_reason": _finish_reason(answer),
+            }
         ],
         "usage": usage,
         **_extras(answer, answer["citations"]),
@@ -219,12 +185,14 @@ class ChunkWriter:
         """The closing chunk: finish_reason, usage and the citations, numbered as the streamed text cites
         them (the streamed text is the model's own, before chat renumbers its markers)."""
         citations = [{**c, "n": self.passages.get(c["chunk_id"], c["n"])} for c in answer["citations"]]
-        return self._chunk({}, finish_reason="stop", usage=answer["metadata"]["usage"], **_extras(answer, citations))
+        return self._chunk(
+            {}, finish_reason=_finish_reason(answer), usage=answer["metadata"]["usage"], **_extras(answer, citations)
+        )
 
     def error(self, data: dict[str, Any]) -> str:
         return f"data: {json.dumps({'error': {'message': data.get('message'), 'code': data.get('error')}})}\n\n"
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: Literal["stop"] | None = None, **extra: Any) -> str:
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> str:
         chunk = {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -248,11 +216,20 @@ def _completion_id(answer: dict[str, Any]) -> str:
     return f"chatcmpl-{answer['metadata'].get('request_id') or uuid.uuid4().hex}"
 
 
+def _finish_reason(answer: dict[str, Any]) -> str:
+    """The model's own ("length" when it ran out of tokens); "stop" when no model was asked."""
+    return answer["metadata"].get("finish_reason") or "stop"
+
+
 def _extras(answer: dict[str, Any], citations: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "citations": citations,
         "cairn": {
             key: answer[key] for key in ("conversation_id", "sources", "related_docs", "confidence", "grounding")
         }
-        | {"kind": answer["metadata"]["kind"], "answer": answer["answer"]},
+        | {
+            "kind": answer["metadata"]["kind"],
+            "answer": answer["answer"],
+            "request_id": answer["metadata"].get("request_id"),  # what POST /api/feedback rates
+        },
     }

@@ -5,6 +5,7 @@ callers let it through, so the gateway answers 503 and never lets a request in u
 """
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from services.gateway.domain import Session, User
@@ -29,8 +30,8 @@ class SessionStore(Protocol):
     async def get(self, session_id: str) -> Session | None:
         """The session with this token digest, or None when it is unknown, expired or ended."""
 
-    async def touch(self, session: Session, *, ttl_s: int) -> None:
-        """Record activity now and expire the session `ttl_s` seconds from now (sliding expiry).
+    async def touch(self, session: Session, *, seen_at: datetime, ttl_s: int) -> None:
+        """Record activity at `seen_at` and expire the session `ttl_s` seconds from now (sliding expiry).
         A session ended meanwhile stays ended."""
 
     async def delete(self, session: Session) -> None: ...

@@ -5,12 +5,11 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
+from services.gateway.model_offer import ModelOffer, OfferedModels
 from services.gateway.openai_compat import (
     ChunkWriter,
     CompletionRequest,
     Message,
-    ModelOffer,
-    OfferedModels,
     chat_body,
     completion,
     models_list,
@@ -101,6 +100,15 @@ def test_a_completion_carries_the_answer_usage_and_citations():
     assert out["choices"][0]["message"] == {"role": "assistant", "content": "Run it [1]."}
     assert out["usage"]["total_tokens"] == 8 and out["citations"][0]["doc_id"] == "users.md"
     assert out["id"] == "chatcmpl-req-1" and out["cairn"]["confidence"]["level"] == "High"
+    assert out["cairn"]["request_id"] == "req-1"  # what POST /api/feedback rates
+    assert out["choices"][0]["finish_reason"] == "stop"
+
+
+def test_an_answer_cut_by_the_token_limit_says_length():
+    cut = {**ANSWER, "metadata": {**ANSWER["metadata"], "finish_reason": "length"}}
+    assert completion(cut, model="cairn")["choices"][0]["finish_reason"] == "length"
+    last = json.loads(ChunkWriter(model="cairn").done(cut).removeprefix("data: "))
+    assert last["choices"][0]["finish_reason"] == "length"
 
 
 def test_the_streams_last_chunk_numbers_citations_as_the_streamed_text_does():
