@@ -1,14 +1,19 @@
 """Helpers for tests that need a real HTTP server: free loopback ports and uvicorn in a thread."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import aio_pika
 import httpx
 import uvicorn
+
+from shared.broker import declare_topology
+from shared.events import parse_event
 
 
 def free_port() -> int:
@@ -47,3 +52,25 @@ def serve_in_thread(app, *, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+async def read_events(amqp_url: str, unique: str, count: int, timeout: float = 15.0) -> list:
+    """Up to `count` events from the queue `{unique}.analytics` bound to `{unique}.events`, acked, as
+    (message, event) pairs; fewer if `timeout` passes first."""
+    connection = await aio_pika.connect_robust(amqp_url)
+    try:
+        channel = await connection.channel()
+        # Declared as the analytics consumer does (idempotent): chat's publisher may not have done it yet.
+        await declare_topology(channel, exchange=f"{unique}.events", queue=f"{unique}.analytics")
+        queue = await channel.get_queue(f"{unique}.analytics", ensure=True)
+        events, deadline = [], time.monotonic() + timeout
+        while len(events) < count and time.monotonic() < deadline:
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                await asyncio.sleep(0.1)
+                continue
+            events.append((message, parse_event(message.body)))
+            await message.ack()
+        return events
+    finally:
+        await connection.close()

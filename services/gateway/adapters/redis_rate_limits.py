@@ -4,17 +4,12 @@ from Redis itself, so the replicas' clocks do not matter. Redis failing or slow 
 session_store_unavailable, as for sessions: the gateway fails closed."""
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
+from services.gateway.adapters.redis_base import RedisAdapter, fail_closed
 from services.gateway.rate_limits import Bucket
-from shared.errors import DependencyUnavailable
-
-T = TypeVar("T")
 
 # KEYS: the buckets. ARGV[1]: the event id; then events and window (ms) of each bucket in turn.
 # Returns 0 after counting the event in every bucket, or the ms until all have room (nothing counted).
@@ -42,23 +37,11 @@ return 0
 """
 
 
-async def fail_closed(operation: Awaitable[T], *, timeout_s: float) -> T:
-    """Await a Redis call; a failure or a slow answer becomes 503 session_store_unavailable."""
-    try:
-        return await asyncio.wait_for(operation, timeout_s)
-    except (RedisError, OSError, TimeoutError) as exc:
-        raise DependencyUnavailable("session_store", "the session store (Redis) is unavailable") from exc
-
-
-class RedisRateLimiter:
+class RedisRateLimiter(RedisAdapter):
     """Buckets as sorted sets under `{prefix}:ratelimit:{key}`, expiring with their window."""
 
     def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive; got {timeout_s}")
-        self._redis = redis
-        self._prefix = prefix
-        self._timeout_s = timeout_s
+        super().__init__(redis, prefix=prefix, timeout_s=timeout_s)
         self._take = redis.register_script(_TAKE)
 
     def _key(self, key: str) -> str:

@@ -1,19 +1,10 @@
 """Who asked which request, in Redis: `{prefix}:asked:{request_id}` holds the user id, with a TTL."""
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
-from services.gateway.adapters.redis_rate_limits import fail_closed
+from services.gateway.adapters.redis_base import RedisAdapter, fail_closed
 
 
-class RedisRequestOwners:
-    def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive; got {timeout_s}")
-        self._redis = redis
-        self._prefix = prefix
-        self._timeout_s = timeout_s
-
+class RedisRequestOwners(RedisAdapter):
     def _key(self, request_id: str) -> str:
         return f"{self._prefix}:asked:{request_id}"
 

@@ -11,21 +11,15 @@ Keys, under the configured prefix:
 """
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
+from services.gateway.adapters.redis_base import RedisAdapter, bounded
 from services.gateway.domain import Session, User
-from shared.errors import DependencyUnavailable
-
-T = TypeVar("T")
 
 
 def connect(url: str, *, timeout_s: float) -> Redis:
@@ -41,55 +35,23 @@ def connect(url: str, *, timeout_s: float) -> Redis:
     )
 
 
-def _bounded(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """The whole operation within the adapter's timeout; any Redis trouble becomes DependencyUnavailable."""
-
-    @functools.wraps(method)
-    async def bounded(self: _RedisAdapter, *args: Any, **kwargs: Any) -> T:
-        try:
-            return await asyncio.wait_for(method(self, *args, **kwargs), self._timeout_s)
-        except (RedisError, OSError, TimeoutError) as exc:
-            raise DependencyUnavailable("session_store", "the session store (Redis) is unavailable") from exc
-
-    return bounded
-
-
-class _RedisAdapter:
-    def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive; got {timeout_s}")
-        self._redis = redis
-        self._prefix = prefix
-        self._timeout_s = timeout_s
-
-    async def ping(self) -> bool:
-        try:
-            return bool(await self._ping())
-        except DependencyUnavailable:
-            return False
-
-    @_bounded
-    async def _ping(self) -> bool:
-        return await self._redis.ping()
-
-
-class RedisUserStore(_RedisAdapter):
+class RedisUserStore(RedisAdapter):
     def _key(self, username: str) -> str:
         return f"{self._prefix}:user:{username}"
 
-    @_bounded
+    @bounded
     async def get(self, username: str) -> User | None:
         fields = await self._redis.hgetall(self._key(username))
         return _user_from(fields) if fields else None
 
-    @_bounded
+    @bounded
     async def save(self, user: User) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(user.username), mapping=_user_fields(user))
             pipe.sadd(f"{self._prefix}:users", user.username)
             await pipe.execute()
 
-    @_bounded
+    @bounded
     async def list(self) -> list[User]:
         names = sorted(await self._redis.smembers(f"{self._prefix}:users"))
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -99,14 +61,14 @@ class RedisUserStore(_RedisAdapter):
         return [_user_from(fields) for fields in records if fields]
 
 
-class RedisSessionStore(_RedisAdapter):
+class RedisSessionStore(RedisAdapter):
     def _key(self, session_id: str) -> str:
         return f"{self._prefix}:session:{session_id}"
 
     def _user_key(self, user_id: str) -> str:
         return f"{self._prefix}:user-sessions:{user_id}"
 
-    @_bounded
+    @bounded
     async def create(self, session: Session, *, ttl_s: int) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(session.id), mapping=_session_fields(session))
@@ -115,11 +77,11 @@ class RedisSessionStore(_RedisAdapter):
             _outlive(pipe, self._user_key(session.user_id), ttl_s)
             await pipe.execute()
 
-    @_bounded
+    @bounded
     async def get(self, session_id: str) -> Session | None:
         return (await self._fetch([session_id]))[0]
 
-    @_bounded
+    @bounded
     async def touch(self, session: Session, *, seen_at: datetime, ttl_s: int) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(session.id), "last_seen", seen_at.isoformat())
@@ -129,14 +91,14 @@ class RedisSessionStore(_RedisAdapter):
         if fields_added:  # the session ended meanwhile: drop the stray hash the write left behind
             await self._redis.delete(self._key(session.id))
 
-    @_bounded
+    @bounded
     async def delete(self, session: Session) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(self._key(session.id))
             pipe.srem(self._user_key(session.user_id), session.id)
             await pipe.execute()
 
-    @_bounded
+    @bounded
     async def list_for_user(self, user_id: str) -> list[Session]:
         ids = sorted(await self._redis.smembers(self._user_key(user_id)))
         found = await self._fetch(ids)
@@ -145,7 +107,7 @@ class RedisSessionStore(_RedisAdapter):
         live = [s for s in found if s is not None and s.user_id == user_id]
         return sorted(live, key=lambda s: s.created_at)
 
-    @_bounded
+    @bounded
     async def delete_all_for_user(self, user_id: str) -> int:
         ids = list(await self._redis.smembers(self._user_key(user_id)))
         if not ids:

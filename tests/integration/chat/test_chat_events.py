@@ -10,10 +10,9 @@ import pytest
 
 from services.chat.main import create_app
 from services.chat.settings import Settings
-from shared.broker import declare_topology
-from shared.events import QuerySubmitted, ResponseGenerated, parse_event
+from shared.events import QuerySubmitted, ResponseGenerated
 from tests.integration.chat.stand_ins import HEADERS, TOKEN, fake_retrieval_app
-from tests.support import free_port, serve_in_thread
+from tests.support import free_port, read_events, serve_in_thread
 
 pytestmark = pytest.mark.integration
 
@@ -23,26 +22,6 @@ def retrieval_url():
     app, _ = fake_retrieval_app()
     with serve_in_thread(app) as url:
         yield url
-
-
-async def read_events(amqp_url: str, unique: str, count: int, timeout: float = 15.0) -> list:
-    connection = await aio_pika.connect_robust(amqp_url)
-    try:
-        channel = await connection.channel()
-        # Declared as the analytics consumer does (idempotent): chat's publisher may not have done it yet.
-        await declare_topology(channel, exchange=f"{unique}.events", queue=f"{unique}.analytics")
-        queue = await channel.get_queue(f"{unique}.analytics", ensure=True)
-        events, deadline = [], time.monotonic() + timeout
-        while len(events) < count and time.monotonic() < deadline:
-            message = await queue.get(no_ack=False, fail=False)
-            if message is None:
-                await asyncio.sleep(0.1)
-                continue
-            events.append((message, parse_event(message.body)))
-            await message.ack()
-        return events
-    finally:
-        await connection.close()
 
 
 def test_a_chat_request_publishes_query_submitted_and_response_generated(amqp_url, unique, retrieval_url):

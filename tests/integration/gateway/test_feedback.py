@@ -8,10 +8,9 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from services.gateway.main import create_app
-from shared.broker import declare_topology
-from shared.events import FeedbackReceived, parse_event
+from shared.events import FeedbackReceived
 from tests.integration.gateway.chat_stand_in import chat_stand_in, gateway_settings, login
-from tests.support import free_port, serve_in_thread
+from tests.support import free_port, read_events, serve_in_thread
 
 pytestmark = pytest.mark.integration
 QUESTION = {"query": "q"}
@@ -33,25 +32,6 @@ def settings(redis_url, amqp_url, unique, chat_url):
         events_exchange=f"{unique}.events",
         analytics_queue=f"{unique}.analytics",
     )
-
-
-async def read_events(amqp_url: str, unique: str, count: int, timeout: float = 15.0) -> list:
-    connection = await aio_pika.connect_robust(amqp_url)
-    try:
-        channel = await connection.channel()
-        await declare_topology(channel, exchange=f"{unique}.events", queue=f"{unique}.analytics")
-        queue = await channel.get_queue(f"{unique}.analytics", ensure=True)
-        events, deadline = [], time.monotonic() + timeout
-        while len(events) < count and time.monotonic() < deadline:
-            message = await queue.get(no_ack=False, fail=False)
-            if message is None:
-                await asyncio.sleep(0.1)
-                continue
-            events.append((message, parse_event(message.body)))
-            await message.ack()
-        return events
-    finally:
-        await connection.close()
 
 
 def _rate(client, auth, request_id, rating, comment=None, **headers):
