@@ -139,6 +139,21 @@ def error_responses(described: dict[int, str]) -> dict[int | str, dict[str, Any]
 ReadinessCheck = Callable[[], Awaitable[dict[str, bool]]]
 
 
+def narrow_schema_field(app: FastAPI, *, model: str, field: str, any_of: list[dict[str, Any]]) -> None:
+    """Say in the OpenAPI schema what this deployment accepts for one request field (an allow-list
+    from settings, say), so clients and schema-driven tests see the values that will not be a 422."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema["components"]["schemas"][model]["properties"][field]["anyOf"] = any_of
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_service_app(
     *, service: str, title: str, lifespan: Any = None, readiness: ReadinessCheck | None = None, **kwargs: Any
 ) -> FastAPI:

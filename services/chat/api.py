@@ -5,7 +5,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter
 from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel
 
@@ -58,16 +58,3 @@ async def _encoded(events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:
             data = item.data.model_dump_json() if isinstance(item.data, BaseModel) else json.dumps(item.data)
             yield format_sse_event(event=item.event, data_str=data)
 
-
-def offered_models_in_schema(app: FastAPI, models: list[str]) -> None:
-    """Name the allow-list in the OpenAPI schema, so clients (and schema-driven tests) see the valid model_id values."""
-
-    def openapi() -> dict:
-        if app.openapi_schema is None:
-            schema = FastAPI.openapi(app)
-            model_id = schema["components"]["schemas"]["ChatRequest"]["properties"]["model_id"]
-            model_id["anyOf"] = [{"type": "string", "enum": models}, {"type": "null"}]
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

@@ -12,13 +12,13 @@ from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.adapters.generator import build_generator
 from services.chat.adapters.redis_conversations import open_conversation_store
 from services.chat.adapters.retrieval_client import HttpRetrievalClient
-from services.chat.api import offered_models_in_schema, router
+from services.chat.api import router
 from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.ports import ConversationStore, Generator, Retriever
 from services.chat.reformulation import reformulator_from
 from services.chat.settings import Settings
 from shared.broker import EventPublisher, RabbitEventPublisher
-from shared.web import create_service_app, service_token_guard
+from shared.web import create_service_app, narrow_schema_field, service_token_guard
 
 log = logging.getLogger(__name__)
 
@@ -86,5 +86,6 @@ def create_app(
 
     app = create_service_app(service="chat", title="Cairn chat", lifespan=lifespan, readiness=readiness)
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
-    offered_models_in_schema(app, list(settings.chat_models))
+    allowed = [{"type": "string", "enum": list(settings.chat_models)}, {"type": "null"}]
+    narrow_schema_field(app, model="ChatRequest", field="model_id", any_of=allowed)
     return app

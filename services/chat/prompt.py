@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 from services.chat.chunks import RetrievedChunk
 from services.chat.context_format import format_block, wrap_context
+from services.chat.prompts import read_template
 
-SYSTEM_TEMPLATE_PATH = Path(__file__).parent / "prompts" / "system.txt"
 CONTEXT_SLOT = "{context}"
 
 
@@ -33,12 +31,8 @@ class Prompt:
     chunks: list[RetrievedChunk]  # the chunks in the context; chunks[i] is passage [i + 1]
 
 
-@cache
 def system_template() -> str:
-    template = SYSTEM_TEMPLATE_PATH.read_text(encoding="utf-8")
-    if CONTEXT_SLOT not in template:
-        raise ValueError(f"{SYSTEM_TEMPLATE_PATH} has no {CONTEXT_SLOT} slot")
-    return template
+    return read_template("system.txt", slot=CONTEXT_SLOT)
 
 
 def assemble_context(chunks: list[RetrievedChunk], *, token_budget: int) -> tuple[str, list[RetrievedChunk]]:

@@ -3,21 +3,18 @@ falls back to it whenever the model fails or answers something unusable."""
 from __future__ import annotations
 
 import asyncio
-
 import logging
 import re
-from functools import cache
-from pathlib import Path
 from typing import Literal
 
 from services.chat.errors import LLMUnavailable
 from services.chat.followups import is_follow_up, rewrite_follow_up
 from services.chat.ports import Exchange, Generator, Reformulator
+from services.chat.prompts import read_template
 from services.chat.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TEMPLATE_PATH = Path(__file__).parent / "prompts" / "reformulate.txt"
 CONVERSATION_SLOT = "{conversation}"
 ANSWER_CHARS = 300  # enough of an answer to name what it was about
 MIN_REWRITE_LIMIT = 300  # a rewrite longer than this and than twice the question is the model rambling
@@ -102,12 +99,8 @@ def first_line(text: str) -> str:
     return line
 
 
-@cache
 def template() -> str:
-    text = TEMPLATE_PATH.read_text(encoding="utf-8")
-    if CONVERSATION_SLOT not in text:
-        raise ValueError(f"{TEMPLATE_PATH} has no {CONVERSATION_SLOT} slot")
-    return text
+    return read_template("reformulate.txt", slot=CONVERSATION_SLOT)
 
 
 def _shorten(answer: str) -> str:

@@ -31,21 +31,18 @@ from shared.errors import Forbidden
 _bearer = HTTPBearer(auto_error=False, description="The token from POST /auth/login")
 
 
-async def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+def from_app_state(name: str) -> Callable[[Request], Coroutine[Any, Any, Any]]:
+    """A dependency giving what the app's lifespan (or create_app) put on `app.state` under `name`."""
+
+    async def get(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return get
 
 
-async def _users(request: Request) -> UserStore:
-    return request.app.state.users
-
-
-async def _sessions(request: Request) -> SessionStore:
-    return request.app.state.sessions
-
-
-SettingsDep = Annotated[Settings, Depends(_settings)]
-UsersDep = Annotated[UserStore, Depends(_users)]
-SessionsDep = Annotated[SessionStore, Depends(_sessions)]
+SettingsDep = Annotated[Settings, Depends(from_app_state("settings"))]
+UsersDep = Annotated[UserStore, Depends(from_app_state("users"))]
+SessionsDep = Annotated[SessionStore, Depends(from_app_state("sessions"))]
 
 
 async def _current_session(
@@ -90,30 +87,10 @@ RetrievalUpstream = Annotated[Upstream, Depends(upstream("retrieval"))]
 AnalyticsUpstream = Annotated[Upstream, Depends(upstream("analytics"))]
 
 
-async def _rate_limiter(request: Request) -> RateLimiter:
-    return request.app.state.rate_limiter
-
-
-async def _request_owners(request: Request) -> RequestOwners:
-    return request.app.state.request_owners
-
-
-async def _publisher(request: Request) -> EventPublisher:
-    return request.app.state.publisher
-
-
-async def _offered_models(request: Request) -> OfferedModels:
-    """Chat's model offer, cached on the app (made on first use: it holds no connection)."""
-    state = request.app.state
-    if getattr(state, "offered_models", None) is None:
-        state.offered_models = OfferedModels(ttl_s=30)
-    return state.offered_models
-
-
-RateLimiterDep = Annotated[RateLimiter, Depends(_rate_limiter)]
-RequestOwnersDep = Annotated[RequestOwners, Depends(_request_owners)]
-PublisherDep = Annotated[EventPublisher, Depends(_publisher)]
-OfferedModelsDep = Annotated[OfferedModels, Depends(_offered_models)]
+RateLimiterDep = Annotated[RateLimiter, Depends(from_app_state("rate_limiter"))]
+RequestOwnersDep = Annotated[RequestOwners, Depends(from_app_state("request_owners"))]
+PublisherDep = Annotated[EventPublisher, Depends(from_app_state("publisher"))]
+OfferedModelsDep = Annotated[OfferedModels, Depends(from_app_state("offered_models"))]
 
 
 async def _login_limits(settings: SettingsDep) -> LoginLimits:

@@ -12,6 +12,7 @@ from services.gateway.adapters.upstream import open_upstream
 from services.gateway.api import api_router, auth_router
 from services.gateway.feedback_api import router as feedback_router
 from services.gateway.middleware import gateway_middleware
+from services.gateway.model_offer import OfferedModels
 from services.gateway.openai_api import router as openai_router
 from services.gateway.sessions_api import sessions_router
 from services.gateway.settings import Settings
@@ -31,6 +32,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.sessions = RedisSessionStore(redis, **store_args)
         app.state.rate_limiter = RedisRateLimiter(redis, **store_args)
         app.state.request_owners = RedisRequestOwners(redis, **store_args)
+        app.state.offered_models = OfferedModels(ttl_s=30)  # chat's models, for /v1
         app.state.publisher = RabbitEventPublisher(  # feedback events; buffers while the broker is down
             amqp_url=settings.amqp_url, exchange=settings.events_exchange, queue=settings.analytics_queue
         )

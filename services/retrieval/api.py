@@ -5,7 +5,7 @@ import logging
 import time
 from dataclasses import asdict
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from services.retrieval import ingestion, uploads
@@ -201,19 +201,3 @@ async def get_document(doc_id: str, store: StoreDep) -> DocumentSummary:
         raise NotFound(f"no document {doc_id!r}")
     return DocumentSummary(doc_id=document.doc_id, chunks=document.chunks, **document.metadata)
 
-
-def rerank_offered_in_schema(app: FastAPI, *, offered: bool) -> None:
-    """Without a RERANK_MODEL, say in the OpenAPI schema that `rerank` cannot be true (it is a 422), so that
-    clients (and schema-driven tests) see what this deployment accepts."""
-    if offered:
-        return
-
-    def openapi() -> dict:
-        if app.openapi_schema is None:
-            schema = FastAPI.openapi(app)
-            rerank = schema["components"]["schemas"]["SearchRequest"]["properties"]["rerank"]
-            rerank["anyOf"] = [{"type": "boolean", "enum": [False]}, {"type": "null"}]
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

@@ -14,13 +14,13 @@ from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import embedder_from_settings
 from services.retrieval.adapters.reranker import CrossEncoderReranker
-from services.retrieval.api import rerank_offered_in_schema, router
+from services.retrieval.api import router
 from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
 from services.retrieval.ports import Embedder, VectorStore
 from services.retrieval.search import SearchOptions
 from services.retrieval.settings import Settings
 from shared.errors import DependencyUnavailable
-from shared.web import create_service_app, service_token_guard
+from shared.web import create_service_app, narrow_schema_field, service_token_guard
 
 log = logging.getLogger("cairn.retrieval")
 
@@ -110,5 +110,8 @@ def create_app(
 
     app = create_service_app(service="retrieval", title="Cairn retrieval", lifespan=lifespan, readiness=readiness)
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
-    rerank_offered_in_schema(app, offered=settings.rerank_model is not None)
+    if settings.rerank_model is None:  # rerank: true is then a 422
+        narrow_schema_field(
+            app, model="SearchRequest", field="rerank", any_of=[{"type": "boolean", "enum": [False]}, {"type": "null"}]
+        )
     return app
