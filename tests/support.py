@@ -12,7 +12,7 @@ import aio_pika
 import httpx
 import uvicorn
 
-from shared.broker import declare_topology
+from shared.topology import declare_topology
 from shared.events import parse_event
 
 

@@ -9,7 +9,7 @@ from aio_pika.abc import AbstractQueueIterator, AbstractRobustConnection
 
 from services.analytics.domain import EventStore
 from services.analytics.handler import settle
-from shared.broker import declare_topology
+from shared.topology import declare_topology
 
 log = logging.getLogger(__name__)
 
