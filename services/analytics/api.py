@@ -1,35 +1,112 @@
+"""The analysts' reports, each over the requests submitted in [from, to), optionally of one model."""
 from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
 
-from services.analytics.deps import RangeDep, StoreDep
-from services.analytics.models import SummaryResponse
+from services.analytics.deps import LibraryDep, LimitQuery, ScopeDep, StoreDep
+from services.analytics.models import (
+    Bucket,
+    ContentGapsResponse,
+    DocumentsResponse,
+    FeedbackResponse,
+    ModelsResponse,
+    SummaryResponse,
+    TimeSeriesResponse,
+    TopQueriesResponse,
+)
+from services.analytics.reports import documents as documents_report
+from services.analytics.reports import export, per_model, queries
+from services.analytics.reports import feedback as feedback_report
+from services.analytics.reports import summary as summary_report
+from services.analytics.reports import timeseries as timeseries_report
 from shared.web import error_responses
 
 router = APIRouter(prefix="/analytics", tags=["analytics"])
 
-_ERRORS = error_responses(
-    {
-        401: "Missing or wrong service token",
-        422: "from or to is not an ISO 8601 date-time, or from is after to (invalid_request)",
-        503: "Database unavailable (database_unavailable)",
-    }
+_BAD_INPUT = (
+    "from or to is not an ISO 8601 date-time, from is after to, or a parameter is out of range (invalid_request)"
+)
+_STATUSES = {401: "Missing or wrong service token", 422: _BAD_INPUT, 503: "Database unavailable (database_unavailable)"}
+_ERRORS = error_responses(_STATUSES)
+_TIMESERIES_ERRORS = error_responses(_STATUSES | {422: f"{_BAD_INPUT}; or more than 10,000 buckets"})
+_DOCUMENTS_ERRORS = error_responses(
+    _STATUSES | {503: "Database unavailable (database_unavailable), or retrieval did not list its documents "
+                 "(retrieval_unavailable)"}
 )
 
 
+class CsvResponse(StreamingResponse):
+    media_type = "text/csv"
+
+
+def _json_errors(described: dict[int, str]) -> dict[int | str, dict]:
+    """Error responses with their JSON body declared by hand: FastAPI would give a route's error models the
+    route's own media type, text/csv for the export."""
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {status: {"description": text, "content": body} for status, text in described.items()}
+
+
 @router.get("/summary", response_model=SummaryResponse, responses=_ERRORS)
-async def summary(store: StoreDep, time_range: RangeDep) -> SummaryResponse:
-    """Query volume, answer rate, latency and citations for events in [from, to)."""
-    result = await asyncio.to_thread(store.summary, start=time_range.start, end=time_range.end)
-    return SummaryResponse(
-        from_=time_range.start,
-        to=time_range.end,
-        queries=result.queries,
-        answered=result.answered,
-        unanswered=result.unanswered,
-        failed=result.failed,
-        mean_latency_ms=result.mean_latency_ms,
-        mean_citations=result.mean_citations,
+async def summary(store: StoreDep, scope: ScopeDep) -> SummaryResponse:
+    """Volume, outcomes and their rates, latency percentiles, citations, confidence, feedback and tokens."""
+    return await asyncio.to_thread(store.read, summary_report.summary, scope=scope)
+
+
+@router.get("/timeseries", response_model=TimeSeriesResponse, responses=_TIMESERIES_ERRORS)
+async def timeseries(
+    store: StoreDep, scope: ScopeDep, bucket: Bucket = Query("hour", description="Width of a point, in UTC")
+) -> TimeSeriesResponse:
+    """Volume, outcomes, answer rate and latency percentiles per minute, hour or day, empty buckets included."""
+    return await asyncio.to_thread(store.read, timeseries_report.timeseries, scope=scope, bucket=bucket)
+
+
+@router.get("/top-queries", response_model=TopQueriesResponse, responses=_ERRORS)
+async def top_queries(store: StoreDep, scope: ScopeDep, limit: LimitQuery = 20) -> TopQueriesResponse:
+    """The questions asked most often."""
+    return await asyncio.to_thread(store.read, queries.top_queries, scope=scope, limit=limit)
+
+
+@router.get("/gaps", response_model=ContentGapsResponse, responses=_ERRORS)
+async def gaps(store: StoreDep, scope: ScopeDep, limit: LimitQuery = 20) -> ContentGapsResponse:
+    """Content gaps: questions answered with "no relevant information" or with low confidence."""
+    return await asyncio.to_thread(store.read, queries.content_gaps, scope=scope, limit=limit)
+
+
+@router.get("/documents", response_model=DocumentsResponse, responses=_DOCUMENTS_ERRORS)
+async def documents(
+    store: StoreDep, library: LibraryDep, scope: ScopeDep, limit: LimitQuery = 20
+) -> DocumentsResponse:
+    """The documents cited most, and the documents of retrieval's library that no answer cites."""
+    doc_ids = await library.document_ids()
+    return await asyncio.to_thread(
+        store.read, documents_report.documents, scope=scope, library=doc_ids, limit=limit
+    )
+
+
+@router.get("/models", response_model=ModelsResponse, responses=_ERRORS)
+async def models(store: StoreDep, scope: ScopeDep, limit: LimitQuery = 20) -> ModelsResponse:
+    """Requests, share, latency percentiles and tokens per model."""
+    return await asyncio.to_thread(store.read, per_model.models, scope=scope, limit=limit)
+
+
+@router.get("/feedback", response_model=FeedbackResponse, responses=_ERRORS)
+async def feedback(store: StoreDep, scope: ScopeDep, limit: LimitQuery = 20) -> FeedbackResponse:
+    """Rating figures, and the latest rating of each rated request with its comment, newest first."""
+    return await asyncio.to_thread(store.read, feedback_report.feedback, scope=scope, limit=limit)
+
+
+@router.get(
+    "/export.csv",
+    response_class=CsvResponse,
+    responses={200: {"description": "One row per request, oldest first (columns in docs/analytics.md)",
+                     "content": {"text/csv": {"schema": {"type": "string"}}}}, **_json_errors(_STATUSES)},
+)
+async def export_csv(store: StoreDep, scope: ScopeDep) -> CsvResponse:
+    """The per-request view as CSV, streamed."""
+    rows = await asyncio.to_thread(store.stream, export.statement(scope))
+    return CsvResponse(
+        export.csv_chunks(rows), headers={"Content-Disposition": 'attachment; filename="cairn-requests.csv"'}
     )

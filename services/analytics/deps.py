@@ -7,15 +7,22 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from pydantic import AfterValidator, BeforeValidator
 
-from services.analytics.domain import EventStore
+from services.analytics.adapters.sql_store import SqlEventStore
+from services.analytics.domain import DocumentLibrary
+from services.analytics.reports.scope import Scope
 from shared.errors import ServiceError
 
 
-async def _store(request: Request) -> EventStore:
+async def _store(request: Request) -> SqlEventStore:
     return request.app.state.store
 
 
-StoreDep = Annotated[EventStore, Depends(_store)]
+async def _library(request: Request) -> DocumentLibrary:
+    return request.app.state.library
+
+
+StoreDep = Annotated[SqlEventStore, Depends(_store)]
+LibraryDep = Annotated[DocumentLibrary, Depends(_library)]
 
 _STARTS_WITH_A_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -57,3 +64,16 @@ class TimeRange:
 
 
 RangeDep = Annotated[TimeRange, Depends()]
+
+
+ModelQuery = Annotated[
+    str | None, Query(min_length=1, max_length=128, description="Only requests answered by (or asked of) this model")
+]
+
+
+def _scope(time_range: RangeDep, model: ModelQuery = None) -> Scope:
+    return Scope(start=time_range.start, end=time_range.end, model=model)
+
+
+ScopeDep = Annotated[Scope, Depends(_scope)]
+LimitQuery = Annotated[int, Query(ge=1, le=1000, description="At most this many items per list")]

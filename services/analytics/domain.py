@@ -1,18 +1,23 @@
-"""What analytics keeps of each event, the summary it answers, and the store behind both."""
+"""What analytics keeps of each event, and the outside systems it reads and writes through."""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from shared.events import Event, FeedbackReceived, QueryFailed, QuerySubmitted, ResponseGenerated
 
+# A request's outcome, from its ResponseGenerated or QueryFailed ("pending" while it has neither).
+ANSWERED, NO_ANSWER, SMALL_TALK, FAILED, PENDING = "answered", "no_answer", "small_talk", "failed", "pending"
+RESPONSE_OUTCOMES = (ANSWERED, NO_ANSWER, SMALL_TALK)
+
 
 @dataclass(frozen=True, kw_only=True)
 class EventRecord:
-    """One event as stored: the envelope, the whole event as payload, and the few data fields
-    that queries aggregate on, extracted once at insert time."""
+    """One event as stored: the envelope, the whole event as payload, and the data fields the reports
+    aggregate on, extracted once at insert time."""
 
     event_id: uuid.UUID
     event_type: str
@@ -24,38 +29,65 @@ class EventRecord:
     user_id: str | None = None
     session_id: str | None = None
     model: str | None = None
+    outcome: str | None = None
     answered: bool | None = None
+    no_answer: bool | None = None
     latency_ms: float | None = None
+    query_text: str | None = None
+    query_key: str | None = None
+    conversation_id: str | None = None
+    confidence_level: str | None = None
+    confidence_score: float | None = None
     citation_count: int | None = None
+    supported_citations: int | None = None
+    grounding_score: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    failure_stage: str | None = None
+    error: str | None = None
+    rated_request_id: str | None = None
+    rating: int | None = None
+    comment: str | None = None
+    cited_documents: tuple[tuple[str, int], ...] = ()
     payload: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Summary:
-    queries: int = 0
-    answered: int = 0
-    unanswered: int = 0
-    failed: int = 0
-    mean_latency_ms: float | None = None
-    mean_citations: float | None = None
+def query_key(text: str) -> str:
+    """How questions are grouped: lower-cased, with runs of whitespace collapsed to one space."""
+    return " ".join(text.lower().split())
 
 
 def to_record(event: Event) -> EventRecord:
     extracted: dict[str, Any] = {}
     match event:
         case QuerySubmitted(data=data):
-            extracted = {"model": data.model}
+            extracted = {"model": data.model, "conversation_id": data.conversation_id}
         case ResponseGenerated(data=data):
             extracted = {
                 "model": data.model,
+                "outcome": _response_outcome(kind=data.kind, answered=data.answered, no_answer=data.no_answer),
                 "answered": data.answered,
-                "latency_ms": data.timings_ms.get("total"),
+                "no_answer": data.no_answer,
+                "latency_ms": data.latency_ms if data.latency_ms is not None else data.timings_ms.get("total"),
+                "conversation_id": data.conversation_id,
+                "confidence_level": data.confidence_level.lower() if data.confidence_level else None,
+                "confidence_score": data.confidence_score,
                 "citation_count": data.citation_count,
+                "supported_citations": data.supported_citations,
+                "grounding_score": data.grounding_score,
+                "prompt_tokens": data.usage.prompt_tokens,
+                "completion_tokens": data.usage.completion_tokens,
+                "total_tokens": data.usage.total_tokens,
+                "cited_documents": tuple(Counter(data.cited_doc_ids).items()),
             }
         case QueryFailed(data=data):
-            extracted = {"latency_ms": data.total_ms}
-        case FeedbackReceived():
-            pass
+            extracted = {"outcome": FAILED, "latency_ms": data.total_ms, "failure_stage": data.stage,
+                         "error": data.error}
+        case FeedbackReceived(data=data):
+            extracted = {"rated_request_id": data.rated_request_id, "rating": data.rating, "comment": data.comment}
+    if (query := getattr(event.data, "query", None)) is not None:
+        extracted |= {"query_text": query, "query_key": query_key(query)}
     return EventRecord(
         event_id=event.event_id,
         event_type=event.event_type,
@@ -71,6 +103,14 @@ def to_record(event: Event) -> EventRecord:
     )
 
 
+def _response_outcome(*, kind: str | None, answered: bool, no_answer: bool) -> str:
+    if kind == "small_talk":
+        return SMALL_TALK
+    if kind == "no_information" or no_answer or not answered:
+        return NO_ANSWER
+    return ANSWERED
+
+
 class EventStore(Protocol):
     """Where analytics keeps events. Blocking calls: run them from async code with asyncio.to_thread.
 
@@ -81,12 +121,16 @@ class EventStore(Protocol):
         """Store the record once per event_id, committed on return; True when it was new."""
         ...
 
-    def summary(self, *, start: datetime | None = None, end: datetime | None = None) -> Summary:
-        """Counts and means over events with start <= occurred_at < end (open where None)."""
-        ...
-
     def ping(self) -> bool:
         """True when the database answers; never raises."""
         ...
 
     def close(self) -> None: ...
+
+
+class DocumentLibrary(Protocol):
+    """The documents retrieval holds (for the never-cited report)."""
+
+    async def document_ids(self) -> list[str]:
+        """Every doc_id in the library; raises DependencyUnavailable("retrieval") when retrieval does not answer."""
+        ...

@@ -1,13 +1,16 @@
-"""Wires analytics: the SQL event store, the queue consumer feeding it, and the read API."""
+"""Wires analytics: the SQL event store (migrated at start), the queue consumer feeding it, retrieval's
+document library, and the read API."""
 from __future__ import annotations
 
 import asyncio
 import logging
 from contextlib import asynccontextmanager
 
+import httpx
 from fastapi import Depends, FastAPI
 
 from services.analytics.adapters.consumer import EventConsumer
+from services.analytics.adapters.retrieval_library import HttpDocumentLibrary
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.api import router
 from services.analytics.settings import Settings
@@ -26,7 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             await asyncio.to_thread(store.create_schema)
         except DependencyUnavailable:
-            log.warning("database unavailable at start; tables are created on first use")
+            log.warning("database unavailable at start; the schema is migrated on first use")
         consumer = EventConsumer(
             amqp_url=settings.amqp_url,
             exchange=settings.events_exchange,
@@ -35,9 +38,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prefetch=settings.prefetch,
         )
         await consumer.start()
+        http = httpx.AsyncClient()
+        app.state.library = HttpDocumentLibrary(
+            client=http, settings=settings, base_url=settings.retrieval_url, timeout_s=settings.retrieval_timeout_s
+        )
         app.state.store, app.state.consumer = store, consumer
         yield
         await consumer.close()
+        await http.aclose()
         await asyncio.to_thread(store.close)
 
     async def readiness() -> dict[str, bool]:

@@ -16,6 +16,14 @@ class Settings(CommonSettings):
     )
     db_timeout_s: float = Field(5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S", "db_timeout_s"))
     prefetch: int = Field(50, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH", "prefetch"))
+    retrieval_url: str = Field(
+        "http://127.0.0.1:8002",
+        validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"),
+        description="Retrieval's API, asked for its document list by the never-cited report.",
+    )
+    retrieval_timeout_s: float = Field(
+        5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S", "retrieval_timeout_s")
+    )
 
     @property
     def database_url(self) -> str:

@@ -1,23 +1,28 @@
-"""EventStore on SQLAlchemy (sync engine): a SQLite file by default, PostgreSQL when the URL says so."""
+"""EventStore on SQLAlchemy (sync engine): a SQLite file by default, PostgreSQL when the URL says so.
+
+The same store opens read connections for the reports (services/analytics/reports), so that a database
+that is down is a 503 naming it wherever it is met.
+"""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, case, create_engine, event, func, insert, select, text
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Engine, Executable, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
-from services.analytics.adapters.schema import events, metadata
-from services.analytics.domain import EventRecord, Summary
+from services.analytics.adapters import migrations
+from services.analytics.adapters.event_rows import insert_record
+from services.analytics.domain import EventRecord
 from shared.errors import DependencyUnavailable
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def make_engine(url: str, *, timeout_s: float = 5.0) -> Engine:
@@ -53,63 +58,50 @@ class SqlEventStore:
         return cls(make_engine(url, timeout_s=timeout_s))
 
     @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @property
     def dialect(self) -> str:
         return self._engine.dialect.name
 
     def create_schema(self) -> None:
+        """Upgrade the schema to the latest migration (see adapters/migrations.py)."""
         with self._unavailable_as_503():
-            try:
-                metadata.create_all(self._engine)
-            except (IntegrityError, ProgrammingError):
-                # Another replica created the tables between our check and our CREATE: look again.
-                metadata.create_all(self._engine)
+            migrations.upgrade(self._engine)
         self._schema_ready = True
 
     def add(self, record: EventRecord) -> bool:
         self._ensure_schema()
-        row = asdict(record) | {"received_at": datetime.now(UTC)}
         with self._unavailable_as_503(), self._engine.begin() as conn:
-            if self.dialect in ("sqlite", "postgresql"):
-                dialect_insert = sqlite.insert if self.dialect == "sqlite" else postgresql.insert
-                stmt = (
-                    dialect_insert(events)
-                    .values(row)
-                    .on_conflict_do_nothing(index_elements=["event_id"])
-                    .returning(events.c.event_id)  # rowcount is -1 under psycopg 3; a returned row is certain
-                )
-                return conn.execute(stmt).first() is not None
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(events).values(row))
-            except IntegrityError:
-                return False
-            return True
+            return insert_record(conn, record)
 
-    def summary(self, *, start: datetime | None = None, end: datetime | None = None) -> Summary:
+    def read(self, report: Callable[..., T], /, **arguments: Any) -> T:
+        """report(conn, **arguments) on a read connection."""
         self._ensure_schema()
-        response = events.c.event_type == "ResponseGenerated"
-        stmt = select(
-            func.count(case((events.c.event_type == "QuerySubmitted", 1))),
-            func.count(case((response & events.c.answered.is_(True), 1))),
-            func.count(case((response & events.c.answered.is_(False), 1))),
-            func.count(case((events.c.event_type == "QueryFailed", 1))),
-            func.avg(case((response, events.c.latency_ms))),
-            func.avg(case((response, events.c.citation_count))),
-        )
-        if start is not None:
-            stmt = stmt.where(events.c.occurred_at >= start)
-        if end is not None:
-            stmt = stmt.where(events.c.occurred_at < end)
         with self._unavailable_as_503(), self._engine.connect() as conn:
-            queries, answered, unanswered, failed, latency, citations = conn.execute(stmt).one()
-        return Summary(
-            queries=queries,
-            answered=answered,
-            unanswered=unanswered,
-            failed=failed,
-            mean_latency_ms=None if latency is None else float(latency),
-            mean_citations=None if citations is None else float(citations),
-        )
+            return report(conn, **arguments)
+
+    def stream(self, statement: Executable, *, batch: int = 500) -> Iterator[Any]:
+        """The rows of `statement`, fetched `batch` at a time. The query runs before this returns, so a
+        database that is down raises here rather than in the middle of a response."""
+        self._ensure_schema()
+        with self._unavailable_as_503():
+            conn = self._engine.connect()
+            try:
+                result = conn.execution_options(stream_results=True, yield_per=batch).execute(statement)
+            except BaseException:
+                conn.close()
+                raise
+
+        def rows() -> Iterator[Any]:
+            try:
+                yield from result
+            finally:
+                result.close()
+                conn.close()
+
+        return rows()
 
     def ping(self) -> bool:
         try:
@@ -123,7 +115,7 @@ class SqlEventStore:
         self._engine.dispose()
 
     def _ensure_schema(self) -> None:
-        # The database may have been down at start-up; create the tables on first use instead.
+        # The database may have been down at start-up; migrate on first use instead.
         if not self._schema_ready:
             self.create_schema()
 

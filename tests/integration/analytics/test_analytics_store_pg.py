@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from services.analytics.adapters.schema import events
+from services.analytics.adapters.schema import cited_documents, events
 from services.analytics.adapters.sql_store import SqlEventStore
 from tests.unit.analytics.analytics_store_contract import StoreContract
 
@@ -17,8 +17,9 @@ class TestPostgresStore(StoreContract):
         assert store.dialect == "postgresql"
         store.create_schema()
         yield store
-        # One database per session: empty the table so each contract test starts from nothing.
-        with store._engine.begin() as conn:
+        # One database per session: empty the tables so each contract test starts from nothing.
+        with store.engine.begin() as conn:
+            conn.execute(cited_documents.delete())
             conn.execute(events.delete())
         store.close()
 
@@ -26,6 +27,6 @@ class TestPostgresStore(StoreContract):
 def test_a_bare_postgresql_url_uses_psycopg_3(postgres_url: str) -> None:
     store = SqlEventStore.from_url(postgres_url.replace("postgresql+psycopg://", "postgresql://"))
     assert store.ping() is True
-    with store._engine.connect() as conn:
+    with store.engine.connect() as conn:
         assert conn.execute(text("SELECT 1")).scalar() == 1
     store.close()

@@ -1,9 +1,7 @@
 """Hand-written doubles for the analytics unit tests."""
 from __future__ import annotations
 
-from datetime import datetime
-
-from services.analytics.domain import EventRecord, Summary
+from services.analytics.domain import EventRecord
 from shared.errors import DependencyUnavailable
 
 
@@ -24,24 +22,6 @@ class FakeEventStore:
         self.rows[str(record.event_id)] = record
         return True
 
-    def summary(self, *, start: datetime | None = None, end: datetime | None = None) -> Summary:
-        self._check()
-        rows = [
-            r for r in self.rows.values()
-            if (start is None or r.occurred_at >= start) and (end is None or r.occurred_at < end)
-        ]
-        responses = [r for r in rows if r.event_type == "ResponseGenerated"]
-        latencies = [r.latency_ms for r in responses if r.latency_ms is not None]
-        citations = [r.citation_count for r in responses if r.citation_count is not None]
-        return Summary(
-            queries=sum(r.event_type == "QuerySubmitted" for r in rows),
-            answered=sum(r.answered is True for r in responses),
-            unanswered=sum(r.answered is False for r in responses),
-            failed=sum(r.event_type == "QueryFailed" for r in rows),
-            mean_latency_ms=sum(latencies) / len(latencies) if latencies else None,
-            mean_citations=sum(citations) / len(citations) if citations else None,
-        )
-
     def ping(self) -> bool:
         return not self.down
 
@@ -53,6 +33,16 @@ class FakeEventStore:
             raise DependencyUnavailable("database")
         if self.broken is not None:
             raise self.broken
+
+
+class FakeLibrary:
+    """DocumentLibrary with a fixed list of documents."""
+
+    def __init__(self, doc_ids: list[str]) -> None:
+        self.doc_ids = doc_ids
+
+    async def document_ids(self) -> list[str]:
+        return list(self.doc_ids)
 
 
 class FakeMessage:

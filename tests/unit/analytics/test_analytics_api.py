@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -11,13 +13,17 @@ from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import to_record
 from services.analytics.main import create_app
 from services.analytics.settings import Settings
-from tests.unit.analytics.analytics_events import T0, failed, responded, submitted
-from tests.unit.analytics.analytics_fakes import FakeEventStore
+from tests.unit.analytics.analytics_events import T0, submitted
+from tests.unit.analytics.analytics_fakes import FakeLibrary
+from tests.unit.analytics.analytics_fixture import LIBRARY, load
 
 pytestmark = pytest.mark.unit
 
 TOKEN = "unit-test-service-token"
 AUTH = {"X-Service-Token": TOKEN}
+RANGE = {"from": "2025-03-01T12:00:00Z", "to": "2025-03-01T12:10:00Z"}
+REPORTS = ["summary", "timeseries", "top-queries", "gaps", "documents", "models", "feedback", "export.csv"]
+LISTS = ["top-queries", "gaps", "documents", "models", "feedback"]
 
 
 @dataclass
@@ -26,34 +32,101 @@ class FakeConsumer:
 
 
 @pytest.fixture
-def store() -> FakeEventStore:
-    return FakeEventStore()
+def store(tmp_path) -> SqlEventStore:
+    store = SqlEventStore.from_url(f"sqlite:///{tmp_path}/analytics.db")
+    store.create_schema()
+    yield store
+    store.close()
+
+
+def app_with(store: SqlEventStore, tmp_path, *, consumer_connected: bool = True):
+    # No lifespan here: the test puts the store and doubles where the lifespan would put the real ones.
+    app = create_app(Settings(service_token=TOKEN, data_dir=tmp_path))
+    app.state.store, app.state.consumer = store, FakeConsumer(consumer_connected)
+    app.state.library = FakeLibrary(LIBRARY)
+    return app
 
 
 @pytest.fixture
-async def client(store: FakeEventStore, tmp_path) -> AsyncIterator[httpx.AsyncClient]:
-    # No lifespan here: the doubles stand where the lifespan would put the real store and consumer.
-    app = create_app(Settings(service_token=TOKEN, data_dir=tmp_path))
-    app.state.store, app.state.consumer = store, FakeConsumer()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
+async def client(store: SqlEventStore, tmp_path) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app_with(store, tmp_path))
+    async with httpx.AsyncClient(transport=transport, base_url="http://analytics") as client:
         yield client
 
 
-async def test_summary_counts_the_stored_events(client: httpx.AsyncClient, store: FakeEventStore) -> None:
-    for event in (submitted(request_id="a"), submitted(request_id="b"), responded(request_id="a", total_ms=90.0,
-                  citations=3), responded(request_id="b", answered=False, total_ms=30.0, citations=1), failed()):
-        store.add(to_record(event))
-    response = await client.get("/analytics/summary", headers=AUTH)
+async def test_summary_of_the_fixture_range(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    load(store)
+    response = await client.get("/analytics/summary", params=RANGE, headers=AUTH)
     assert response.status_code == 200
-    assert response.json() == {
-        "from": None, "to": None, "queries": 2, "answered": 1, "unanswered": 1, "failed": 1,
-        "mean_latency_ms": 60.0, "mean_citations": 2.0,
-    }
+    body = response.json()
+    assert (body["from"], body["to"], body["model"]) == ("2025-03-01T12:00:00Z", "2025-03-01T12:10:00Z", None)
+    assert (body["queries"], body["completed"], body["answered"], body["failed"]) == (8, 7, 3, 2)
+    assert body["latency_ms"] == {"p50": 100.0, "p95": pytest.approx(790.0), "p99": pytest.approx(958.0)}
+    assert body["failures_by_stage"] == {"generation": 1, "retrieval": 1}
 
 
-async def test_summary_honours_the_time_range(client: httpx.AsyncClient, store: FakeEventStore) -> None:
-    store.add(to_record(submitted(at=T0)))
-    store.add(to_record(submitted(at=T0 + timedelta(hours=1))))
+async def test_model_filters_every_report(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    load(store)
+    params = RANGE | {"model": "gpt-x"}
+    summary = (await client.get("/analytics/summary", params=params, headers=AUTH)).json()
+    assert (summary["model"], summary["queries"], summary["answered"], summary["failed"]) == ("gpt-x", 3, 1, 1)
+    models = (await client.get("/analytics/models", params=params, headers=AUTH)).json()
+    assert [(m["model"], m["requests"], m["share"]) for m in models["items"]] == [("gpt-x", 2, 1.0)]
+    top = (await client.get("/analytics/top-queries", params=params, headers=AUTH)).json()
+    assert sorted(item["query"] for item in top["items"]) == ["Export data", "Pending question",
+                                                              "what is the REFUND policy?"]
+
+
+async def test_minute_series_through_the_api(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    load(store)
+    response = await client.get("/analytics/timeseries", params=RANGE | {"bucket": "minute"}, headers=AUTH)
+    body = response.json()
+    assert (response.status_code, body["bucket"], len(body["points"])) == (200, "minute", 10)
+    assert [p["queries"] for p in body["points"]] == [2, 1, 0, 3, 1, 0, 1, 0, 0, 0]
+    assert body["points"][2] == {"start": "2025-03-01T12:02:00Z", "queries": 0, "answered": 0, "no_answer": 0,
+                                 "failed": 0, "answered_rate": None,
+                                 "latency_ms": {"p50": None, "p95": None, "p99": None}}
+
+
+async def test_the_list_reports_answer_and_honour_limit(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    load(store)
+    for report in LISTS:
+        response = await client.get(f"/analytics/{report}", params=RANGE | {"limit": 1}, headers=AUTH)
+        assert response.status_code == 200, (report, response.text)
+        body = response.json()
+        lists = [value for value in body.values() if isinstance(value, list)]
+        assert lists and all(len(items) == 1 for items in lists), (report, body)
+
+
+async def test_documents_name_the_never_cited_ones(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    load(store)
+    body = (await client.get("/analytics/documents", params=RANGE, headers=AUTH)).json()
+    assert [d["doc_id"] for d in body["most_cited"]] == ["guide", "admin", "faq", "policy"]
+    assert body["never_cited"] == ["handbook", "zeta"]
+
+
+async def test_export_is_csv_with_one_row_per_request(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    load(store)
+    response = await client.get("/analytics/export.csv", params=RANGE, headers=AUTH)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    assert "attachment" in response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert [(r["request_id"], r["outcome"]) for r in rows] == [
+        ("a", "answered"), ("b", "answered"), ("c", "no_answer"), ("d", "small_talk"), ("e", "failed"),
+        ("f", "failed"), ("g", "pending"), ("h", "answered"),
+    ]
+
+
+async def test_an_empty_store_answers_every_report(client: httpx.AsyncClient) -> None:
+    for report in REPORTS:
+        response = await client.get(f"/analytics/{report}", headers=AUTH)
+        assert response.status_code == 200, (report, response.text)
+
+
+async def test_summary_honours_the_time_range(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    store.add(to_record(submitted(at=T0, request_id="a")))
+    store.add(to_record(submitted(at=T0 + timedelta(hours=1), request_id="b")))
     response = await client.get(
         "/analytics/summary", params={"from": "2025-03-01T12:30:00Z", "to": "2025-03-01T15:30:00+02:00"}, headers=AUTH
     )
@@ -61,19 +134,28 @@ async def test_summary_honours_the_time_range(client: httpx.AsyncClient, store: 
     assert (body["queries"], body["from"], body["to"]) == (1, "2025-03-01T12:30:00Z", "2025-03-01T13:30:00Z")
 
 
-async def test_a_time_without_offset_is_taken_as_utc(client: httpx.AsyncClient, store: FakeEventStore) -> None:
+async def test_a_time_without_offset_is_taken_as_utc(client: httpx.AsyncClient, store: SqlEventStore) -> None:
     store.add(to_record(submitted(at=T0)))
     response = await client.get("/analytics/summary", params={"from": "2025-03-01T12:00:00"}, headers=AUTH)
     assert (response.json()["queries"], response.json()["from"]) == (1, "2025-03-01T12:00:00Z")
 
 
-async def test_no_service_token_is_401(client: httpx.AsyncClient) -> None:
+async def test_a_bound_beyond_what_utc_can_hold_is_clamped(client: httpx.AsyncClient, store: SqlEventStore) -> None:
+    store.add(to_record(submitted(at=T0)))
+    params = {"from": "0001-01-01T00:00:00+05:00", "to": "9999-12-31T23:00:00-05:00"}
+    body = (await client.get("/analytics/summary", params=params, headers=AUTH)).json()
+    assert (body["queries"], body["from"], body["to"]) == (1, "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z")
+
+
+@pytest.mark.parametrize("report", REPORTS)
+async def test_no_service_token_is_401(client: httpx.AsyncClient, report: str) -> None:
     for headers in ({}, {"X-Service-Token": "wrong"}):
-        response = await client.get("/analytics/summary", headers=headers)
+        response = await client.get(f"/analytics/{report}", headers=headers)
         assert response.status_code == 401
         assert response.json()["error"] == "unauthorized"
 
 
+@pytest.mark.parametrize("report", REPORTS)
 @pytest.mark.parametrize(
     "params",
     [
@@ -82,43 +164,51 @@ async def test_no_service_token_is_401(client: httpx.AsyncClient) -> None:
         {"from": "2025-03-02T00:00:00Z", "to": "2025-03-01T00:00:00Z"},
         {"to": "1700000000"},  # a Unix timestamp is not ISO 8601, though pydantic would read it
         {"from": "0.5"},
+        {"model": ""},
+        {"model": "m" * 129},
     ],
 )
-async def test_a_bad_range_is_422(client: httpx.AsyncClient, params: dict) -> None:
-    response = await client.get("/analytics/summary", params=params, headers=AUTH)
+async def test_a_bad_range_or_model_is_422(client: httpx.AsyncClient, report: str, params: dict) -> None:
+    response = await client.get(f"/analytics/{report}", params=params, headers=AUTH)
     assert response.status_code == 422
     assert response.json()["error"] == "invalid_request"
     assert next(iter(params)) in response.json()["message"]
 
 
-async def test_a_bound_beyond_what_utc_can_hold_is_clamped(client: httpx.AsyncClient, store: FakeEventStore) -> None:
-    store.add(to_record(submitted(at=T0)))
-    params = {"from": "0001-01-01T00:00:00+05:00", "to": "9999-12-31T23:00:00-05:00"}
-    body = (await client.get("/analytics/summary", params=params, headers=AUTH)).json()
-    assert (body["queries"], body["from"], body["to"]) == (1, "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z")
+@pytest.mark.parametrize("report", LISTS)
+@pytest.mark.parametrize("limit", ["0", "1001", "-1", "ten"])
+async def test_a_limit_outside_1_to_1000_is_422(client: httpx.AsyncClient, report: str, limit: str) -> None:
+    response = await client.get(f"/analytics/{report}", params={"limit": limit}, headers=AUTH)
+    assert (response.status_code, response.json()["error"]) == (422, "invalid_request")
+    assert "limit" in response.json()["message"]
 
 
-async def test_database_down_is_503_naming_it(client: httpx.AsyncClient, store: FakeEventStore) -> None:
-    store.down = True
-    response = await client.get("/analytics/summary", headers=AUTH)
-    assert response.status_code == 503
-    assert response.json()["error"] == "database_unavailable"
+@pytest.mark.parametrize("bucket", ["week", "", "HOUR"])
+async def test_an_unknown_bucket_is_422(client: httpx.AsyncClient, bucket: str) -> None:
+    response = await client.get("/analytics/timeseries", params={"bucket": bucket}, headers=AUTH)
+    assert (response.status_code, response.json()["error"]) == (422, "invalid_request")
+    assert "bucket" in response.json()["message"]
 
 
-async def test_readiness_reports_database_and_broker(client: httpx.AsyncClient, store: FakeEventStore) -> None:
+async def test_more_than_ten_thousand_buckets_is_422(client: httpx.AsyncClient) -> None:
+    params = {"bucket": "minute", "from": "2025-01-01T00:00:00Z", "to": "2025-02-01T00:00:00Z"}
+    response = await client.get("/analytics/timeseries", params=params, headers=AUTH)
+    assert (response.status_code, response.json()["error"]) == (422, "invalid_request")
+    assert response.json()["message"].startswith("bucket: the range holds 44,640 minute buckets")
+    assert (await client.get("/analytics/timeseries", params=params | {"bucket": "hour"}, headers=AUTH)).status_code == 200
+
+
+async def test_database_down_is_503_naming_it_on_every_report(tmp_path) -> None:
+    unreachable = SqlEventStore.from_url("postgresql+psycopg://postgres@127.0.0.1:1/none", timeout_s=1)
+    app = app_with(unreachable, tmp_path, consumer_connected=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
+        for report in REPORTS:
+            response = await client.get(f"/analytics/{report}", headers=AUTH)
+            assert (response.status_code, response.json()["error"]) == (503, "database_unavailable"), report
+        ready = await client.get("/readyz")
+        assert (ready.status_code, ready.json()["checks"]) == (503, {"database": False, "broker": False})
+
+
+async def test_readiness_reports_database_and_broker(client: httpx.AsyncClient) -> None:
     response = await client.get("/readyz")
     assert (response.status_code, response.json()["checks"]) == (200, {"database": True, "broker": True})
-    store.down = True
-    response = await client.get("/readyz")
-    assert (response.status_code, response.json()["checks"]) == (503, {"database": False, "broker": True})
-
-
-async def test_real_store_on_an_unreachable_database_gives_503(tmp_path) -> None:
-    app = create_app(Settings(service_token=TOKEN, data_dir=tmp_path))
-    app.state.store = SqlEventStore.from_url("postgresql+psycopg://postgres@127.0.0.1:1/none", timeout_s=1)
-    app.state.consumer = FakeConsumer(connected=False)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
-        response = await client.get("/analytics/summary", headers=AUTH)
-        assert (response.status_code, response.json()["error"]) == (503, "database_unavailable")
-        ready = await client.get("/readyz")
-        assert ready.json()["checks"] == {"database": False, "broker": False}

@@ -7,6 +7,8 @@ import pytest
 
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import to_record
+from services.analytics.reports.scope import Scope
+from services.analytics.reports.summary import summary
 from shared.errors import DependencyUnavailable
 from tests.unit.analytics.analytics_events import responded, submitted
 from tests.unit.analytics.analytics_fakes import FakeEventStore
@@ -38,25 +40,31 @@ def test_sqlite_file_and_its_folder_are_created(tmp_path: Path) -> None:
     store.close()
 
 
-def test_tables_are_created_on_first_use_when_start_up_skipped_it(tmp_path: Path) -> None:
+def test_the_schema_is_migrated_on_first_use_when_start_up_skipped_it(tmp_path: Path) -> None:
     store = SqlEventStore.from_url(f"sqlite:///{tmp_path}/a.db")
     assert store.add(to_record(submitted())) is True
-    assert store.summary().queries == 1
+    assert store.read(summary, scope=Scope()).queries == 1
     store.close()
 
 
-def test_extracted_columns_and_full_payload_are_stored(tmp_path: Path) -> None:
+def test_extracted_columns_full_payload_and_cited_documents_are_stored(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     store = SqlEventStore.from_url(f"sqlite:///{path}")
-    event = responded(request_id="req-7", total_ms=123.0, citations=2)
+    event = responded(request_id="req-7", total_ms=123.0, citations=3, kind="answer", confidence="High",
+                      docs=["guide", "faq", "guide"], tokens=(10, 5, 15))
+    store.add(to_record(event))
     store.add(to_record(event))
     store.close()
     with sqlite3.connect(path) as conn:
         row = conn.execute(
-            "SELECT event_type, request_id, answered, latency_ms, citation_count, model, payload FROM events"
+            "SELECT event_type, request_id, outcome, latency_ms, citation_count, model, confidence_level, "
+            "total_tokens, query_key, payload FROM events"
         ).fetchone()
-    assert row[:6] == ("ResponseGenerated", "req-7", 1, 123.0, 2, "offline")
-    assert str(event.event_id) in row[6] and "How do I add a user?" in row[6]
+        cited = conn.execute("SELECT doc_id, request_id, count FROM cited_documents ORDER BY doc_id").fetchall()
+    assert row[:9] == ("ResponseGenerated", "req-7", "answered", 123.0, 3, "offline", "high", 15,
+                       "how do i add a user?")
+    assert str(event.event_id) in row[9] and "How do I add a user?" in row[9]
+    assert cited == [("faq", "req-7", 1), ("guide", "req-7", 2)]
 
 
 def test_unreachable_database_raises_dependency_unavailable() -> None:
@@ -66,4 +74,4 @@ def test_unreachable_database_raises_dependency_unavailable() -> None:
         store.add(to_record(submitted()))
     assert info.value.code == "database_unavailable"
     with pytest.raises(DependencyUnavailable):
-        store.summary()
+        store.read(summary, scope=Scope())

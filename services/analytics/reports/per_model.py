@@ -1,0 +1,52 @@
+"""Figures per model: requests, share, latency percentiles and tokens."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import Connection, case, desc, func, select
+
+from services.analytics.adapters.schema import request_outcomes as requests
+from services.analytics.domain import PENDING, RESPONSE_OUTCOMES
+from services.analytics.models import ModelFigures, ModelsResponse, Tokens
+from services.analytics.reports.percentiles import percentiles, ratio
+from services.analytics.reports.scope import Scope
+
+UNKNOWN_MODEL = "unknown"
+
+
+def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
+    """Requests with an outcome, by the model that answered them (else the one they asked for)."""
+    model = func.coalesce(requests.c.model, UNKNOWN_MODEL)
+    done = [*scope.conditions(), requests.c.outcome != PENDING]
+    count = func.count()
+    responses = func.count(case((requests.c.outcome.in_(RESPONSE_OUTCOMES), 1)))
+    totals = conn.execute(
+        select(
+            model.label("model"),
+            count.label("requests"),
+            responses.label("responses"),
+            *(func.coalesce(func.sum(getattr(requests.c, f"{part}_tokens")), 0).label(part)
+              for part in ("prompt", "completion", "total")),
+        )
+        .where(*done)
+        .group_by(model)
+        .order_by(desc(count), model)
+        .limit(limit)
+    ).all()
+    all_requests = conn.execute(select(func.count()).where(*done)).scalar_one()
+    latencies: dict[str, list[float]] = defaultdict(list)
+    stmt = select(model, requests.c.latency_ms).where(*done, requests.c.latency_ms.is_not(None))
+    for name, latency in conn.execute(stmt.order_by(model, requests.c.latency_ms)):
+        latencies[name].append(latency)
+    items = [
+        ModelFigures(
+            model=row.model,
+            requests=row.requests,
+            share=row.requests / all_requests,
+            latency_ms=percentiles(latencies[row.model]),
+            tokens=Tokens(prompt=row.prompt, completion=row.completion, total=row.total),
+            mean_total_tokens=ratio(row.total, row.responses),
+        )
+        for row in totals
+    ]
+    return ModelsResponse(**scope.echo(), items=items)

@@ -1,0 +1,24 @@
+"""Fresh PostgreSQL databases for the analytics store tests, created and dropped around each use."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """The URL of a new, empty database on the server at `server_url`, dropped afterwards."""
+    server = make_url(server_url)
+    name = f"cairn_test_{uuid.uuid4().hex[:10]}"
+    admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
