@@ -1,24 +1,70 @@
-"""Consumes the analytics queue with aio-pika: connects in the background, reconnects by itself."""
+"""Consumes the analytics queue with aio-pika: connects in the background, reconnects by itself, and
+dead-letters what it cannot store with the reason."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+from collections import Counter
+from datetime import UTC, datetime
 
 import aio_pika
-from aio_pika.abc import AbstractQueueIterator, AbstractRobustConnection
+from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueueIterator, AbstractRobustConnection
 
 from services.analytics.domain import EventStore
-from services.analytics.handler import settle
-from shared.topology import declare_topology
+from services.analytics.handler import Outcome, settle
+from shared.topology import DELIVERY_LIMIT, dead_letter_names, declare_topology
 
 log = logging.getLogger(__name__)
 
+# Headers the broker sets on each delivery; the dead-letter queue sets its own.
+_BROKER_HEADERS = {"x-delivery-count"}
+
+
+class DeadLetterPublisher:
+    """Publishes a copy of a message to the dead-letter exchange with headers saying why, where it came
+    from and who rejected it: `x-cairn-dead-reason`, `x-cairn-dead-routing-key`, `x-cairn-dead-queue`,
+    `x-cairn-dead-consumer`, `x-cairn-dead-at`. Needs a channel with publisher confirms that raises on
+    returns, so `send` returns only once the copy is in the dead-letter queue."""
+
+    def __init__(self, exchange: AbstractExchange, *, queue: str, consumer: str, timeout_s: float = 5.0) -> None:
+        self._exchange = exchange
+        self._queue = queue
+        self._consumer = consumer
+        self._timeout_s = timeout_s
+
+    async def send(self, message: AbstractIncomingMessage, *, reason: str) -> None:
+        headers = {k: v for k, v in (message.headers or {}).items() if k not in _BROKER_HEADERS}
+        headers |= {
+            "x-cairn-dead-reason": reason,
+            "x-cairn-dead-routing-key": message.routing_key or "",
+            "x-cairn-dead-queue": self._queue,
+            "x-cairn-dead-consumer": self._consumer,
+            "x-cairn-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        }
+        copy = aio_pika.Message(
+            body=message.body,
+            headers=headers,
+            content_type=message.content_type,
+            content_encoding=message.content_encoding,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=message.message_id,
+            correlation_id=message.correlation_id,
+            timestamp=message.timestamp,
+            type=message.type,
+            app_id=message.app_id,
+        )
+        await self._exchange.publish(copy, routing_key=message.routing_key or "", timeout=self._timeout_s)
+
 
 class EventConsumer:
-    """Runs `settle` on each message of `queue`, one at a time, with `prefetch` messages in flight.
+    """Runs `settle` on each message of `queue`, one at a time, with `prefetch` messages in flight; what
+    cannot be stored goes to the dead-letter queue through a `DeadLetterPublisher` signed with `name`.
 
     `start` returns at once: the first connection is retried with backoff until the broker
-    answers, and later drops are healed by aio-pika's robust connection.
+    answers, and later drops are healed by aio-pika's robust connection. Several replicas may consume
+    the same queue: each message goes to one of them, and a redelivered event is stored only once.
     """
 
     def __init__(
@@ -31,9 +77,12 @@ class EventConsumer:
         prefetch: int = 50,
         connect_timeout_s: float = 5.0,
         max_backoff_s: float = 30.0,
+        name: str | None = None,
     ) -> None:
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
+        self.name = name or f"analytics@{socket.gethostname()}:{os.getpid()}"
+        self.outcomes: Counter[Outcome] = Counter()  # what was done with each message settled
         self._amqp_url = amqp_url
         self._exchange = exchange
         self._queue = queue
@@ -61,7 +110,11 @@ class EventConsumer:
         self._task = asyncio.create_task(self._run(), name="analytics-consumer")
 
     async def close(self, timeout_s: float = 10.0) -> None:
-        """Stop consuming, let the message in hand finish (up to `timeout_s`), then disconnect."""
+        """Stop consuming, let the message in hand finish (up to `timeout_s`), then disconnect.
+
+        Prefetched messages not yet started go back to the queue at once. The message in hand is committed
+        and acked; if `timeout_s` passes first it stays unacked and the broker redelivers it when the
+        connection closes, where the idempotent insert makes the second delivery change nothing."""
         self._stop.set()
         if self._messages is not None:
             try:
@@ -83,7 +136,7 @@ class EventConsumer:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                queue = await self._subscribe()
+                queue, dead_letters = await self._subscribe()
                 break
             except asyncio.CancelledError:
                 raise
@@ -97,23 +150,34 @@ class EventConsumer:
                 delay = min(delay * 2, self._max_backoff_s)
         else:
             return
-        log.info("consuming", extra={"queue": self._queue, "exchange": self._exchange})
+        log.info("consuming", extra={"queue": self._queue, "exchange": self._exchange, "consumer": self.name})
         async with queue.iterator() as messages:
             self._messages = messages
             if self._stop.is_set():  # close() came while we were subscribing
                 return
             async for message in messages:
                 try:
-                    await settle(message, store=self._store, stop=self._stop)
+                    if self._stop.is_set():  # taken from the prefetch buffer while closing: leave it to others
+                        await message.nack(requeue=True)
+                        continue
+                    outcome = await settle(
+                        message, store=self._store, dead_letters=dead_letters, stop=self._stop,
+                        delivery_limit=DELIVERY_LIMIT,
+                    )
+                    self.outcomes[outcome] += 1
                 except Exception as exc:  # channel lost mid-message: the broker redelivers it, keep consuming
                     log.warning("settling a message failed", extra={"error": repr(exc)})
 
-    async def _subscribe(self) -> aio_pika.abc.AbstractQueue:
+    async def _subscribe(self) -> tuple[aio_pika.abc.AbstractQueue, DeadLetterPublisher]:
         self._connection = await aio_pika.connect_robust(self._amqp_url, timeout=self._connect_timeout_s)
         channel = await self._connection.channel()
         await channel.set_qos(prefetch_count=self._prefetch)
         await declare_topology(channel, exchange=self._exchange, queue=self._queue)
-        return await channel.get_queue(self._queue, ensure=True)
+        # A channel of its own, so a failed dead-letter publish cannot close the one we consume on.
+        dead_channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+        dlx = await dead_channel.get_exchange(dead_letter_names(self._queue)[0], ensure=True)
+        dead_letters = DeadLetterPublisher(dlx, queue=self._queue, consumer=self.name)
+        return await channel.get_queue(self._queue, ensure=True), dead_letters
 
     async def _disconnect(self) -> None:
         connection, self._connection = self._connection, None

@@ -1,21 +1,40 @@
-"""The analytics service on the real RabbitMQ: events published by the shared publisher end up counted."""
+"""The analytics consumer on the real RabbitMQ: events end up as rows once each, whatever is redelivered,
+however many replicas consume, and however the consumer is stopped; what cannot be stored is dead-lettered
+with the reason."""
 from __future__ import annotations
 
 import asyncio
+import inspect
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
 import aio_pika
 import httpx
+import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
+from services.analytics.adapters.consumer import DeadLetterPublisher, EventConsumer
+from services.analytics.handler import Outcome
 from services.analytics.main import create_app
 from services.analytics.settings import Settings
-from shared.broker import RabbitEventPublisher, dead_letter_names
+from shared.broker import RabbitEventPublisher
+from shared.topology import DELIVERY_LIMIT, dead_letter_names, declare_topology
+from tests.integration.analytics.event_stream import (
+    as_message,
+    dead_lettered,
+    delete_topology,
+    publish_raw,
+    queue_depth,
+    stored_events,
+)
 from tests.integration.analytics.tcp_proxy import TcpProxy
 from tests.unit.analytics.analytics_events import responded, submitted
+from tests.unit.analytics.analytics_fakes import FakeEventStore
 
 pytestmark = pytest.mark.integration
 
@@ -27,38 +46,38 @@ AUTH = {"X-Service-Token": TOKEN}
 async def names(amqp_url: str, unique: str) -> AsyncIterator[dict[str, str]]:
     names = {"exchange": f"{unique}.events", "queue": f"{unique}.analytics"}
     yield names
-    # Unique names keep tests apart; deleting them keeps quorum queues from piling up on the broker.
-    connection = await aio_pika.connect(amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        for queue in (names["queue"], dead_letter_names(names["queue"])[1]):
-            await channel.queue_delete(queue)
-        for exchange in (names["exchange"], dead_letter_names(names["queue"])[0]):
-            await channel.exchange_delete(exchange)
+    await delete_topology(amqp_url, **names)
 
 
-def settings_for(tmp_path: Path, amqp_url: str, names: dict[str, str]) -> Settings:
+def settings_for(tmp_path: Path, amqp_url: str, names: dict[str, str], **more) -> Settings:
     return Settings(
-        service_token=TOKEN,
-        data_dir=tmp_path,
-        amqp_url=amqp_url,
-        events_exchange=names["exchange"],
-        analytics_queue=names["queue"],
+        service_token=TOKEN, data_dir=tmp_path, amqp_url=amqp_url,
+        events_exchange=names["exchange"], analytics_queue=names["queue"], **more,
     )
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, what: str) -> None:
+async def eventually(check: Callable[[], bool | Awaitable[bool]], *, timeout: float = 10.0, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if await check():
+        result = check()
+        if await result if inspect.isawaitable(result) else result:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def rows_are(database_url: str, count: int) -> Callable[[], bool]:
+    return lambda: len(stored_events(database_url)) == count
+
+
 @pytest.fixture
-async def client(tmp_path: Path, amqp_url: str, names: dict[str, str]) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings_for(tmp_path, amqp_url, names))
+async def settings(tmp_path: Path, amqp_url: str, names: dict[str, str]) -> Settings:
+    return settings_for(tmp_path, amqp_url, names)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
 
@@ -70,6 +89,7 @@ async def client(tmp_path: Path, amqp_url: str, names: dict[str, str]) -> AsyncI
 
 
 async def publish(amqp_url: str, names: dict[str, str], *events) -> None:
+    """Through the services' publisher (its outbox in memory here)."""
     publisher = RabbitEventPublisher(amqp_url=amqp_url, exchange=names["exchange"], queue=names["queue"])
     await publisher.start()
     for event in events:
@@ -78,64 +98,157 @@ async def publish(amqp_url: str, names: dict[str, str], *events) -> None:
     assert publisher.published == len(events)
 
 
-async def summary(client: httpx.AsyncClient) -> dict:
-    response = await client.get("/analytics/summary", headers=AUTH)
-    assert response.status_code == 200, response.text
-    return response.json()
+async def test_published_events_are_stored(client, settings: Settings, amqp_url: str, names: dict) -> None:
+    first, second = submitted(request_id="x1"), responded(request_id="x1", total_ms=250.0, citations=3)
+    await publish(amqp_url, names, first, second)
+    await eventually(rows_are(settings.database_url, 2), what="both events stored")
+    assert sorted(stored_events(settings.database_url)) == sorted(
+        [(str(first.event_id), "QuerySubmitted"), (str(second.event_id), "ResponseGenerated")]
+    )
 
 
-async def test_published_events_are_counted(client: httpx.AsyncClient, amqp_url: str, names: dict) -> None:
-    await publish(amqp_url, names, submitted(request_id="x1"), responded(request_id="x1", total_ms=250.0, citations=3))
-
-    async def counted() -> bool:
-        body = await summary(client)
-        return body["queries"] == 1 and body["answered"] == 1
-
-    await eventually(counted, what="both events in the summary")
-    body = await summary(client)
-    assert (body["mean_latency_ms"], body["mean_citations"], body["unanswered"]) == (250.0, 3.0, 0)
-
-
-async def test_the_same_event_twice_is_counted_once(client: httpx.AsyncClient, amqp_url: str, names: dict) -> None:
-    twice = submitted(request_id="dup")
-    # One consumer takes the queue in order, so once the marker is counted the duplicate has been handled.
-    await publish(amqp_url, names, twice, twice, submitted(request_id="marker"))
-
-    async def marker_counted() -> bool:
-        return (await summary(client))["queries"] >= 2
-
-    await eventually(marker_counted, what="the marker event")
+async def test_the_same_event_twice_is_stored_once(client, settings: Settings, amqp_url: str, names: dict) -> None:
+    twice, marker = submitted(request_id="dup"), submitted(request_id="marker")
+    await publish_raw(amqp_url, **names, messages=[as_message(twice), as_message(twice), as_message(marker)])
+    # One consumer takes the queue in order, so once the marker is stored the duplicate has been handled.
+    await eventually(rows_are(settings.database_url, 2), what="the marker event")
     await asyncio.sleep(0.2)
-    assert (await summary(client))["queries"] == 2
+    stored = sorted(event_id for event_id, _ in stored_events(settings.database_url))
+    assert stored == sorted([str(twice.event_id), str(marker.event_id)])
 
 
-async def test_a_garbage_body_goes_to_the_dead_letter_queue(
-    client: httpx.AsyncClient, amqp_url: str, names: dict
+async def test_a_store_error_on_every_delivery_is_dead_lettered_by_the_consumer_with_the_error(
+    amqp_url: str, names: dict
 ) -> None:
-    garbage = b"{this is not an event"
-    connection = await aio_pika.connect(amqp_url)
-    async with connection:
+    store = FakeEventStore()
+    store.broken = RuntimeError("disk full")
+    event = submitted(request_id="unstorable")
+    consumer = EventConsumer(amqp_url=amqp_url, store=store, **names)
+    await consumer.start()
+    try:
+        await publish_raw(amqp_url, **names, messages=[as_message(event)])
+        [dead] = await dead_lettered(amqp_url, names["queue"], 1)
+    finally:
+        await consumer.close()
+    assert store.add_calls == DELIVERY_LIMIT + 1  # the broker's redeliveries, then our dead letter
+    assert dead.headers["x-cairn-dead-reason"] == (
+        f"store error: RuntimeError('disk full') (last of {DELIVERY_LIMIT + 1} deliveries)"
+    )
+    assert "x-death" not in dead.headers  # the consumer got there before the broker's delivery limit
+    assert (dead.message_id, dead.body) == (str(event.event_id), event.model_dump_json().encode())
+    assert consumer.outcomes == {Outcome.REQUEUE: DELIVERY_LIMIT, Outcome.DEAD_LETTER: 1}
+
+
+async def test_a_dead_letter_with_nowhere_to_go_raises_instead_of_vanishing(amqp_url: str, names: dict) -> None:
+    async with await aio_pika.connect(amqp_url) as connection:
         channel = await connection.channel()
-        exchange = await channel.get_exchange(names["exchange"])
-        await exchange.publish(aio_pika.Message(body=garbage), routing_key="analytics.query.submitted")
-        await publish(amqp_url, names, submitted(request_id="after-garbage"))
+        await declare_topology(channel, **names)
+        await channel.queue_delete(dead_letter_names(names["queue"])[1])
+        confirming = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        dlx = await confirming.get_exchange(dead_letter_names(names["queue"])[0])
+        await channel.default_exchange.publish(aio_pika.Message(b"{not json"), routing_key=names["queue"])
+        message = await (await channel.get_queue(names["queue"])).get(timeout=5)
+        with pytest.raises(aio_pika.exceptions.PublishError):
+            await DeadLetterPublisher(dlx, queue=names["queue"], consumer="test").send(message, reason="test")
+        await message.nack(requeue=True)
 
-        async def valid_counted() -> bool:
-            return (await summary(client))["queries"] == 1
 
-        await eventually(valid_counted, what="the valid event after the garbage")
-        dead = await channel.get_queue(dead_letter_names(names["queue"])[1])
-        message = None
+@pytest.fixture
+def fresh_postgres(postgres_server_url: str) -> Iterator[str]:
+    """An empty PostgreSQL database for this test, dropped afterwards."""
+    server = make_url(postgres_server_url)
+    name = f"cairn_replicas_{uuid.uuid4().hex[:10]}"
+    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield server.set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
-        async def dead_lettered() -> bool:
-            nonlocal message
-            message = await dead.get(no_ack=True, fail=False)
-            return message is not None
 
-        await eventually(dead_lettered, what="the garbage in the dead-letter queue")
-        assert message.body == garbage
-    body = await summary(client)
-    assert (body["queries"], body["answered"], body["failed"]) == (1, 0, 0)
+async def test_two_replicas_store_each_event_once(
+    tmp_path: Path, amqp_url: str, names: dict, fresh_postgres: str
+) -> None:
+    events = [submitted(request_id=f"replica-{i}") for i in range(500)]
+    # Each event twice, side by side, so the two copies usually reach different replicas at the same time.
+    messages = [as_message(e) for e in events for _ in range(2)]
+    apps = [
+        create_app(settings_for(tmp_path / f"replica-{i}", amqp_url, names, db_url=fresh_postgres)) for i in range(2)
+    ]
+    async with apps[0].router.lifespan_context(apps[0]), apps[1].router.lifespan_context(apps[1]):
+        consumers = [app.state.consumer for app in apps]
+
+        await eventually(lambda: all(c.connected for c in consumers), what="both replicas to subscribe")
+        await publish_raw(amqp_url, **names, messages=messages)
+
+        acked = lambda: sum(c.outcomes[Outcome.ACK] for c in consumers) == len(messages)  # noqa: E731
+        await eventually(acked, timeout=60, what="every message acked")
+        rows = stored_events(fresh_postgres)
+        assert sorted(i for i, _ in rows) == sorted(str(e.event_id) for e in events)
+        assert all(c.outcomes[Outcome.ACK] > 0 for c in consumers), [c.outcomes for c in consumers]
+        assert not any(c.outcomes[Outcome.DEAD_LETTER] for c in consumers)
+    assert await queue_depth(amqp_url, names["queue"]) == 0
+
+
+class GatedStore(FakeEventStore):
+    """Holds each `add` until `gate` opens, so a test can act while a message is being stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def add(self, record) -> bool:
+        self.entered.set()
+        if not self.gate.wait(20):
+            raise TimeoutError("the test never opened the gate")
+        return super().add(record)
+
+
+async def test_close_finishes_the_message_in_hand_and_returns_the_rest(amqp_url: str, names: dict) -> None:
+    store, events = GatedStore(), [submitted(request_id=f"s{i}") for i in range(3)]
+    await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events])
+    consumer = EventConsumer(amqp_url=amqp_url, store=store, **names)
+    await consumer.start()
+    assert await asyncio.to_thread(store.entered.wait, 10)
+    closing = asyncio.create_task(consumer.close(timeout_s=10))
+    await asyncio.sleep(0.3)
+    assert not closing.done(), "close() returned while a message was being stored"
+    store.gate.set()
+    await asyncio.wait_for(closing, 10)
+    assert list(store.rows) == [str(events[0].event_id)]
+    assert consumer.outcomes == {Outcome.ACK: 1}
+    assert await queue_depth(amqp_url, names["queue"]) == 2  # the prefetched two went back
+
+    after = EventConsumer(amqp_url=amqp_url, store=store, **names)
+    await after.start()
+    try:
+        await eventually(lambda: len(store.rows) == 3, what="the other two events")
+    finally:
+        await after.close()
+    assert store.add_calls == 3  # the first was acked, so nobody got it again
+
+
+async def test_close_that_times_out_leaves_the_message_to_be_redelivered_and_stored_once(
+    amqp_url: str, names: dict
+) -> None:
+    store, event = GatedStore(), submitted(request_id="slow")
+    await publish_raw(amqp_url, **names, messages=[as_message(event)])
+    consumer = EventConsumer(amqp_url=amqp_url, store=store, **names)
+    await consumer.start()
+    assert await asyncio.to_thread(store.entered.wait, 10)
+    await asyncio.wait_for(consumer.close(timeout_s=0.5), 5)
+    store.gate.set()  # the commit that was under way lands after all, but was never acked
+    await eventually(lambda: len(store.rows) == 1, what="the late commit")
+
+    after = EventConsumer(amqp_url=amqp_url, store=store, **names)
+    await after.start()
+    try:
+        await eventually(lambda: after.outcomes[Outcome.ACK] == 1, what="the redelivery")
+    finally:
+        await after.close()
+    assert (len(store.rows), store.add_calls) == (1, 2)  # redelivered, found stored, acked
+    assert await queue_depth(amqp_url, names["queue"]) == 0
 
 
 async def test_service_token_and_bad_range_are_refused(client: httpx.AsyncClient) -> None:
@@ -152,7 +265,7 @@ async def test_starts_and_answers_without_the_broker_then_stops_promptly(tmp_pat
             await asyncio.sleep(0.3)  # a few connection attempts fail meanwhile
             ready = await client.get("/readyz")
             assert (ready.status_code, ready.json()["checks"]) == (503, {"database": True, "broker": False})
-            assert (await summary(client))["queries"] == 0
+            assert (await client.get("/analytics/summary", headers=AUTH)).status_code == 200
             started_stopping = time.monotonic()
         assert time.monotonic() - started_stopping < 3
 
@@ -165,17 +278,12 @@ async def test_connects_when_the_broker_appears_and_reconnects_after_it_drops(
     await proxy.start()
     await proxy.stop()  # keep the port, broker "down"
     via_proxy = target._replace(netloc=f"{target.netloc.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}").geturl()
-    app = create_app(settings_for(tmp_path, via_proxy, names))
+    settings = settings_for(tmp_path, via_proxy, names)
+    app = create_app(settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
 
         async def broker_ready() -> bool:
             return (await client.get("/readyz")).json()["checks"]["broker"]
-
-        def queries(n: int) -> Callable[[], Awaitable[bool]]:
-            async def check() -> bool:
-                return (await summary(client))["queries"] == n
-
-            return check
 
         async with app.router.lifespan_context(app):
             await asyncio.sleep(0.5)
@@ -183,13 +291,15 @@ async def test_connects_when_the_broker_appears_and_reconnects_after_it_drops(
             await proxy.start()
             await eventually(broker_ready, timeout=20, what="the first connection")
             await publish(amqp_url, names, submitted(request_id="before-drop"))
-            await eventually(queries(1), what="the event before the drop")
+            await eventually(rows_are(settings.database_url, 1), what="the event before the drop")
 
             await proxy.stop()
             await eventually(lambda: _not(broker_ready), what="the drop to be noticed")
             await publish(amqp_url, names, submitted(request_id="during-drop"))  # waits in the durable queue
             await proxy.start()
-            await eventually(queries(2), timeout=30, what="the event published while disconnected")
+            await eventually(
+                rows_are(settings.database_url, 2), timeout=30, what="the event published while disconnected"
+            )
         await proxy.stop()
 
 

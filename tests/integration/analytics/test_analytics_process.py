@@ -1,77 +1,80 @@
-"""`python -m services.analytics` as a real process: serves, consumes, and exits cleanly on SIGTERM."""
+"""`python -m services.analytics` as a real process: serves, consumes, and exits cleanly on SIGTERM,
+finishing the message in hand so that a restart stores every event exactly once."""
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aio_pika
 import httpx
 import pytest
 
-from shared.broker import dead_letter_names
-from tests.support import free_port, wait_until
+from tests.integration.analytics.event_stream import (
+    AnalyticsProcess,
+    as_message,
+    delete_topology,
+    publish_raw,
+    queue_depth,
+    stored_events,
+)
+from tests.unit.analytics.analytics_events import submitted
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def queue_names(amqp_url: str, unique: str):
-    names = {"EVENTS_EXCHANGE": f"{unique}.events", "ANALYTICS_QUEUE": f"{unique}.analytics"}
-    yield names
-
-    async def delete() -> None:
-        async with await aio_pika.connect(amqp_url) as connection:
-            channel = await connection.channel()
-            for queue in (names["ANALYTICS_QUEUE"], dead_letter_names(names["ANALYTICS_QUEUE"])[1]):
-                await channel.queue_delete(queue)
-            for exchange in (names["EVENTS_EXCHANGE"], dead_letter_names(names["ANALYTICS_QUEUE"])[0]):
-                await channel.exchange_delete(exchange)
-
-    asyncio.run(delete())
-
-
-def test_runs_as_a_module_and_stops_on_sigterm(tmp_path: Path, amqp_url: str, queue_names: dict) -> None:
-    port = free_port()
-    env = os.environ | queue_names | {
-        "ANALYTICS_PORT": str(port),
-        "CAIRN_DATA_DIR": str(tmp_path / "data"),
-        "AMQP_URL": amqp_url,
-        "CAIRN_SERVICE_TOKEN": "process-test-token",
-        "CAIRN_ENV": "test",
-    }
-    env.pop("ANALYTICS_DB_URL", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "services.analytics"],
-        cwd=Path(__file__).resolve().parents[3],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+async def analytics(tmp_path: Path, amqp_url: str, unique: str) -> AsyncIterator[AnalyticsProcess]:
+    process = AnalyticsProcess(
+        data_dir=tmp_path / "data", amqp_url=amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics"
     )
-    url = f"http://127.0.0.1:{port}"
     try:
-
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return process.poll() is not None  # stop waiting if it died
-
-        wait_until(ready, timeout=30, what="analytics process to be ready")
-        assert process.poll() is None
-        response = httpx.get(f"{url}/analytics/summary", headers={"X-Service-Token": "process-test-token"})
-        assert (response.status_code, response.json()["queries"]) == (200, 0)
-        assert (tmp_path / "data" / "analytics.db").is_file()
+        yield process
     finally:
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=20)
+        process.stop()
+        await delete_topology(amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics")
+
+
+def log_lines(process: AnalyticsProcess) -> list[dict]:
+    return [json.loads(line) for line in process.log_path.read_text().splitlines() if line.startswith("{")]
+
+
+async def test_runs_as_a_module_and_stops_on_sigterm(analytics: AnalyticsProcess) -> None:
+    await asyncio.to_thread(analytics.start)
+    response = httpx.get(f"{analytics.url}/analytics/summary", headers={"X-Service-Token": analytics.token})
+    assert response.status_code == 200, response.text
+    assert stored_events(analytics.database_url) == []
+    analytics.stop()
     # uvicorn shuts down gracefully, then re-raises the signal it caught.
-    assert process.returncode in (0, -signal.SIGTERM), output
-    assert "Application shutdown complete." in output
-    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
-    assert any(line.get("message") == "consuming" and line.get("service") == "analytics" for line in lines), output
+    assert analytics.process.returncode in (0, -signal.SIGTERM), analytics.log()
+    lines = log_lines(analytics)
+    assert any(line["message"] == "Application shutdown complete." for line in lines), analytics.log()
+    assert any(line["message"] == "consuming" and line.get("service") == "analytics" for line in lines)
+
+
+async def test_sigterm_in_the_middle_of_a_burst_loses_nothing_and_stores_nothing_twice(
+    analytics: AnalyticsProcess, amqp_url: str, unique: str
+) -> None:
+    events = [submitted(request_id=f"term-{i}") for i in range(1000)]
+    await asyncio.to_thread(analytics.start)
+    await publish_raw(
+        amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics", messages=[as_message(e) for e in events]
+    )
+    deadline = time.monotonic() + 60
+    while len(stored_events(analytics.database_url)) < 100 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    await asyncio.to_thread(analytics.stop)
+    assert analytics.process.returncode in (0, -signal.SIGTERM), analytics.log()
+    at_stop = len(stored_events(analytics.database_url))
+    assert 0 < at_stop < len(events), f"the stop was to land mid-burst, {at_stop} rows were in"
+    assert not [line for line in log_lines(analytics) if line["message"] == "settling a message failed"]
+
+    await asyncio.to_thread(analytics.start)
+    while len(stored_events(analytics.database_url)) < len(events) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    rows = stored_events(analytics.database_url)
+    assert Counter(event_id for event_id, _ in rows) == Counter(str(e.event_id) for e in events)
+    assert await queue_depth(amqp_url, f"{unique}.analytics") == 0

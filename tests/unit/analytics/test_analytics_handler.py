@@ -10,14 +10,42 @@ from tests.unit.analytics.analytics_fakes import FakeEventStore, FakeMessage
 
 pytestmark = pytest.mark.unit
 
+LIMIT = 5
+
+
+class Delivery(FakeMessage):
+    """A FakeMessage with the headers the broker sets, e.g. the quorum queue's x-delivery-count."""
+
+    def __init__(self, body: bytes, *, earlier_deliveries: int | None = None) -> None:
+        super().__init__(body)
+        self.headers = {} if earlier_deliveries is None else {"x-delivery-count": earlier_deliveries}
+
+
+class FakeDeadLetters:
+    """Records what would be dead-lettered; set `broken` to act as a publish the broker did not confirm."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, str]] = []
+        self.broken: Exception | None = None
+
+    async def send(self, message, *, reason: str) -> None:
+        if self.broken is not None:
+            raise self.broken
+        self.sent.append((message.body, reason))
+
 
 def body_of(event) -> bytes:
     return event.model_dump_json().encode()
 
 
+async def settle_once(message: Delivery, store: FakeEventStore, dead: FakeDeadLetters | None = None, **kw) -> Outcome:
+    kw.setdefault("stop", asyncio.Event())
+    return await settle(message, store=store, dead_letters=dead or FakeDeadLetters(), delivery_limit=LIMIT, **kw)
+
+
 async def test_a_valid_event_is_stored_then_acked() -> None:
-    store, message = FakeEventStore(), FakeMessage(body_of(submitted()))
-    assert await settle(message, store=store, stop=asyncio.Event()) is Outcome.ACK
+    store, message = FakeEventStore(), Delivery(body_of(submitted()))
+    assert await settle_once(message, store) is Outcome.ACK
     assert message.settled == [("ack", None)]
     assert len(store.rows) == 1
 
@@ -25,37 +53,80 @@ async def test_a_valid_event_is_stored_then_acked() -> None:
 async def test_a_redelivered_event_is_acked_and_not_stored_again() -> None:
     store, body = FakeEventStore(), body_of(responded())
     for _ in range(2):
-        assert await settle(FakeMessage(body), store=store, stop=asyncio.Event()) is Outcome.ACK
+        assert await settle_once(Delivery(body, earlier_deliveries=1), store) is Outcome.ACK
     assert len(store.rows) == 1
 
 
+def with_version(version: int) -> bytes:
+    return body_of(submitted()).replace(b'"schema_version":1', b'"schema_version":%d' % version)
+
+
 @pytest.mark.parametrize(
-    "body",
+    ("body", "reason"),
     [
-        b"not json at all",
-        b"\xff\xfe\x00",
-        b'{"event_type": "QuerySubmitted"}',
-        b'{"event_type": "Unknown", "source_service": "chat", "data": {}}',
-        body_of(submitted()).replace(b'"QuerySubmitted"', b'"ResponseGenerated"'),
+        (b"not json at all", "Invalid JSON: expected ident at line 1 column 2"),
+        (b"\xff\xfe\x00", "Invalid JSON: "),
+        (
+            b'{"event_type": "QuerySubmitted"}',
+            "QuerySubmitted.source_service: Field required; QuerySubmitted.data: Field required",
+        ),
+        (
+            b'{"event_type": "Unknown", "source_service": "chat", "data": {}}',
+            "Input tag 'Unknown' found using 'event_type'",
+        ),
+        (
+            body_of(submitted()).replace(b'"QuerySubmitted"', b'"ResponseGenerated"'),
+            "ResponseGenerated.data.answered: Field required",
+        ),
+        (with_version(2), "schema_version: 2 is not supported (1 to 1)"),
+        (with_version(0), "schema_version: 0 is not supported"),
     ],
 )
-async def test_an_invalid_body_is_rejected_to_the_dead_letter_queue(body: bytes) -> None:
-    store, message = FakeEventStore(), FakeMessage(body)
-    assert await settle(message, store=store, stop=asyncio.Event()) is Outcome.DEAD_LETTER
-    assert message.settled == [("reject", False)]
+async def test_an_invalid_body_is_dead_lettered_with_the_reason_then_acked(body: bytes, reason: str) -> None:
+    store, message, dead = FakeEventStore(), Delivery(body), FakeDeadLetters()
+    assert await settle_once(message, store, dead) is Outcome.DEAD_LETTER
+    assert [sent_body for sent_body, _ in dead.sent] == [body]
+    assert dead.sent[0][1].startswith(reason), dead.sent[0][1]
+    assert message.settled == [("ack", None)]
     assert store.add_calls == 0
 
 
-async def test_an_unexpected_store_error_requeues() -> None:
-    store, message = FakeEventStore(), FakeMessage(body_of(submitted()))
-    store.broken = RuntimeError("disk full")
-    assert await settle(message, store=store, stop=asyncio.Event()) is Outcome.REQUEUE
+async def test_a_dead_letter_the_broker_did_not_confirm_is_requeued_not_acked() -> None:
+    message, dead = Delivery(b"{not json"), FakeDeadLetters()
+    dead.broken = ConnectionError("channel closed")
+    assert await settle_once(message, FakeEventStore(), dead) is Outcome.REQUEUE
     assert message.settled == [("nack", True)]
-    assert store.rows == {}
+
+
+async def test_an_unexpected_store_error_requeues_before_the_last_delivery() -> None:
+    store, dead = FakeEventStore(), FakeDeadLetters()
+    store.broken = RuntimeError("disk full")
+    for earlier in (None, 0, LIMIT - 1):
+        message = Delivery(body_of(submitted()), earlier_deliveries=earlier)
+        assert await settle_once(message, store, dead) is Outcome.REQUEUE
+        assert message.settled == [("nack", True)]
+    assert dead.sent == [] and store.rows == {}
+
+
+async def test_a_store_error_on_the_last_delivery_is_dead_lettered_with_the_error() -> None:
+    store, dead, body = FakeEventStore(), FakeDeadLetters(), body_of(submitted())
+    store.broken = RuntimeError("disk full")
+    message = Delivery(body, earlier_deliveries=LIMIT)
+    assert await settle_once(message, store, dead) is Outcome.DEAD_LETTER
+    assert dead.sent == [(body, "store error: RuntimeError('disk full') (last of 6 deliveries)")]
+    assert message.settled == [("ack", None)]
+
+
+async def test_a_store_error_on_the_last_delivery_is_requeued_when_dead_lettering_fails() -> None:
+    store, dead = FakeEventStore(), FakeDeadLetters()
+    store.broken, dead.broken = RuntimeError("disk full"), TimeoutError()
+    message = Delivery(body_of(submitted()), earlier_deliveries=LIMIT)
+    assert await settle_once(message, store, dead) is Outcome.REQUEUE
+    assert message.settled == [("nack", True)]  # the broker's delivery limit then dead-letters it
 
 
 async def test_while_the_database_is_down_the_message_is_held_and_retried() -> None:
-    store, message = FakeEventStore(), FakeMessage(body_of(submitted()))
+    store, message = FakeEventStore(), Delivery(body_of(submitted()), earlier_deliveries=LIMIT)
     store.down = True
 
     async def recover() -> None:
@@ -64,25 +135,27 @@ async def test_while_the_database_is_down_the_message_is_held_and_retried() -> N
         store.down = False
 
     recovering = asyncio.create_task(recover())
-    outcome = await settle(message, store=store, stop=asyncio.Event(), retry_delay_s=0.01, max_retry_delay_s=0.02)
+    outcome = await settle_once(message, store, retry_delay_s=0.01, max_retry_delay_s=0.02)
     await recovering
     assert outcome is Outcome.ACK
     assert message.settled == [("ack", None)]
     assert store.add_calls >= 4 and len(store.rows) == 1
 
 
-async def test_a_held_message_is_requeued_on_shutdown() -> None:
-    store, message, stop = FakeEventStore(), FakeMessage(body_of(submitted())), asyncio.Event()
+async def test_a_held_message_is_requeued_on_shutdown_never_dead_lettered() -> None:
+    store, stop, dead = FakeEventStore(), asyncio.Event(), FakeDeadLetters()
+    message = Delivery(body_of(submitted()), earlier_deliveries=LIMIT)
     store.down = True
-    settling = asyncio.create_task(settle(message, store=store, stop=stop, retry_delay_s=10))
+    settling = asyncio.create_task(settle_once(message, store, dead, stop=stop, retry_delay_s=10))
     await asyncio.sleep(0.05)
     assert message.settled == []
     stop.set()
     assert await asyncio.wait_for(settling, 2) is Outcome.RETRY
     assert message.settled == [("nack", True)]
+    assert dead.sent == []
 
 
 async def test_handle_returns_retry_when_the_database_is_down() -> None:
     store = FakeEventStore()
     store.down = True
-    assert await handle(body_of(submitted()), store=store) is Outcome.RETRY
+    assert (await handle(body_of(submitted()), store=store)).outcome is Outcome.RETRY
