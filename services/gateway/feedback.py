@@ -30,9 +30,9 @@ MAX_COMMENT_CHARS = 2000
 class RequestOwners(Protocol):
     """Who asked which request, for a while. Methods raise DependencyUnavailable when the store does not answer."""
 
-    async def claim(self, request_id: str, *, user_id: str, ttl_s: int) -> str:
-        """Record `user_id` as the asker of `request_id` for `ttl_s` seconds unless someone already is;
-        return the asker on record (`user_id` itself when the claim took)."""
+    async def claim(self, request_id: str, *, user_id: str, ttl_s: int) -> bool:
+        """Record `user_id` as the asker of `request_id` for `ttl_s` seconds; False when the id is already on
+        record (asked before, by anyone)."""
 
     async def owner(self, request_id: str) -> str | None:
         """The user who asked `request_id`, or None when unknown or forgotten."""
@@ -44,11 +44,14 @@ class RequestIdTaken(ServiceError):
 
 
 async def remember_request(*, owners: RequestOwners, request_id: str | None, user_id: str, ttl_s: int) -> None:
-    """Record the caller as the asker of the request being forwarded; 409 when the id is another user's."""
+    """Record the caller as the asker of the request being forwarded; 409 when the id was used before.
+
+    One request id names one question, even the same user's retry: analytics joins a question's events by it,
+    so a reused id would count one answer (and its rating) twice."""
     if request_id is None:  # outside a request context (never in the app): nothing to rate later
         return
-    if await owners.claim(request_id, user_id=user_id, ttl_s=ttl_s) != user_id:
-        raise RequestIdTaken("this X-Request-ID belongs to another request; send a new one or none")
+    if not await owners.claim(request_id, user_id=user_id, ttl_s=ttl_s):
+        raise RequestIdTaken("this X-Request-ID was already used for a question; send a new one or none")
 
 
 async def rate_answer(

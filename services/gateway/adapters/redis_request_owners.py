@@ -8,12 +8,9 @@ class RedisRequestOwners(RedisAdapter):
     def _key(self, request_id: str) -> str:
         return f"{self._prefix}:asked:{request_id}"
 
-    async def claim(self, request_id: str, *, user_id: str, ttl_s: int) -> str:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._key(request_id), user_id, nx=True, ex=ttl_s)
-            pipe.get(self._key(request_id))
-            _, owner = await fail_closed(pipe.execute(), timeout_s=self._timeout_s)
-        return owner
+    async def claim(self, request_id: str, *, user_id: str, ttl_s: int) -> bool:
+        claimed = await fail_closed(self._redis.set(self._key(request_id), user_id, nx=True, ex=ttl_s), timeout_s=self._timeout_s)
+        return bool(claimed)
 
     async def owner(self, request_id: str) -> str | None:
         return await fail_closed(self._redis.get(self._key(request_id)), timeout_s=self._timeout_s)
