@@ -42,3 +42,8 @@ compose-config:
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# docs/events.md is generated from the event models in shared/events.py; a unit test checks it is current.
+.PHONY: docs-events
+docs-events: install
+	$(BIN)/python -m shared.event_docs > docs/events.md

@@ -1,24 +1,46 @@
-"""RabbitMQ topology and the event publisher used by every service that emits events.
+"""The event publisher used by every service that emits events.
 
-The publisher never makes a request wait on the broker: `submit` queues the event in memory
-and a background task publishes it (persistent, with publisher confirms), retrying with
-backoff while the broker is down, in order.
+The publisher never makes a request wait on the broker: `submit` appends the event to an outbox (a
+local SQLite file in the services, see shared/outbox.py) and returns. A background task sends the
+outbox oldest first as persistent messages with publisher confirms, in windows of up to `window`
+messages in flight, and forgets an event only after RabbitMQ confirmed it. While the broker is down
+it retries with a capped backoff; after a restart of the process it resumes from the file.
+
+An event may be published twice: when the process dies between the broker's confirm and the removal
+from the outbox, the event is sent again at the next start. The analytics consumer is idempotent on
+`event_id` (the message_id), so a repeat changes nothing.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+from datetime import datetime
 from typing import Protocol
 
 import aio_pika
-from aio_pika.abc import AbstractExchange, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+from pamqp.commands import Basic
 
 from shared.events import Event, routing_key
+from shared.outbox import EVENTS_DROPPED, Outbox, PendingEvent, open_outbox
+from shared.settings import CommonSettings
 from shared.topology import ANALYTICS_BINDING, dead_letter_names, declare_topology
 
-__all__ = ["ANALYTICS_BINDING", "EventPublisher", "RabbitEventPublisher", "dead_letter_names", "declare_topology"]
+__all__ = [
+    "ANALYTICS_BINDING",
+    "EventPublisher",
+    "RabbitEventPublisher",
+    "dead_letter_names",
+    "declare_topology",
+    "open_publisher",
+]
 
 log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 0.5
+RETRY_CAP_S = 5.0
+
 
 class EventPublisher(Protocol):
     """Emits domain events without ever failing or delaying the caller."""
@@ -34,28 +56,37 @@ class EventPublisher(Protocol):
 
 
 class RabbitEventPublisher:
+    """Drains an outbox into the topic exchange. Without an `outbox` the events wait in memory only."""
+
     def __init__(
         self,
         *,
         amqp_url: str,
         exchange: str,
         queue: str | None,
-        max_backlog: int = 100_000,
+        outbox: Outbox | None = None,
+        window: int = 100,
         publish_timeout: float = 5.0,
     ) -> None:
+        if window <= 0:
+            raise ValueError("window must be positive")
         self._amqp_url = amqp_url
         self._exchange_name = exchange
         self._queue_name = queue
+        self._outbox = outbox if outbox is not None else Outbox(durable=None, max_events=100_000, service="events")
+        self._window = window
         self._publish_timeout = publish_timeout
-        self._backlog: asyncio.Queue[Event] = asyncio.Queue(maxsize=max_backlog)
-        self._connection: AbstractRobustConnection | None = None
-        self._exchange: AbstractExchange | None = None
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._exchanges: dict[str, AbstractExchange] = {}
         self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()  # set by submit: there is something to send
+        self._idle = asyncio.Event()  # set by the drainer: the outbox is empty
         self.published = 0
 
     @property
     def backlog(self) -> int:
-        return self._backlog.qsize()
+        return len(self._outbox)
 
     @property
     def connected(self) -> bool:
@@ -63,67 +94,134 @@ class RabbitEventPublisher:
 
     def submit(self, event: Event) -> None:
         try:
-            self._backlog.put_nowait(event)
-        except asyncio.QueueFull:
-            log.error("event backlog full, event dropped", extra={"event_id": str(event.event_id)})
+            pending = PendingEvent(
+                event_id=str(event.event_id),
+                event_type=event.event_type,
+                occurred_at=event.occurred_at.isoformat(),
+                exchange=self._exchange_name,
+                routing_key=routing_key(event),
+                body=event.model_dump_json().encode(),
+            )
+            if not self._outbox.put(pending):
+                return
+        except Exception:  # the contract: a request never fails because of its events
+            EVENTS_DROPPED.labels(self._outbox.service, "error").inc()
+            log.exception("event could not be kept", extra={"event_id": str(event.event_id)})
+            return
+        self._idle.clear()
+        self._wake.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._drain(), name="event-publisher")
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Give queued events `timeout` seconds to go out, then stop."""
+        """Give held events `timeout` seconds to go out; those left in the file go out at the next start."""
         if self._task:
             try:
-                await asyncio.wait_for(self._backlog.join(), timeout)
+                await asyncio.wait_for(self._idle.wait(), timeout)
             except TimeoutError:
                 log.warning("closing with unpublished events", extra={"backlog": self.backlog})
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._connection:
-            await self._connection.close()
+        await self._reset()
+        self._outbox.close()
 
     async def _drain(self) -> None:
-        delay = 0.5
+        delay = RETRY_FIRST_S
         while True:
-            event = await self._backlog.get()
-            while True:
-                try:
-                    await self._publish(event)
-                    self.published += 1
-                    delay = 0.5
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # broker down, channel closed, nack: keep the event, retry
-                    log.warning("event publish failed, retrying", extra={"error": repr(exc), "retry_in_s": delay})
-                    await self._reset()
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 10.0)
-            self._backlog.task_done()
+            try:
+                error = await self._send_next_window()
+            except (OSError, sqlite3.Error) as exc:  # the outbox file failed to read: its events wait there
+                error = exc
+            if error is None:
+                if delay > RETRY_FIRST_S:
+                    log.info("event broker reachable again", extra={"backlog": self.backlog})
+                delay = RETRY_FIRST_S
+                continue
+            log.warning(
+                "event publish failed, retrying",
+                extra={"error": repr(error), "retry_in_s": delay, "backlog": self.backlog},
+            )
+            await self._reset()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP_S)
 
-    async def _publish(self, event: Event) -> None:
-        exchange = await self._ensure_exchange()
-        message = aio_pika.Message(
-            body=event.model_dump_json().encode(),
-            content_type="application/json",
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            message_id=str(event.event_id),
-            type=event.event_type,
-            timestamp=event.occurred_at,
+    async def _send_next_window(self) -> BaseException | None:
+        """Send the oldest events (or wait for some); the first error, None when all were confirmed."""
+        if self._outbox.checkpoint_due():
+            await asyncio.to_thread(self._outbox.checkpoint)
+        self._wake.clear()
+        batch = self._outbox.oldest(self._window)
+        if not batch:
+            self._idle.set()
+            await self._wake.wait()
+            return None
+        confirmed, error = await self._publish_window(batch)
+        self._outbox.remove(confirmed)
+        self.published += len(confirmed)
+        return error
+
+    async def _publish_window(self, batch: list[PendingEvent]) -> tuple[list[PendingEvent], BaseException | None]:
+        """Publish every event of the batch at once and wait for all confirms: (confirmed events, first error)."""
+        try:
+            exchanges = {name: await self._exchange(name) for name in {e.exchange for e in batch}}
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # broker down or refusing: nothing was sent
+            return [], exc
+        results = await asyncio.gather(
+            *(
+                exchanges[e.exchange].publish(_message(e), routing_key=e.routing_key, timeout=self._publish_timeout)
+                for e in batch
+            ),
+            return_exceptions=True,
         )
-        await exchange.publish(message, routing_key=routing_key(event), timeout=self._publish_timeout)
+        confirmed, error = [], None
+        for event, result in zip(batch, results):
+            if isinstance(result, BaseException):
+                error = error or result
+                continue
+            if not isinstance(result, Basic.Ack):  # returned: no queue is bound for it
+                log.warning("event unroutable", extra={"event_id": event.event_id, "exchange": event.exchange})
+            confirmed.append(event)
+        return confirmed, error
 
-    async def _ensure_exchange(self) -> AbstractExchange:
-        if self._exchange is None:
-            self._connection = await aio_pika.connect_robust(self._amqp_url, timeout=self._publish_timeout)
-            channel = await self._connection.channel(publisher_confirms=True)
-            self._exchange = await declare_topology(channel, exchange=self._exchange_name, queue=self._queue_name)
-        return self._exchange
+    async def _exchange(self, name: str) -> AbstractExchange:
+        if name in self._exchanges:
+            return self._exchanges[name]
+        if self._channel is None:
+            self._connection = await aio_pika.connect(self._amqp_url, timeout=self._publish_timeout)
+            self._channel = await self._connection.channel(publisher_confirms=True)
+        # Events go to the exchange configured when they were submitted; the analytics queue is declared
+        # only for today's exchange, so events an earlier configuration addressed elsewhere stay there.
+        queue = self._queue_name if name == self._exchange_name else None
+        self._exchanges[name] = await declare_topology(self._channel, exchange=name, queue=queue)
+        return self._exchanges[name]
 
     async def _reset(self) -> None:
-        connection, self._connection, self._exchange = self._connection, None, None
+        connection, self._connection, self._channel = self._connection, None, None
+        self._exchanges = {}
         if connection:
             try:
                 await asyncio.wait_for(connection.close(), 2)
             except Exception:  # already broken; nothing left to release
                 pass
+
+
+def _message(event: PendingEvent) -> aio_pika.Message:
+    return aio_pika.Message(
+        body=event.body,
+        content_type="application/json",
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        message_id=event.event_id,
+        type=event.event_type,
+        timestamp=datetime.fromisoformat(event.occurred_at),
+    )
+
+
+def open_publisher(settings: CommonSettings, *, service: str) -> RabbitEventPublisher:
+    """The publisher a service runs: its outbox file from OUTBOX_PATH (or the data directory), bounded."""
+    outbox = open_outbox(path=settings.outbox_file(service), max_events=settings.outbox_max_events, service=service)
+    return RabbitEventPublisher(
+        amqp_url=settings.amqp_url, exchange=settings.events_exchange, queue=settings.analytics_queue, outbox=outbox
+    )

@@ -19,81 +19,115 @@ class _Data(BaseModel):
 
 
 class Usage(_Data):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
+    """Tokens the language model counted for one answer."""
+
+    prompt_tokens: int = Field(0, description="Tokens of the prompt sent to the model.")
+    completion_tokens: int = Field(0, description="Tokens of the answer the model wrote.")
+    total_tokens: int = Field(0, description="The sum of prompt_tokens and completion_tokens.")
 
 
 class QuerySubmittedData(_Data):
-    query: str
-    conversation_id: str | None = None
-    model: str | None = None
-    top_k: int | None = None
+    query: str = Field(description="The question as the user sent it.")
+    conversation_id: str | None = Field(
+        None, description="The conversation the question belongs to; a new one when the request named none."
+    )
+    model: str | None = Field(None, description="The model asked to answer.")
+    top_k: int | None = Field(None, description="How many chunks the question asked retrieval for.")
 
 
 class ResponseGeneratedData(_Data):
-    query: str
-    reformulated_query: str | None = None
+    query: str = Field(description="The question as the user sent it.")
+    reformulated_query: str | None = Field(
+        None, description="The question as it was searched, which differs when a follow-up was rewritten."
+    )
     answered: bool = Field(description="False when the answer says no relevant information was found.")
     no_answer: bool = Field(False, description="True when the fallback 'no relevant information' answer was given.")
-    kind: Literal["answer", "no_information", "small_talk"] | None = None
-    conversation_id: str | None = None
-    model: str | None = None
-    latency_ms: float | None = Field(None, description="Receipt to response, as timings_ms.total.")
-    confidence_level: str | None = None
-    confidence_score: float | None = None
-    citation_count: int = 0
-    supported_citations: int | None = Field(None, description="Citations whose sentences the cited passage supports.")
-    grounding_score: float | None = None
-    cited_doc_ids: list[str] = Field(default_factory=list)
-    chunks_retrieved: int = Field(0, description="The retrieval_count: chunks retrieval returned.")
-    chunks_used: int = 0
-    timings_ms: dict[str, float] = Field(default_factory=dict)
-    usage: Usage = Field(default_factory=Usage)
-    finish_reason: str | None = None
+    kind: Literal["answer", "no_information", "small_talk"] | None = Field(
+        None,
+        description="The kind of response: answer (an answer cited from the documents), no_information (nothing "
+        "relevant was found, or the model's answer cited nothing) or small_talk (a greeting answered without searching).",
+    )
+    conversation_id: str | None = Field(None, description="The conversation the answer belongs to.")
+    model: str | None = Field(None, description="The model that answered; null when no model was asked.")
+    latency_ms: float | None = Field(
+        None, description="Milliseconds from receiving the question to the response, the same as timings_ms.total."
+    )
+    confidence_level: str | None = Field(None, description="The confidence of the answer: High, Medium or Low.")
+    confidence_score: float | None = Field(None, description="The confidence score of the answer, from 0 to 1.")
+    citation_count: int = Field(0, description="How many citations the answer has.")
+    supported_citations: int | None = Field(
+        None, description="How many citations the grounding check found supported by the cited passage."
+    )
+    grounding_score: float | None = Field(
+        None, description="How well the cited passages support the answer, from 0 to 1; null when no model was asked."
+    )
+    cited_doc_ids: list[str] = Field(default_factory=list, description="The documents the answer cites, in citation order.")
+    chunks_retrieved: int = Field(0, description="How many chunks retrieval returned (the retrieval count).")
+    chunks_used: int = Field(0, description="Chunks given to the model as context.")
+    timings_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="Milliseconds per step: reformulate, retrieval, generation, citations and total.",
+    )
+    usage: Usage = Field(default_factory=Usage, description="The tokens the model counted.")
+    finish_reason: str | None = Field(None, description="Why the model stopped, such as stop or length.")
 
 
 class QueryFailedData(_Data):
-    query: str
-    stage: Literal["validation", "conversation", "reformulate", "retrieval", "generation", "citations", "internal"]
-    error: str = Field(description="The error code of the response, e.g. retrieval_unavailable.")
-    error_type: str | None = Field(None, description="The exception class behind it.")
-    total_ms: float | None = None
+    query: str = Field(description="The question as the user sent it.")
+    stage: Literal["validation", "conversation", "reformulate", "retrieval", "generation", "citations", "internal"] = (
+        Field(description="The step that was running when the question failed.")
+    )
+    error: str = Field(description="The error code of the response, such as retrieval_unavailable.")
+    error_type: str | None = Field(None, description="The name of the exception class behind the error.")
+    total_ms: float | None = Field(None, description="Milliseconds from receiving the question to the failure.")
 
 
 class FeedbackReceivedData(_Data):
-    rated_request_id: str
-    rating: Literal[-1, 1]
-    comment: str | None = None
+    rated_request_id: str = Field(description="The request_id of the answer that was rated.")
+    rating: Literal[-1, 1] = Field(description="1 for a helpful answer, -1 for an unhelpful one.")
+    comment: str | None = Field(None, description="What the user wrote with the rating, if anything.")
 
 
 class _Envelope(BaseModel):
-    event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
-    schema_version: int = SCHEMA_VERSION
-    occurred_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    source_service: str
-    request_id: str | None = None
-    trace_id: str | None = None
-    user_id: str | None = None
-    session_id: str | None = None
+    event_id: uuid.UUID = Field(
+        default_factory=uuid.uuid4,
+        description="Identifies the event; also the message_id. A consumer stores each event_id once.",
+    )
+    schema_version: int = Field(SCHEMA_VERSION, description="The version of the event's schema, starting at 1.")
+    occurred_at: datetime = Field(
+        default_factory=lambda: datetime.now(UTC), description="When the event happened, in UTC."
+    )
+    source_service: str = Field(description="The service that published the event, such as chat.")
+    request_id: str | None = Field(None, description="The id of the request, the same one found in the logs.")
+    trace_id: str | None = Field(None, description="The W3C trace id of the request, the same one found in the logs.")
+    user_id: str | None = Field(None, description="The user who made the request.")
+    session_id: str | None = Field(None, description="The login session of that user.")
 
 
 class QuerySubmitted(_Envelope):
+    """Published by chat when it receives a question."""
+
     event_type: Literal["QuerySubmitted"] = "QuerySubmitted"
     data: QuerySubmittedData
 
 
 class ResponseGenerated(_Envelope):
+    """Published by chat when it returns an answer, as one response or as the done event of a stream."""
+
     event_type: Literal["ResponseGenerated"] = "ResponseGenerated"
     data: ResponseGeneratedData
 
 
 class QueryFailed(_Envelope):
+    """Published by chat when a question fails after it was received."""
+
     event_type: Literal["QueryFailed"] = "QueryFailed"
     data: QueryFailedData
 
 
 class FeedbackReceived(_Envelope):
+    """Published by the gateway when a user rates an answer; a later rating of the same answer replaces it."""
+
     event_type: Literal["FeedbackReceived"] = "FeedbackReceived"
     data: FeedbackReceivedData
 

@@ -29,8 +29,23 @@ class CommonSettings(BaseSettings):
     events_exchange: str = Field("cairn.events", validation_alias=aliases("EVENTS_EXCHANGE", "events_exchange"))
     analytics_queue: str = Field("cairn.analytics", validation_alias=aliases("ANALYTICS_QUEUE", "analytics_queue"))
     data_dir: Path = Field(Path("data"), validation_alias=aliases("CAIRN_DATA_DIR", "data_dir"))
+    outbox_path: Path | None = Field(
+        None,
+        validation_alias=aliases("OUTBOX_PATH", "outbox_path"),
+        description="SQLite file holding events until the broker confirms them; default "
+        "CAIRN_DATA_DIR/outbox/<service>.sqlite3. Each process needs its own file.",
+    )
+    outbox_max_events: int = Field(
+        100_000,
+        ge=1,
+        validation_alias=aliases("OUTBOX_MAX_EVENTS", "outbox_max_events"),
+        description="Most events the outbox holds; beyond it new events are refused and counted as dropped.",
+    )
     host: str = "127.0.0.1"
     port: int = 0
+
+    def outbox_file(self, service: str) -> Path:
+        return self.outbox_path or self.data_dir / "outbox" / f"{service}.sqlite3"
 
     @model_validator(mode="after")
     def _refuse_placeholder_secrets(self) -> "CommonSettings":

@@ -17,7 +17,7 @@ from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.ports import ConversationStore, Generator, Retriever
 from services.chat.reformulation import reformulator_from
 from services.chat.settings import Settings
-from shared.broker import EventPublisher, RabbitEventPublisher
+from shared.broker import EventPublisher, open_publisher
 from shared.web import create_service_app, narrow_schema_field, service_token_guard
 
 log = logging.getLogger(__name__)
@@ -39,9 +39,7 @@ def create_app(
         http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
         owned_generator = None if generator else build_generator(settings)
         owned_store = None if conversations else open_conversation_store(settings)
-        events = publisher or RabbitEventPublisher(
-            amqp_url=settings.amqp_url, exchange=settings.events_exchange, queue=settings.analytics_queue
-        )
+        events = publisher or open_publisher(settings, service="chat")
         app.state.pipeline = ChatPipeline(
             retriever=retriever
             or HttpRetrievalClient(

@@ -1,0 +1,124 @@
+"""The publisher's outbox: events accepted from a request and not yet confirmed by the broker.
+
+Events are kept in a local SQLite file (see outbox_stores.py for what survives what). A local file was
+chosen over a Redis list because the Redis Cairn uses keeps nothing on disk and may itself be down when
+the broker is; the file adds no second dependency.
+
+When the file cannot be written (disk full, read-only, missing directory) events go to an in-memory
+queue instead and an error is logged: the request still succeeds, but those events are lost if the
+process dies before the broker takes them. The outbox holds at most `max_events`; beyond that new
+events are refused with an error log and counted in `cairn_events_dropped_total`, and nothing already
+held is discarded.
+"""
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+from prometheus_client import Counter, Gauge
+
+from shared.outbox_stores import EventStore, MemoryEventStore, PendingEvent, SqliteEventStore
+
+__all__ = ["EVENTS_DROPPED", "OUTBOX_EVENTS", "Outbox", "PendingEvent", "open_outbox"]
+
+log = logging.getLogger(__name__)
+
+OUTBOX_EVENTS = Gauge("cairn_outbox_events", "Events held by the publisher until the broker confirms them", ["service"])
+EVENTS_DROPPED = Counter(
+    "cairn_events_dropped_total", "Events refused or lost by the publisher", ["service", "reason"]
+)
+
+
+class Outbox:
+    """A bounded outbox over a durable store, falling back to memory when the store cannot be written.
+
+    Once a write fails, new events go to memory until the memory queue has been drained, so events
+    still leave in the order they came: everything in the file is older than anything in memory.
+    """
+
+    def __init__(self, *, durable: EventStore | None, max_events: int, service: str) -> None:
+        if max_events <= 0:
+            raise ValueError("max_events must be positive")
+        self._durable = durable
+        self._memory = MemoryEventStore()
+        self._max_events = max_events
+        self._service = service
+        self._report()
+
+    @property
+    def service(self) -> str:
+        return self._service
+
+    @property
+    def durable(self) -> bool:
+        """True while new events go to the durable store."""
+        return self._durable is not None and len(self._memory) == 0
+
+    def put(self, event: PendingEvent) -> bool:
+        """Keep the event; False (logged and counted) when the outbox is full."""
+        if len(self) >= self._max_events:
+            EVENTS_DROPPED.labels(self._service, "outbox_full").inc()
+            log.error("event outbox full, event refused", extra={"event_id": event.event_id, "held": len(self)})
+            return False
+        if self.durable:
+            try:
+                self._durable.put(event)
+                self._report()
+                return True
+            except (OSError, sqlite3.Error) as exc:
+                log.error("event outbox file not writable, holding events in memory", extra={"error": repr(exc)})
+        self._memory.put(event)
+        self._report()
+        return True
+
+    def oldest(self, limit: int) -> list[PendingEvent]:
+        """The next events to send, oldest first: the durable store's, then memory's."""
+        if self._durable is not None and len(self._durable):
+            return self._durable.oldest(limit)
+        return self._memory.oldest(limit)
+
+    def remove(self, events: list[PendingEvent]) -> None:
+        """Forget events the broker confirmed. They all come from one `oldest` call, so from one store."""
+        store = self._memory
+        if self._durable is not None and len(self._durable):
+            store = self._durable
+        store.remove([e.id for e in events])
+        self._report()
+
+    def __len__(self) -> int:
+        return len(self._memory) + (len(self._durable) if self._durable is not None else 0)
+
+    def close(self) -> None:
+        if lost := len(self._memory):
+            EVENTS_DROPPED.labels(self._service, "shutdown").inc(lost)
+            log.error("events held in memory are lost at shutdown", extra={"lost": lost})
+        if self._durable is not None:
+            self._durable.close()
+
+    def checkpoint_due(self) -> bool:
+        return self._durable is not None and self._durable.checkpoint_due()
+
+    def checkpoint(self) -> None:
+        """Blocking file I/O: run it in a worker thread."""
+        if self._durable is not None:
+            try:
+                self._durable.checkpoint()
+            except (OSError, sqlite3.Error) as exc:
+                log.warning("event outbox checkpoint failed", extra={"error": repr(exc)})
+
+    def _report(self) -> None:
+        OUTBOX_EVENTS.labels(self._service).set(len(self))
+
+
+def open_outbox(*, path: Path, max_events: int, service: str) -> Outbox:
+    """The outbox in the file at `path`, or in memory (logged as an error) when the file cannot be opened."""
+    try:
+        durable: EventStore | None = SqliteEventStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("event outbox file cannot be opened, holding events in memory", extra={"path": str(path), "error": repr(exc)})
+        durable = None
+    outbox = Outbox(durable=durable, max_events=max_events, service=service)
+    if len(outbox):
+        log.info("event outbox resumes with events from an earlier run", extra={"path": str(path), "held": len(outbox)})
+    return outbox

@@ -1,0 +1,278 @@
+"""The outbox publisher against the real RabbitMQ: order, confirms, a publisher process killed with
+SIGKILL whose outbox file a new publisher delivers, and the outbox size at chat's and the gateway's /metrics."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import aio_pika
+import httpx
+import pytest
+
+from services.chat.main import create_app as create_chat
+from services.chat.settings import Settings as ChatSettings
+from services.gateway.main import create_app as create_gateway
+from services.gateway.settings import Settings as GatewaySettings
+from shared.broker import RabbitEventPublisher
+from shared.events import QuerySubmitted, QuerySubmittedData, parse_event
+from shared.outbox import Outbox, open_outbox
+from shared.outbox_stores import PendingEvent, SqliteEventStore
+from shared.topology import declare_topology
+from tests.integration.chat.stand_ins import HEADERS, TOKEN, fake_retrieval_app
+from tests.support import free_port, read_events, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A publisher in a process of its own: puts COUNT events in its outbox file, prints their ids, says
+# "submitted", then drains the file with a small window (slow enough to be killed half-way).
+CHILD = """
+import asyncio, sys
+from pathlib import Path
+from shared.broker import RabbitEventPublisher
+from shared.events import QuerySubmitted, QuerySubmittedData
+from shared.outbox import open_outbox
+
+path, amqp_url, unique, count = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+async def main():
+    outbox = open_outbox(path=path, max_events=100_000, service="child")
+    events = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics", outbox=outbox, window=10
+    )
+    for n in range(count):
+        event = QuerySubmitted(source_service="child", request_id=f"r{n}", data=QuerySubmittedData(query=f"q{n}"))
+        events.submit(event)
+        print(event.event_id)
+    print("submitted", flush=True)
+    await events.start()
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def question(n: int) -> QuerySubmitted:
+    return QuerySubmitted(source_service="test", request_id=f"r{n}", data=QuerySubmittedData(query=f"q{n}"))
+
+
+@pytest.fixture
+async def topology(amqp_url: str, unique: str) -> AsyncIterator[tuple[str, str]]:
+    """The test's exchange and queue, declared as publisher and consumer do, deleted afterwards."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        await declare_topology(await connection.channel(), exchange=f"{unique}.events", queue=f"{unique}.analytics")
+    yield f"{unique}.events", f"{unique}.analytics"
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.queue_delete(f"{unique}.analytics")
+        await channel.queue_delete(f"{unique}.analytics.dead")
+        await channel.exchange_delete(f"{unique}.events")
+        await channel.exchange_delete(f"{unique}.analytics.dlx")
+
+
+async def queued(amqp_url: str, queue: str) -> int:
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        declared = await (await connection.channel()).declare_queue(queue, passive=True)
+        return declared.declaration_result.message_count
+
+
+async def take_all(amqp_url: str, queue: str) -> list[str]:
+    """Every message in the queue (acked), as event ids in queue order. Call it once the publisher is
+    closed: every event it sent was confirmed, so it is in the queue."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=500)
+        source = await channel.declare_queue(queue, passive=True)
+        ids: list[str] = []
+        async with source.iterator() as messages:
+            async for message in messages:
+                async with message.process():
+                    assert message.message_id == str(parse_event(message.body).event_id)
+                    ids.append(message.message_id)
+                if len(ids) == source.declaration_result.message_count:
+                    return ids
+        return ids
+
+
+@contextmanager
+def publisher_process(path: Path, amqp_url: str, unique: str, count: int) -> Iterator[tuple[subprocess.Popen, list[str]]]:
+    """The child publisher once it has submitted its events, with their ids; killed on the way out."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), amqp_url, unique, str(count)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        ids = []
+        for line in child.stdout:
+            if line.strip() == "submitted":
+                break
+            ids.append(line.strip())
+        assert len(ids) == count, f"the publisher process exited with {child.wait()} before submitting"
+        yield child, ids
+    finally:
+        kill(child)
+
+
+def kill(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.kill()  # SIGKILL: no close(), no drain
+    child.wait(timeout=10)
+
+
+async def test_events_are_published_in_order_persistent_and_confirmed(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    exchange, queue = topology
+    outbox = open_outbox(path=tmp_path / "outbox.sqlite3", max_events=10_000, service="it-order")
+    events = RabbitEventPublisher(amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=outbox)
+    sent = [question(n) for n in range(300)]
+    for event in sent:
+        events.submit(event)
+    await events.start()
+    await events.close(timeout=20)
+    assert (events.published, events.backlog) == (300, 0)  # all confirmed, the file emptied
+
+    received = await read_events(amqp_url, unique, 300)
+    assert [event.event_id for _, event in received] == [e.event_id for e in sent]
+    assert all(m.delivery_mode == aio_pika.DeliveryMode.PERSISTENT for m, _ in received)
+    assert [m.message_id for m, _ in received] == [str(e.event_id) for e in sent]
+    assert len(open_outbox(path=tmp_path / "outbox.sqlite3", max_events=10, service="it-order")) == 0
+
+
+async def test_events_wait_in_the_file_while_the_broker_is_unreachable_then_go(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    exchange, queue = topology
+    path = tmp_path / "outbox.sqlite3"
+    down = RabbitEventPublisher(
+        amqp_url=f"amqp://guest:guest@127.0.0.1:{free_port()}/", exchange=exchange, queue=queue,
+        outbox=open_outbox(path=path, max_events=100, service="it-down"),
+    )
+    await down.start()
+    sent = [question(n) for n in range(5)]
+    for event in sent:
+        down.submit(event)
+    await asyncio.sleep(1.0)  # a few failed attempts
+    await down.close(timeout=0.5)
+    assert down.published == 0
+
+    up = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=open_outbox(path=path, max_events=100, service="it-down")
+    )
+    await up.start()
+    await up.close(timeout=20)
+    assert up.published == 5
+    received = await read_events(amqp_url, unique, 5)
+    assert [event.request_id for _, event in received] == [e.request_id for e in sent]
+
+
+class FlakyFile(SqliteEventStore):
+    """A real outbox file whose first read fails, as on a transient I/O error."""
+
+    failures = 1
+
+    def oldest(self, limit: int) -> list[PendingEvent]:
+        if self.failures:
+            self.failures -= 1
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().oldest(limit)
+
+
+async def test_a_failed_read_of_the_outbox_is_retried(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    exchange, queue = topology
+    outbox = Outbox(durable=FlakyFile(tmp_path / "outbox.sqlite3"), max_events=100, service="it-flaky")
+    events = RabbitEventPublisher(amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=outbox)
+    events.submit(question(1))
+    await events.start()
+    await events.close(timeout=10)
+    assert (events.published, events.backlog) == (1, 0)
+    assert [event.request_id for _, event in await read_events(amqp_url, unique, 1)] == ["r1"]
+
+
+async def test_a_killed_publisher_s_file_is_delivered_by_the_next_exactly_once(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    """Killed while the broker cannot be reached: nothing was sent, so each event arrives exactly once."""
+    exchange, queue = topology
+    path = tmp_path / "outbox.sqlite3"
+    with publisher_process(path, f"amqp://guest:guest@127.0.0.1:{free_port()}/", unique, 500) as (child, submitted):
+        kill(child)
+
+    successor = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=open_outbox(path=path, max_events=10_000, service="it")
+    )
+    assert successor.backlog == 500
+    await successor.start()
+    await successor.close(timeout=30)
+    assert successor.backlog == 0
+
+    delivered = await take_all(amqp_url, queue)
+    assert delivered == submitted  # all of them, once each, in order
+
+
+async def test_a_publisher_killed_while_draining_loses_nothing(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    """Killed half-way through: the next publisher sends what is left. Only the window in flight at the
+    kill (confirmed, not yet deleted) may be sent twice; the consumer is idempotent on event_id."""
+    exchange, queue = topology
+    path = tmp_path / "outbox.sqlite3"
+    with publisher_process(path, amqp_url, unique, 5000) as (child, submitted):
+        deadline = time.monotonic() + 30
+        while await queued(amqp_url, queue) < 500:
+            assert time.monotonic() < deadline and child.poll() is None, "the publisher process sent nothing"
+            await asyncio.sleep(0.02)
+        kill(child)
+
+    successor = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=open_outbox(path=path, max_events=10_000, service="it")
+    )
+    left = successor.backlog
+    assert 0 < left < 5000, left  # killed with events still in its file
+    await successor.start()
+    await successor.close(timeout=30)
+    assert successor.backlog == 0
+
+    delivered = await take_all(amqp_url, queue)
+    counts = Counter(delivered)
+    assert set(counts) == set(submitted)  # none missing, none foreign
+    repeated = [event_id for event_id, n in counts.items() if n > 1]
+    print(f"killed with {left} of 5000 left in the file; {len(repeated)} delivered twice")
+    assert max(counts.values()) <= 2
+    assert len(repeated) <= 10  # at most the child's window in flight when it died
+
+
+def test_chat_and_the_gateway_report_their_outbox_at_metrics(tmp_path: Path, redis_url: str, unique: str) -> None:
+    """With the broker unreachable, a question leaves its two events in chat's file, and /metrics says so."""
+    nowhere = f"amqp://guest:guest@127.0.0.1:{free_port()}/"
+    retrieval, _ = fake_retrieval_app()
+    with serve_in_thread(retrieval) as retrieval_url:
+        chat_settings = ChatSettings(
+            service_token=TOKEN, retrieval_url=retrieval_url, amqp_url=nowhere, data_dir=tmp_path, redis_prefix=unique
+        )
+        with serve_in_thread(create_chat(chat_settings)) as chat_url:
+            answered = httpx.post(f"{chat_url}/chat", json={"query": "How do I add a user?"}, headers=HEADERS, timeout=30)
+            assert answered.status_code == 200, answered.text
+            metrics = httpx.get(f"{chat_url}/metrics", timeout=5).text
+    assert 'cairn_outbox_events{service="chat"} 2.0' in metrics
+    assert len(open_outbox(path=tmp_path / "outbox" / "chat.sqlite3", max_events=10, service="it-metrics")) == 2
+
+    gateway_settings = GatewaySettings(redis_url=redis_url, redis_prefix=unique, amqp_url=nowhere, data_dir=tmp_path)
+    with serve_in_thread(create_gateway(gateway_settings)) as gateway_url:
+        metrics = httpx.get(f"{gateway_url}/metrics", timeout=5).text
+    assert 'cairn_outbox_events{service="gateway"} 0.0' in metrics
+    assert (tmp_path / "outbox" / "gateway.sqlite3").is_file()

@@ -1,0 +1,182 @@
+"""The publisher's outbox on a real SQLite file: order, restarts, the memory fallback and the bound."""
+from __future__ import annotations
+
+import logging
+import sqlite3
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from shared.outbox import Outbox, open_outbox
+from shared.outbox_stores import CHECKPOINT_EVERY, MemoryEventStore, PendingEvent, SqliteEventStore
+
+pytestmark = pytest.mark.unit
+
+
+def pending(n: int, exchange: str = "cairn.events") -> PendingEvent:
+    return PendingEvent(
+        event_id=str(uuid.uuid4()),
+        event_type="QuerySubmitted",
+        occurred_at="2025-01-01T00:00:00+00:00",
+        exchange=exchange,
+        routing_key="analytics.query.submitted",
+        body=f'{{"n": {n}}}'.encode(),
+    )
+
+
+def bodies(events: list[PendingEvent]) -> list[bytes]:
+    return [e.body for e in events]
+
+
+def sample(name: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def test_events_come_back_oldest_first_and_leave_once_removed(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "outbox.sqlite3")
+    events = [pending(n) for n in range(5)]
+    for event in events:
+        store.put(event)
+    first = store.oldest(3)
+    assert bodies(first) == bodies(events[:3])
+    assert [e.event_id for e in first] == [e.event_id for e in events[:3]]
+    store.remove([e.id for e in first[:2]])
+    assert bodies(store.oldest(10)) == bodies(events[2:])
+    assert len(store) == 3
+
+
+def test_the_file_keeps_its_events_across_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "dir" / "chat.sqlite3"
+    store = SqliteEventStore(path)
+    events = [pending(n, exchange=f"x{n}") for n in range(3)]
+    for event in events:
+        store.put(event)
+    store.remove([store.oldest(1)[0].id])
+    store.close()
+
+    reopened = SqliteEventStore(path)
+    assert len(reopened) == 2
+    again = reopened.oldest(10)
+    assert [(e.event_id, e.exchange, e.routing_key, e.body) for e in again] == [
+        (e.event_id, e.exchange, e.routing_key, e.body) for e in events[1:]
+    ]
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_a_checkpoint_copies_the_log_into_the_database_file(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "outbox.sqlite3")
+    for n in range(CHECKPOINT_EVERY):
+        store.put(pending(n))
+    assert store.checkpoint_due()
+    store.checkpoint()
+    assert not store.checkpoint_due()
+    copy = tmp_path / "copy.sqlite3"  # the database file alone, without its write-ahead log
+    copy.write_bytes((tmp_path / "outbox.sqlite3").read_bytes())
+    assert sqlite3.connect(copy).execute("SELECT count(*) FROM outbox").fetchone() == (CHECKPOINT_EVERY,)
+
+
+def test_an_append_commits_in_well_under_a_millisecond(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "outbox.sqlite3")
+    event = pending(0)
+    durations = []
+    for _ in range(500):
+        started = time.perf_counter()
+        store.put(event)
+        durations.append(time.perf_counter() - started)
+    median_ms = statistics.median(durations) * 1000
+    print(f"outbox append median {median_ms * 1000:.0f} µs, p99 {sorted(durations)[494] * 1e6:.0f} µs")
+    assert median_ms < 0.5
+
+
+def test_an_unwritable_path_falls_back_to_memory_and_says_so(tmp_path: Path, caplog) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the outbox directory should be")
+    caplog.set_level(logging.ERROR, logger="shared.outbox")
+    outbox = open_outbox(path=blocker / "chat.sqlite3", max_events=10, service="unit-unwritable")
+    assert "cannot be opened" in caplog.text
+    assert not outbox.durable
+    assert outbox.put(pending(1)) and outbox.put(pending(2))
+    assert bodies(outbox.oldest(10)) == [b'{"n": 1}', b'{"n": 2}']
+    assert sample("cairn_outbox_events", service="unit-unwritable") == 2
+
+
+class FullDisk(SqliteEventStore):
+    """A real outbox file whose writes fail once `full` is set, as they do when the disk fills up."""
+
+    full = False
+
+    def put(self, event: PendingEvent) -> None:
+        if self.full:
+            raise sqlite3.OperationalError("database or disk is full")
+        super().put(event)
+
+
+def test_a_write_failure_moves_new_events_to_memory_and_keeps_their_order(tmp_path: Path, caplog) -> None:
+    disk = FullDisk(tmp_path / "outbox.sqlite3")
+    outbox = Outbox(durable=disk, max_events=100, service="unit-full")
+    outbox.put(pending(1))
+    disk.full = True
+    caplog.set_level(logging.ERROR, logger="shared.outbox")
+    assert outbox.put(pending(2)) and outbox.put(pending(3))
+    assert "not writable" in caplog.text and not outbox.durable
+    disk.full = False
+    outbox.put(pending(4))  # memory still holds newer events than the file: stays in memory, after them
+
+    sent = []
+    while batch := outbox.oldest(2):
+        sent += bodies(batch)
+        outbox.remove(batch)
+    assert sent == [b'{"n": 1}', b'{"n": 2}', b'{"n": 3}', b'{"n": 4}']
+    assert outbox.durable  # memory drained: back to the file
+    outbox.put(pending(5))
+    assert len(disk) == 1
+
+
+def test_a_full_outbox_refuses_new_events_counts_them_and_keeps_the_old(tmp_path: Path, caplog) -> None:
+    outbox = open_outbox(path=tmp_path / "outbox.sqlite3", max_events=3, service="unit-bound")
+    kept = [pending(n) for n in range(3)]
+    assert all(outbox.put(e) for e in kept)
+    caplog.set_level(logging.ERROR, logger="shared.outbox")
+    assert not outbox.put(pending(99)) and not outbox.put(pending(100))
+    assert "outbox full" in caplog.text
+    assert sample("cairn_events_dropped_total", service="unit-bound", reason="outbox_full") == 2
+    assert bodies(outbox.oldest(10)) == bodies(kept)
+    outbox.remove(outbox.oldest(1))
+    assert outbox.put(pending(3))  # room again
+
+
+def test_the_gauge_follows_the_outbox_size(tmp_path: Path) -> None:
+    outbox = open_outbox(path=tmp_path / "outbox.sqlite3", max_events=10, service="unit-gauge")
+    for n in range(4):
+        outbox.put(pending(n))
+    assert sample("cairn_outbox_events", service="unit-gauge") == 4
+    outbox.remove(outbox.oldest(3))
+    assert sample("cairn_outbox_events", service="unit-gauge") == 1
+    outbox.close()
+    assert sample("cairn_outbox_events", service="unit-gauge") == 1  # what the file still holds
+    assert len(open_outbox(path=tmp_path / "outbox.sqlite3", max_events=10, service="unit-gauge")) == 1
+
+
+def test_events_held_in_memory_at_shutdown_are_counted_as_lost() -> None:
+    outbox = Outbox(durable=None, max_events=10, service="unit-memory")
+    outbox.put(pending(1))
+    outbox.close()
+    assert sample("cairn_events_dropped_total", service="unit-memory", reason="shutdown") == 1
+
+
+def test_the_memory_store_removes_any_confirmed_subset() -> None:
+    store = MemoryEventStore()
+    for n in range(5):
+        store.put(pending(n))
+    ids = [e.id for e in store.oldest(5)]
+    store.remove([ids[0], ids[2]])  # the middle one failed to confirm, say
+    assert bodies(store.oldest(5)) == [b'{"n": 1}', b'{"n": 3}', b'{"n": 4}']
+
+
+def test_a_non_positive_bound_is_refused() -> None:
+    with pytest.raises(ValueError):
+        Outbox(durable=None, max_events=0, service="unit")
