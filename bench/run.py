@@ -5,10 +5,12 @@ Sections: threads (why BLAS is held to one thread), ingest (real ingestion path 
 backend), http (/search p50 vs bare encode, and throughput with vs without micro-batching, over real
 HTTP on a ~20k-chunk SciFact index built once and kept under CAIRN_DATA_DIR/bench/), chat (POST /chat
 and /chat/stream's first token over HTTP vs the same pipeline in-process, the model's own time
-subtracted), grounding (what the offline generator and the grounding check cost per request).
+subtracted), grounding (what the offline generator and the grounding check cost per request), events
+(events/s from publish to committed row through the publisher and an analytics process vs a raw aio-pika
+publish/consume loop).
 
-Only threads, ingest and http load the embedding model (torch) in this process; only grounding does
-without SciFact, so `--only grounding` runs in seconds.
+Only threads, ingest and http load the embedding model (torch) in this process; grounding and events do
+without SciFact, so `--only grounding` runs in seconds and `--only events` in about a minute.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from bench.common import Figure, format_table, load_average, scifact_dir
 from services.retrieval.settings import Settings
 
-SECTIONS = ("threads", "ingest", "http", "chat", "grounding")
+SECTIONS = ("threads", "ingest", "http", "chat", "grounding", "events")
 MODEL_SECTIONS = {"threads", "ingest", "http"}  # these load the embedding model here
 SCIFACT_SECTIONS = {"threads", "ingest", "http", "chat"}
 CHAT_SECTIONS = {"chat", "grounding"}
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     context: dict[str, object] = {}
     figures = _retrieval_figures(sections, args=args, settings=settings, dataset=dataset, context=context, log=log)
     figures += _chat_figures(sections, args=args, dataset=dataset, log=log)
+    if "events" in sections:
+        from bench import events
+
+        figures += events.run(repeats=args.repeats, log=log)
     report = {
         "sections": sections,
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),

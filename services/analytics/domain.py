@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -119,6 +120,12 @@ class EventStore(Protocol):
 
     def add(self, record: EventRecord) -> bool:
         """Store the record once per event_id, committed on return; True when it was new."""
+        ...
+
+    def add_many(self, records: Sequence[EventRecord]) -> list[bool]:
+        """Store the records once per event_id in one transaction, committed on return (all or none);
+        for each record, True when it was new. An event_id that comes twice in `records` is new at most
+        once, at its first place."""
         ...
 
     def ping(self) -> bool:

@@ -1,19 +1,20 @@
-"""What to do with one message from the event queue: store it, dead-letter it with the reason, or try again."""
+"""What to do with messages from the event queue: store them, dead-letter them with the reason, or try again;
+one at a time (`settle`), or a batch committed in one transaction (`settle_batch`)."""
 from __future__ import annotations
 
 import asyncio
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from services.analytics.domain import EventStore, to_record
+from services.analytics.domain import EventRecord, EventStore, to_record
 from shared.context import request_id_var
 from shared.errors import DependencyUnavailable
-from shared.events import SCHEMA_VERSION, parse_event
+from shared.events import SCHEMA_VERSION, Event, parse_event
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ class InboundMessage(Protocol):
     body: bytes
     headers: Mapping[str, Any]
 
-    async def ack(self) -> None: ...
+    async def ack(self, multiple: bool = False) -> None:
+        """Settle the message as done; with `multiple`, also every earlier unsettled message on its channel."""
+        ...
 
     async def nack(self, requeue: bool = True) -> None: ...
 
@@ -54,18 +57,14 @@ class DeadLetters(Protocol):
 
 
 async def handle(body: bytes, *, store: EventStore) -> Verdict:
+    parsed = _parse(body)
+    if isinstance(parsed, Verdict):
+        return parsed
+    token = request_id_var.set(parsed.request_id)
     try:
-        event = parse_event(body)
-    except ValidationError as exc:
-        return Verdict(Outcome.DEAD_LETTER, _describe(exc))
-    if not 1 <= event.schema_version <= SCHEMA_VERSION:
-        unsupported = f"schema_version: {event.schema_version} is not supported (1 to {SCHEMA_VERSION})"
-        return Verdict(Outcome.DEAD_LETTER, unsupported)
-    token = request_id_var.set(event.request_id)
-    try:
-        fields = {"event_id": str(event.event_id), "event_type": event.event_type}
+        fields = _log_fields(parsed)
         try:
-            new = await asyncio.to_thread(store.add, to_record(event))
+            new = await asyncio.to_thread(store.add, to_record(parsed))
         except DependencyUnavailable:
             log.warning("database unavailable, event held for retry", extra=fields)
             return Verdict(Outcome.RETRY)
@@ -99,12 +98,102 @@ async def settle(
     delay = retry_delay_s
     verdict = await handle(message.body, store=store)
     while verdict.outcome is Outcome.RETRY and not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), delay)
-        except TimeoutError:
-            pass
+        await _pause(stop, delay)
         delay = min(delay * 2, max_retry_delay_s)
         verdict = await handle(message.body, store=store)
+    return await _conclude(message, verdict, dead_letters=dead_letters, delivery_limit=delivery_limit)
+
+
+async def settle_batch(
+    messages: Sequence[InboundMessage],
+    *,
+    store: EventStore,
+    dead_letters: DeadLetters,
+    stop: asyncio.Event,
+    delivery_limit: int,
+    retry_delay_s: float = 0.5,
+    max_retry_delay_s: float = 30.0,
+) -> list[Outcome]:
+    """Settle `messages` as `settle` settles each, but store their events with one `add_many` (one
+    transaction) and ack them only after its commit; returns what was done with each message, in order.
+
+    Invalid messages are dead-lettered one by one first, each with its reason. While the database is down
+    the batch is held and retried in place, and requeued on `stop`. Any other store error makes the batch
+    fall back to `settle` for each of its events, so that a bad event is requeued (or dead-lettered on its
+    last delivery) on its own while the others are stored.
+
+    `messages` come in delivery order from one channel, and every message delivered before them on it is
+    settled already: the stored ones are then acked by one `ack(multiple=True)` on the last of them.
+    """
+    outcomes: list[Outcome] = [Outcome.ACK] * len(messages)  # each place is set below
+    valid: list[tuple[int, InboundMessage, Event]] = []
+    for place, message in enumerate(messages):
+        parsed = _parse(message.body)
+        if isinstance(parsed, Verdict):
+            outcomes[place] = await _conclude(
+                message, parsed, dead_letters=dead_letters, delivery_limit=delivery_limit
+            )
+        else:
+            valid.append((place, message, parsed))
+    if not valid:
+        return outcomes
+    try:
+        new = await _add_held(
+            store, [to_record(event) for _, _, event in valid], stop=stop,
+            delay=retry_delay_s, max_delay=max_retry_delay_s,
+        )
+    except Exception as exc:
+        if len(valid) == 1:  # nothing to isolate: requeue it as `settle` would
+            place, message, event = valid[0]
+            log.exception("storing event failed", extra=_log_fields(event))
+            verdict = Verdict(Outcome.REQUEUE, f"store error: {exc!r}")
+            outcomes[place] = await _conclude(
+                message, verdict, dead_letters=dead_letters, delivery_limit=delivery_limit
+            )
+            return outcomes
+        log.warning("storing a batch failed, storing its events one by one",
+                    extra={"events": len(valid), "error": repr(exc)})
+        for place, message, _ in valid:
+            outcomes[place] = await settle(
+                message, store=store, dead_letters=dead_letters, stop=stop, delivery_limit=delivery_limit,
+                retry_delay_s=retry_delay_s, max_retry_delay_s=max_retry_delay_s,
+            )
+        return outcomes
+    if new is None:  # stopped while the database was down: back to the queue, for this or another replica
+        for place, message, _ in valid:
+            await message.nack(requeue=True)
+            outcomes[place] = Outcome.RETRY
+        return outcomes
+    _log_stored([event for _, _, event in valid], new)
+    last = valid[-1][1]
+    if len(valid) == 1:
+        await last.ack()
+    else:
+        await last.ack(multiple=True)
+    for place, _, _ in valid:
+        outcomes[place] = Outcome.ACK
+    return outcomes
+
+
+async def _add_held(
+    store: EventStore, records: list[EventRecord], *, stop: asyncio.Event, delay: float, max_delay: float
+) -> list[bool] | None:
+    """store.add_many(records), retried with backoff while the database is down; None when `stop` came first."""
+    while True:
+        try:
+            return await asyncio.to_thread(store.add_many, records)
+        except DependencyUnavailable:
+            if stop.is_set():
+                return None
+            log.warning("database unavailable, events held for retry", extra={"events": len(records)})
+            await _pause(stop, delay)
+            delay = min(delay * 2, max_delay)
+
+
+async def _conclude(
+    message: InboundMessage, verdict: Verdict, *, dead_letters: DeadLetters, delivery_limit: int
+) -> Outcome:
+    """Ack, dead-letter or requeue `message` as `verdict` says; returns what was done."""
     if verdict.outcome is Outcome.REQUEUE and _earlier_deliveries(message) >= delivery_limit:
         verdict = Verdict(Outcome.DEAD_LETTER, f"{verdict.reason} (last of {delivery_limit + 1} deliveries)")
     if verdict.outcome is Outcome.ACK:
@@ -122,6 +211,41 @@ async def settle(
     else:
         await message.nack(requeue=True)
     return verdict.outcome
+
+
+def _parse(body: bytes) -> Event | Verdict:
+    """The event in `body`, or the verdict to dead-letter it with the reason."""
+    try:
+        event = parse_event(body)
+    except ValidationError as exc:
+        return Verdict(Outcome.DEAD_LETTER, _describe(exc))
+    if not 1 <= event.schema_version <= SCHEMA_VERSION:
+        return Verdict(
+            Outcome.DEAD_LETTER, f"schema_version: {event.schema_version} is not supported (1 to {SCHEMA_VERSION})"
+        )
+    return event
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+def _log_fields(event: Event) -> dict[str, str]:
+    return {"event_id": str(event.event_id), "event_type": event.event_type}
+
+
+def _log_stored(events: list[Event], new: list[bool]) -> None:
+    if not log.isEnabledFor(logging.INFO):  # the per-event lines are skipped whole under load
+        return
+    for event, is_new in zip(events, new, strict=True):
+        token = request_id_var.set(event.request_id)
+        try:
+            log.info("event stored" if is_new else "duplicate event ignored", extra=_log_fields(event))
+        finally:
+            request_id_var.reset(token)
 
 
 def _describe(exc: ValidationError) -> str:

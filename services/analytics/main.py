@@ -36,6 +36,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             queue=settings.analytics_queue,
             store=store,
             prefetch=settings.prefetch,
+            batch_size=settings.batch_size,
+            batch_wait_ms=settings.batch_wait_ms,
         )
         await consumer.start()
         http = httpx.AsyncClient()

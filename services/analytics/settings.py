@@ -15,7 +15,17 @@ class Settings(CommonSettings):
         "PostgreSQL: postgresql+psycopg://user:password@host:5432/db",
     )
     db_timeout_s: float = Field(5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S", "db_timeout_s"))
-    prefetch: int = Field(50, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH", "prefetch"))
+    prefetch: int = Field(200, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH", "prefetch"))
+    batch_size: int = Field(
+        100, ge=1, le=1000, validation_alias=aliases("ANALYTICS_BATCH_SIZE", "batch_size"),
+        description="Most events committed in one transaction; a batch never holds more than the prefetch, "
+        "since the broker sends no more unacknowledged messages than that.",
+    )
+    batch_wait_ms: float = Field(
+        5.0, ge=0, le=1000, validation_alias=aliases("ANALYTICS_BATCH_WAIT_MS", "batch_wait_ms"),
+        description="How long the consumer waits for more messages to fill a batch; no message is held "
+        "longer than this before its batch is stored.",
+    )
     retrieval_url: str = Field(
         "http://127.0.0.1:8002",
         validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"),

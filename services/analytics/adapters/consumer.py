@@ -10,10 +10,10 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import aio_pika
-from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueueIterator, AbstractRobustConnection
+from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
 from services.analytics.domain import EventStore
-from services.analytics.handler import Outcome, settle
+from services.analytics.handler import Outcome, settle_batch
 from shared.topology import DELIVERY_LIMIT, dead_letter_names, declare_topology
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,10 @@ class DeadLetterPublisher:
 
 
 class EventConsumer:
-    """Runs `settle` on each message of `queue`, one at a time, with `prefetch` messages in flight; what
-    cannot be stored goes to the dead-letter queue through a `DeadLetterPublisher` signed with `name`.
+    """Settles the messages of `queue` in batches with `settle_batch`: each batch is what has arrived of the
+    `prefetch` messages in flight, up to `batch_size`, waiting at most `batch_wait_ms` for more after the
+    first; its events are committed in one transaction, then acked. What cannot be stored goes to the
+    dead-letter queue through a `DeadLetterPublisher` signed with `name`.
 
     `start` returns at once: the first connection is retried with backoff until the broker
     answers, and later drops are healed by aio-pika's robust connection. Several replicas may consume
@@ -75,12 +77,18 @@ class EventConsumer:
         queue: str,
         store: EventStore,
         prefetch: int = 50,
+        batch_size: int = 100,
+        batch_wait_ms: float = 5.0,
         connect_timeout_s: float = 5.0,
         max_backoff_s: float = 30.0,
         name: str | None = None,
     ) -> None:
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if batch_wait_ms < 0:
+            raise ValueError("batch_wait_ms must not be negative")
         self.name = name or f"analytics@{socket.gethostname()}:{os.getpid()}"
         self.outcomes: Counter[Outcome] = Counter()  # what was done with each message settled
         self._amqp_url = amqp_url
@@ -88,11 +96,17 @@ class EventConsumer:
         self._queue = queue
         self._store = store
         self._prefetch = prefetch
+        # The broker sends no more than `prefetch` unacked messages, so a larger batch would never fill.
+        self._batch_size = min(batch_size, prefetch)
+        self._batch_wait_s = batch_wait_ms / 1000
         self._connect_timeout_s = connect_timeout_s
         self._max_backoff_s = max_backoff_s
         self._stop = asyncio.Event()
         self._connection: AbstractRobustConnection | None = None
-        self._messages: AbstractQueueIterator | None = None
+        # Deliveries not yet taken into a batch; None wakes the batch loop to stop.
+        self._inbox: asyncio.Queue[AbstractIncomingMessage | None] = asyncio.Queue()
+        self._source: AbstractQueue | None = None
+        self._consumer_tag: str | None = None
         self._task: asyncio.Task | None = None
 
     @property
@@ -100,7 +114,7 @@ class EventConsumer:
         return (
             self._task is not None
             and not self._task.done()
-            and self._messages is not None
+            and self._consumer_tag is not None
             and self._connection is not None
             and not self._connection.is_closed
             and self._connection.connected.is_set()
@@ -110,17 +124,18 @@ class EventConsumer:
         self._task = asyncio.create_task(self._run(), name="analytics-consumer")
 
     async def close(self, timeout_s: float = 10.0) -> None:
-        """Stop consuming, let the message in hand finish (up to `timeout_s`), then disconnect.
+        """Stop consuming, let the batch in hand finish (up to `timeout_s`), then disconnect.
 
-        Prefetched messages not yet started go back to the queue at once. The message in hand is committed
+        Prefetched messages not yet in a batch go back to the queue at once. The batch in hand is committed
         and acked; if `timeout_s` passes first it stays unacked and the broker redelivers it when the
         connection closes, where the idempotent insert makes the second delivery change nothing."""
         self._stop.set()
-        if self._messages is not None:
-            try:
-                await asyncio.wait_for(self._messages.close(), timeout_s)
-            except Exception as exc:  # the broker is gone: unacked messages return to the queue anyway
-                log.warning("closing the consumer failed", extra={"error": repr(exc)})
+        try:
+            await asyncio.wait_for(self._cancel_deliveries(), timeout_s)
+        except Exception as exc:  # the broker is gone: unacked messages return to the queue anyway
+            log.warning("closing the consumer failed", extra={"error": repr(exc)})
+        await self._requeue_waiting()
+        self._inbox.put_nowait(None)
         if self._task is not None:
             done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
             if not done:
@@ -150,25 +165,76 @@ class EventConsumer:
                 delay = min(delay * 2, self._max_backoff_s)
         else:
             return
+        if self._stop.is_set():  # close() came while we were subscribing
+            return
+        # A robust queue consumes again with the same callback after a reconnection.
+        self._source, self._consumer_tag = queue, await queue.consume(self._inbox.put)
         log.info("consuming", extra={"queue": self._queue, "exchange": self._exchange, "consumer": self.name})
-        async with queue.iterator() as messages:
-            self._messages = messages
-            if self._stop.is_set():  # close() came while we were subscribing
-                return
-            async for message in messages:
-                try:
-                    if self._stop.is_set():  # taken from the prefetch buffer while closing: leave it to others
-                        await message.nack(requeue=True)
-                        continue
-                    outcome = await settle(
-                        message, store=self._store, dead_letters=dead_letters, stop=self._stop,
-                        delivery_limit=DELIVERY_LIMIT,
-                    )
-                    self.outcomes[outcome] += 1
-                except Exception as exc:  # channel lost mid-message: the broker redelivers it, keep consuming
-                    log.warning("settling a message failed", extra={"error": repr(exc)})
+        try:
+            while not self._stop.is_set():
+                batch = await self._next_batch()
+                if batch:
+                    await self._settle(batch, dead_letters)
+        finally:
+            await self._requeue_waiting()
 
-    async def _subscribe(self) -> tuple[aio_pika.abc.AbstractQueue, DeadLetterPublisher]:
+    async def _next_batch(self) -> list[AbstractIncomingMessage]:
+        """The next message and those that follow it within `batch_wait_s`, up to `batch_size`; [] on stop."""
+        first = await self._inbox.get()
+        if first is None:
+            return []
+        if self._stop.is_set():  # delivered while closing: leave it to others
+            await _requeue(first)
+            return []
+        batch = [first]
+        deadline = asyncio.get_running_loop().time() + self._batch_wait_s
+        while len(batch) < self._batch_size:
+            try:
+                message = self._inbox.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                try:
+                    message = await asyncio.wait_for(self._inbox.get(), remaining)
+                except TimeoutError:
+                    break
+            if message is None:  # stopping: finish what is in hand
+                break
+            batch.append(message)
+        return batch
+
+    async def _settle(self, batch: list[AbstractIncomingMessage], dead_letters: DeadLetterPublisher) -> None:
+        try:
+            outcomes = await settle_batch(
+                batch, store=self._store, dead_letters=dead_letters, stop=self._stop, delivery_limit=DELIVERY_LIMIT,
+            )
+            self.outcomes.update(outcomes)
+        except Exception as exc:  # channel lost mid-batch: the broker redelivers what was not settled
+            log.warning("settling a batch failed", extra={"error": repr(exc), "messages": len(batch)})
+            # Return the rest now, should the channel be alive: a later ack(multiple=True) would ack them.
+            for message in batch:
+                if not message.processed:
+                    await _requeue(message)
+
+    async def _cancel_deliveries(self) -> None:
+        source, tag, self._consumer_tag = self._source, self._consumer_tag, None
+        connection = self._connection
+        # Without a connection there is nothing to cancel: the broker forgot the consumer with the channel.
+        if source is not None and tag is not None and connection is not None and connection.connected.is_set():
+            await source.cancel(tag)
+
+    async def _requeue_waiting(self) -> None:
+        """Return the deliveries no batch has taken yet to the queue, for this or another replica."""
+        while True:
+            try:
+                message = self._inbox.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            if message is not None:
+                await _requeue(message)
+
+    async def _subscribe(self) -> tuple[AbstractQueue, DeadLetterPublisher]:
         self._connection = await aio_pika.connect_robust(self._amqp_url, timeout=self._connect_timeout_s)
         channel = await self._connection.channel()
         await channel.set_qos(prefetch_count=self._prefetch)
@@ -186,3 +252,10 @@ class EventConsumer:
                 await asyncio.wait_for(connection.close(), 2)
             except Exception:  # already broken; nothing left to release
                 pass
+
+
+async def _requeue(message: AbstractIncomingMessage) -> None:
+    try:
+        await message.nack(requeue=True)
+    except Exception as exc:  # its channel is closed: the broker has requeued it already
+        log.debug("requeueing a message failed", extra={"error": repr(exc)})

@@ -6,7 +6,7 @@ that is down is a 503 naming it wherever it is met.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from services.analytics.adapters import migrations
-from services.analytics.adapters.event_rows import insert_record
+from services.analytics.adapters.event_rows import insert_records
 from services.analytics.domain import EventRecord
 from shared.errors import DependencyUnavailable
 
@@ -72,9 +72,14 @@ class SqlEventStore:
         self._schema_ready = True
 
     def add(self, record: EventRecord) -> bool:
+        return self.add_many([record])[0]
+
+    def add_many(self, records: Sequence[EventRecord]) -> list[bool]:
+        if not records:
+            return []
         self._ensure_schema()
         with self._unavailable_as_503(), self._engine.begin() as conn:
-            return insert_record(conn, record)
+            return insert_records(conn, records)
 
     def read(self, report: Callable[..., T], /, **arguments: Any) -> T:
         """report(conn, **arguments) on a read connection."""

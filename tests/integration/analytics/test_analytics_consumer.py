@@ -191,42 +191,72 @@ async def test_two_replicas_store_each_event_once(
 
 
 class GatedStore(FakeEventStore):
-    """Holds each `add` until `gate` opens, so a test can act while a message is being stored."""
+    """Holds each call that stores events until `gate` opens, so a test can act while a batch is being stored."""
 
     def __init__(self) -> None:
         super().__init__()
         self.entered = threading.Event()
         self.gate = threading.Event()
 
-    def add(self, record) -> bool:
+    def add_many(self, records) -> list[bool]:
         self.entered.set()
         if not self.gate.wait(20):
             raise TimeoutError("the test never opened the gate")
-        return super().add(record)
+        return super().add_many(records)
 
 
-async def test_close_finishes_the_message_in_hand_and_returns_the_rest(amqp_url: str, names: dict) -> None:
+async def test_prefetched_messages_are_stored_in_batches_each_once(amqp_url: str, names: dict) -> None:
+    events = [submitted(request_id=f"b{i}") for i in range(300)]
+    await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events])
+    store = FakeEventStore()
+    consumer = EventConsumer(amqp_url=amqp_url, store=store, prefetch=50, batch_size=40, batch_wait_ms=20, **names)
+    await consumer.start()
+    try:
+        await eventually(lambda: consumer.outcomes[Outcome.ACK] == len(events), what="every message acked")
+    finally:
+        await consumer.close()
+    assert sorted(store.rows) == sorted(str(e.event_id) for e in events)
+    assert sum(store.batches) == len(events) and max(store.batches) == 40, store.batches
+    assert len(store.batches) < len(events) / 4, store.batches
+    assert await queue_depth(amqp_url, names["queue"]) == 0
+
+
+async def test_a_full_batch_goes_at_once_without_waiting_out_the_batch_wait(amqp_url: str, names: dict) -> None:
+    events = [submitted(request_id=f"f{i}") for i in range(3)]
+    await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events])
+    store = FakeEventStore()
+    consumer = EventConsumer(amqp_url=amqp_url, store=store, batch_size=3, batch_wait_ms=1000 * 60, **names)
+    await consumer.start()
+    try:
+        await eventually(lambda: len(store.rows) == 3, what="the full batch", timeout=20)
+    finally:
+        await consumer.close()
+    assert store.batches == [3]
+
+
+async def test_close_finishes_the_batch_in_hand_and_returns_the_rest(amqp_url: str, names: dict) -> None:
     store, events = GatedStore(), [submitted(request_id=f"s{i}") for i in range(3)]
     await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events])
-    consumer = EventConsumer(amqp_url=amqp_url, store=store, **names)
+    # A batch of two, and time enough for the second to join the first.
+    consumer = EventConsumer(amqp_url=amqp_url, store=store, batch_size=2, batch_wait_ms=2000, **names)
     await consumer.start()
     assert await asyncio.to_thread(store.entered.wait, 10)
     closing = asyncio.create_task(consumer.close(timeout_s=10))
     await asyncio.sleep(0.3)
-    assert not closing.done(), "close() returned while a message was being stored"
+    assert not closing.done(), "close() returned while a batch was being stored"
     store.gate.set()
     await asyncio.wait_for(closing, 10)
-    assert list(store.rows) == [str(events[0].event_id)]
-    assert consumer.outcomes == {Outcome.ACK: 1}
-    assert await queue_depth(amqp_url, names["queue"]) == 2  # the prefetched two went back
+    assert sorted(store.rows) == sorted(str(e.event_id) for e in events[:2])
+    assert consumer.outcomes == {Outcome.ACK: 2}
+    assert await queue_depth(amqp_url, names["queue"]) == 1  # the prefetched third went back
 
     after = EventConsumer(amqp_url=amqp_url, store=store, **names)
     await after.start()
     try:
-        await eventually(lambda: len(store.rows) == 3, what="the other two events")
+        await eventually(lambda: len(store.rows) == 3, what="the third event")
     finally:
         await after.close()
-    assert store.add_calls == 3  # the first was acked, so nobody got it again
+    assert store.batches == [2, 1]  # the first two were acked, so nobody got them again
 
 
 async def test_close_that_times_out_leaves_the_message_to_be_redelivered_and_stored_once(

@@ -70,7 +70,7 @@ async def test_sigterm_in_the_middle_of_a_burst_loses_nothing_and_stores_nothing
     assert analytics.process.returncode in (0, -signal.SIGTERM), analytics.log()
     at_stop = len(stored_events(analytics.database_url))
     assert 0 < at_stop < len(events), f"the stop was to land mid-burst, {at_stop} rows were in"
-    assert not [line for line in log_lines(analytics) if line["message"] == "settling a message failed"]
+    assert not [line for line in log_lines(analytics) if line["message"] == "settling a batch failed"]
 
     await asyncio.to_thread(analytics.start)
     while len(stored_events(analytics.database_url)) < len(events) and time.monotonic() < deadline:

@@ -1,8 +1,16 @@
-"""Behaviour every EventStore must have. Subclass with a `store` fixture to run it on an implementation."""
+"""Behaviour every EventStore must have, and what the SQL store must also write. Subclass with a `store`
+fixture to run them on an implementation: StoreContract for any EventStore, SqlStoreContract for an empty,
+migrated SqlEventStore."""
 from __future__ import annotations
 
-import pytest
+import dataclasses
 
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from services.analytics.adapters.schema import cited_documents, events
+from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import EventStore, to_record
 from tests.unit.analytics.analytics_events import feedback, failed, responded, submitted
 
@@ -22,5 +30,73 @@ class StoreContract:
         assert store.add(to_record(first)) is True
         assert store.add(to_record(first.model_copy(update={"event_id": submitted().event_id}))) is True
 
+    def test_a_batch_says_of_each_record_whether_it_was_new(self, store: EventStore) -> None:
+        stored, fresh = submitted(request_id="a"), [responded(request_id="a"), failed(request_id="b"), feedback()]
+        assert store.add(to_record(stored)) is True
+        batch = [to_record(event) for event in [fresh[0], stored, *fresh[1:]]]
+        assert store.add_many(batch) == [True, False, True, True]
+        assert store.add_many(batch) == [False] * 4
+        assert store.add(to_record(fresh[2])) is False
+
+    def test_an_event_twice_in_one_batch_is_new_once(self, store: EventStore) -> None:
+        twice, once = to_record(responded(request_id="t")), to_record(submitted(request_id="o"))
+        assert store.add_many([twice, once, twice, twice]) == [True, True, False, False]
+        assert store.add_many([once, twice]) == [False, False]
+
+    def test_an_empty_batch_is_nothing_new(self, store: EventStore) -> None:
+        assert store.add_many([]) == []
+
     def test_ping_answers(self, store: EventStore) -> None:
         assert store.ping() is True
+
+
+class SqlStoreContract:
+    @pytest.fixture
+    def store(self) -> SqlEventStore:
+        raise NotImplementedError
+
+    def test_a_batch_writes_cited_documents_for_its_new_events_only(self, store: SqlEventStore) -> None:
+        earlier = responded(request_id="earlier", docs=["guide", "faq"])
+        batch = [
+            responded(request_id="new", docs=["guide", "faq", "guide"]),
+            earlier,
+            responded(request_id="twice", docs=["faq"]),
+        ]
+        store.add(to_record(earlier))
+        assert store.add_many([to_record(event) for event in [*batch, batch[2]]]) == [True, False, True, False]
+        assert store.add_many([to_record(earlier)]) == [False]
+        with store.engine.connect() as conn:
+            cited = conn.execute(
+                select(cited_documents.c.request_id, cited_documents.c.doc_id, cited_documents.c.count)
+                .order_by(cited_documents.c.request_id, cited_documents.c.doc_id)
+            ).all()
+        assert [tuple(row) for row in cited] == [
+            ("earlier", "faq", 1), ("earlier", "guide", 1), ("new", "faq", 1), ("new", "guide", 2), ("twice", "faq", 1),
+        ]
+
+    def test_a_batch_is_committed_whole_or_not_at_all(self, store: SqlEventStore) -> None:
+        good = to_record(responded(request_id="good", docs=["guide"]))
+        unstorable = dataclasses.replace(to_record(submitted(request_id="bad")), event_type=None)  # NOT NULL
+        with pytest.raises(IntegrityError) as info:
+            store.add_many([good, unstorable])
+        assert "event_type" in str(info.value)
+        with store.engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(events)).scalar() == 0
+            assert conn.execute(select(func.count()).select_from(cited_documents)).scalar() == 0
+        assert store.add_many([good]) == [True]
+
+    def test_a_batch_keeps_every_extracted_column(self, store: SqlEventStore) -> None:
+        answer = responded(request_id="cols", total_ms=321.0, citations=3, confidence="High", tokens=(10, 5, 15))
+        question = submitted(request_id="cols", query="  How   do I ADD a user? ")
+        store.add_many([to_record(question), to_record(answer)])
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                select(events.c.event_type, events.c.latency_ms, events.c.citation_count,
+                       events.c.confidence_level, events.c.total_tokens, events.c.query_key, events.c.payload)
+                .order_by(events.c.event_type)
+            ).all()
+        assert [tuple(row[:6]) for row in rows] == [
+            ("QuerySubmitted", None, None, None, None, "how do i add a user?"),
+            ("ResponseGenerated", 321.0, 3, "high", 15, "how do i add a user?"),
+        ]
+        assert rows[0].payload["event_id"] == str(question.event_id)

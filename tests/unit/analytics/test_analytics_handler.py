@@ -6,45 +6,26 @@ import pytest
 
 from services.analytics.handler import Outcome, handle, settle
 from tests.unit.analytics.analytics_events import responded, submitted
-from tests.unit.analytics.analytics_fakes import FakeEventStore, FakeMessage
+from tests.unit.analytics.analytics_fakes import FakeDeadLetters, FakeEventStore, FakeMessage
 
 pytestmark = pytest.mark.unit
 
 LIMIT = 5
 
 
-class Delivery(FakeMessage):
-    """A FakeMessage with the headers the broker sets, e.g. the quorum queue's x-delivery-count."""
-
-    def __init__(self, body: bytes, *, earlier_deliveries: int | None = None) -> None:
-        super().__init__(body)
-        self.headers = {} if earlier_deliveries is None else {"x-delivery-count": earlier_deliveries}
-
-
-class FakeDeadLetters:
-    """Records what would be dead-lettered; set `broken` to act as a publish the broker did not confirm."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, str]] = []
-        self.broken: Exception | None = None
-
-    async def send(self, message, *, reason: str) -> None:
-        if self.broken is not None:
-            raise self.broken
-        self.sent.append((message.body, reason))
-
-
 def body_of(event) -> bytes:
     return event.model_dump_json().encode()
 
 
-async def settle_once(message: Delivery, store: FakeEventStore, dead: FakeDeadLetters | None = None, **kw) -> Outcome:
+async def settle_once(
+    message: FakeMessage, store: FakeEventStore, dead: FakeDeadLetters | None = None, **kw
+) -> Outcome:
     kw.setdefault("stop", asyncio.Event())
     return await settle(message, store=store, dead_letters=dead or FakeDeadLetters(), delivery_limit=LIMIT, **kw)
 
 
 async def test_a_valid_event_is_stored_then_acked() -> None:
-    store, message = FakeEventStore(), Delivery(body_of(submitted()))
+    store, message = FakeEventStore(), FakeMessage(body_of(submitted()))
     assert await settle_once(message, store) is Outcome.ACK
     assert message.settled == [("ack", None)]
     assert len(store.rows) == 1
@@ -53,7 +34,7 @@ async def test_a_valid_event_is_stored_then_acked() -> None:
 async def test_a_redelivered_event_is_acked_and_not_stored_again() -> None:
     store, body = FakeEventStore(), body_of(responded())
     for _ in range(2):
-        assert await settle_once(Delivery(body, earlier_deliveries=1), store) is Outcome.ACK
+        assert await settle_once(FakeMessage(body, earlier_deliveries=1), store) is Outcome.ACK
     assert len(store.rows) == 1
 
 
@@ -83,7 +64,7 @@ def with_version(version: int) -> bytes:
     ],
 )
 async def test_an_invalid_body_is_dead_lettered_with_the_reason_then_acked(body: bytes, reason: str) -> None:
-    store, message, dead = FakeEventStore(), Delivery(body), FakeDeadLetters()
+    store, message, dead = FakeEventStore(), FakeMessage(body), FakeDeadLetters()
     assert await settle_once(message, store, dead) is Outcome.DEAD_LETTER
     assert [sent_body for sent_body, _ in dead.sent] == [body]
     assert dead.sent[0][1].startswith(reason), dead.sent[0][1]
@@ -92,7 +73,7 @@ async def test_an_invalid_body_is_dead_lettered_with_the_reason_then_acked(body:
 
 
 async def test_a_dead_letter_the_broker_did_not_confirm_is_requeued_not_acked() -> None:
-    message, dead = Delivery(b"{not json"), FakeDeadLetters()
+    message, dead = FakeMessage(b"{not json"), FakeDeadLetters()
     dead.broken = ConnectionError("channel closed")
     assert await settle_once(message, FakeEventStore(), dead) is Outcome.REQUEUE
     assert message.settled == [("nack", True)]
@@ -102,7 +83,7 @@ async def test_an_unexpected_store_error_requeues_before_the_last_delivery() -> 
     store, dead = FakeEventStore(), FakeDeadLetters()
     store.broken = RuntimeError("disk full")
     for earlier in (None, 0, LIMIT - 1):
-        message = Delivery(body_of(submitted()), earlier_deliveries=earlier)
+        message = FakeMessage(body_of(submitted()), earlier_deliveries=earlier)
         assert await settle_once(message, store, dead) is Outcome.REQUEUE
         assert message.settled == [("nack", True)]
     assert dead.sent == [] and store.rows == {}
@@ -111,7 +92,7 @@ async def test_an_unexpected_store_error_requeues_before_the_last_delivery() -> 
 async def test_a_store_error_on_the_last_delivery_is_dead_lettered_with_the_error() -> None:
     store, dead, body = FakeEventStore(), FakeDeadLetters(), body_of(submitted())
     store.broken = RuntimeError("disk full")
-    message = Delivery(body, earlier_deliveries=LIMIT)
+    message = FakeMessage(body, earlier_deliveries=LIMIT)
     assert await settle_once(message, store, dead) is Outcome.DEAD_LETTER
     assert dead.sent == [(body, "store error: RuntimeError('disk full') (last of 6 deliveries)")]
     assert message.settled == [("ack", None)]
@@ -120,13 +101,13 @@ async def test_a_store_error_on_the_last_delivery_is_dead_lettered_with_the_erro
 async def test_a_store_error_on_the_last_delivery_is_requeued_when_dead_lettering_fails() -> None:
     store, dead = FakeEventStore(), FakeDeadLetters()
     store.broken, dead.broken = RuntimeError("disk full"), TimeoutError()
-    message = Delivery(body_of(submitted()), earlier_deliveries=LIMIT)
+    message = FakeMessage(body_of(submitted()), earlier_deliveries=LIMIT)
     assert await settle_once(message, store, dead) is Outcome.REQUEUE
     assert message.settled == [("nack", True)]  # the broker's delivery limit then dead-letters it
 
 
 async def test_while_the_database_is_down_the_message_is_held_and_retried() -> None:
-    store, message = FakeEventStore(), Delivery(body_of(submitted()), earlier_deliveries=LIMIT)
+    store, message = FakeEventStore(), FakeMessage(body_of(submitted()), earlier_deliveries=LIMIT)
     store.down = True
 
     async def recover() -> None:
@@ -144,7 +125,7 @@ async def test_while_the_database_is_down_the_message_is_held_and_retried() -> N
 
 async def test_a_held_message_is_requeued_on_shutdown_never_dead_lettered() -> None:
     store, stop, dead = FakeEventStore(), asyncio.Event(), FakeDeadLetters()
-    message = Delivery(body_of(submitted()), earlier_deliveries=LIMIT)
+    message = FakeMessage(body_of(submitted()), earlier_deliveries=LIMIT)
     store.down = True
     settling = asyncio.create_task(settle_once(message, store, dead, stop=stop, retry_delay_s=10))
     await asyncio.sleep(0.05)

@@ -12,7 +12,7 @@ from services.analytics.reports.summary import summary
 from shared.errors import DependencyUnavailable
 from tests.unit.analytics.analytics_events import responded, submitted
 from tests.unit.analytics.analytics_fakes import FakeEventStore
-from tests.unit.analytics.analytics_store_contract import StoreContract
+from tests.unit.analytics.analytics_store_contract import SqlStoreContract, StoreContract
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +23,7 @@ class TestFakeStore(StoreContract):
         return FakeEventStore()
 
 
-class TestSqliteStore(StoreContract):
+class TestSqliteStore(StoreContract, SqlStoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path):
         store = SqlEventStore.from_url(f"sqlite:///{tmp_path}/nested/dir/analytics.db")

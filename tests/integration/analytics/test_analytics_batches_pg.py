@@ -1,0 +1,22 @@
+"""What the SQL store writes for a batch of events, on PostgreSQL, each test on a database of its own (the
+same tests run on SQLite in tests/unit/analytics/test_analytics_store.py)."""
+from __future__ import annotations
+
+import pytest
+
+from services.analytics.adapters.sql_store import SqlEventStore
+from tests.integration.analytics.pg_databases import fresh_database
+from tests.unit.analytics.analytics_store_contract import SqlStoreContract
+
+pytestmark = pytest.mark.integration
+
+
+class TestPostgresBatches(SqlStoreContract):
+    @pytest.fixture
+    def store(self, postgres_server_url: str):
+        with fresh_database(postgres_server_url) as url:
+            store = SqlEventStore.from_url(url)
+            assert store.dialect == "postgresql"
+            store.create_schema()
+            yield store
+            store.close()
