@@ -77,6 +77,7 @@ def _print_welcome(settings: CliSettings, password: str) -> None:
         f"\nCairn is up at {url}\n"
         f"  user: {demo.DEMO_USER}\n"
         f"  password: {password}\n"
+        f"  chat page: {url}/    dashboard (analysts): {url}/dashboard\n"
         f"  ask:  cairn ask \"How do I add a user?\"\n"
         f"  curl: curl -s {url}/auth/login -H 'Content-Type: application/json' "
         f"-d '{{\"username\":\"{demo.DEMO_USER}\",\"password\":\"{password}\"}}'\n"

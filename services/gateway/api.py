@@ -1,6 +1,7 @@
 """Public routes: authentication, and the /api/* routes forwarded to internal services under a role."""
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
@@ -27,6 +28,7 @@ from services.gateway.domain import Session
 from services.gateway.models import LoginRequest, LoginResponse, MeResponse, UserOut
 from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
 from services.gateway.settings import Settings
+from shared.errors import DependencyUnavailable
 from shared.web import internal_headers
 
 auth_router = APIRouter(prefix="/auth", tags=["auth"])
@@ -161,8 +163,25 @@ async def delete_document(
     return await _forward(retrieval, request, session, settings, path=f"/documents/{quote(doc_id)}")
 
 
-@api_router.get("/analytics/{report}", summary="Analytics reports (analyst)", responses=forwarded("analytics", _REPORT))
+@api_router.get(
+    "/analytics/{report}",
+    summary="Analytics reports (analyst)",
+    description="The reports summary, timeseries, top-queries, gaps, documents, models, feedback and export.csv "
+    "of the analytics service, with their query string (from, to, model, ...) passed on as sent.",
+    responses=forwarded("analytics", _REPORT),
+)
 async def analytics(
     report: str, request: Request, session: AnalystSession, settings: SettingsDep, analytics: AnalyticsUpstream
 ) -> Response:
-    return await _forward(analytics, request, session, settings, path=f"/analytics/{quote(report, safe='')}")
+    response = await _forward(analytics, request, session, settings, path=f"/analytics/{quote(report, safe='')}")
+    if response.status_code == 503:  # "database_unavailable" alone would not say whose database
+        raise DependencyUnavailable("analytics", f"analytics is unavailable: {_reason(response.body)}")
+    return response
+
+
+def _reason(body: bytes) -> str:
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return message if isinstance(message, str) and message else "it answered 503"

@@ -10,6 +10,7 @@ from services.gateway.adapters.redis_request_owners import RedisRequestOwners
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.adapters.upstream import open_upstream
 from services.gateway.api import api_router, auth_router
+from services.gateway.dashboard import router as dashboard_router
 from services.gateway.feedback_api import router as feedback_router
 from services.gateway.middleware import gateway_middleware
 from services.gateway.model_offer import OfferedModels
@@ -17,7 +18,7 @@ from services.gateway.openai_api import router as openai_router
 from services.gateway.sessions_api import sessions_router
 from services.gateway.settings import Settings
 from services.gateway.web_page import router as web_page_router
-from shared.broker import RabbitEventPublisher
+from shared.broker import open_publisher
 from shared.web import create_service_app
 
 
@@ -33,9 +34,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.rate_limiter = RedisRateLimiter(redis, **store_args)
         app.state.request_owners = RedisRequestOwners(redis, **store_args)
         app.state.offered_models = OfferedModels(ttl_s=30)  # chat's models, for /v1
-        app.state.publisher = RabbitEventPublisher(  # feedback events; buffers while the broker is down
-            amqp_url=settings.amqp_url, exchange=settings.events_exchange, queue=settings.analytics_queue
-        )
+        app.state.publisher = open_publisher(settings, service="gateway")  # feedback events, kept while the broker is down
         await app.state.publisher.start()
         app.state.upstreams = {
             name: open_upstream(name=name, base_url=url, timeout_s=settings.upstream_timeout_s)
@@ -71,4 +70,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(feedback_router)
     app.include_router(openai_router)
     app.include_router(web_page_router)
+    app.include_router(dashboard_router)
     return app

@@ -25,8 +25,9 @@ async function errorFrom(response) {
   });
 }
 
-async function call(path, { token, body, method = "POST", signal } = {}) {
-  const headers = { Accept: "application/json" };
+/** One same-origin request with the bearer token; an ApiError for a status >= 400 or no answer at all. */
+export async function call(path, { token, body, method = "POST", signal, accept = "application/json" } = {}) {
+  const headers = { Accept: accept };
   if (token) headers.Authorization = `Bearer ${token}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let response;

@@ -1,0 +1,44 @@
+// The dashboard's calls to /api/analytics/* (same origin, with the bearer token): the reports and the CSV export.
+import { call } from "./api.js";
+
+function get(token, path, { accept, signal }) {
+  return call(path, { token, method: "GET", accept, signal });
+}
+
+/** The query string of a report: the range as ISO instants, the model when one is chosen, and `extra`. */
+export function reportQuery({ from, to, model }, extra = {}) {
+  const params = new URLSearchParams({ from: from.toISOString(), to: to.toISOString(), ...extra });
+  if (model) params.set("model", model);
+  return params;
+}
+
+/** One JSON report, e.g. report(token, "summary", reportQuery(range)). */
+export async function report(token, name, query, { signal } = {}) {
+  const response = await get(token, `/api/analytics/${name}?${query}`, { accept: "application/json", signal });
+  return response.json();
+}
+
+const LIMITS = { "top-queries": 10, gaps: 10, documents: 10, feedback: 20 };
+
+/** Every report the page shows, fetched at once and keyed by name. */
+export async function allReports(token, range, { bucket, signal }) {
+  const extras = { timeseries: { bucket } };
+  for (const [name, limit] of Object.entries(LIMITS)) extras[name] = { limit };
+  const names = ["summary", "timeseries", "top-queries", "gaps", "documents", "models", "feedback"];
+  const bodies = await Promise.all(
+    names.map((name) => report(token, name, reportQuery(range, extras[name] ?? {}), { signal })),
+  );
+  return Object.fromEntries(names.map((name, i) => [name, bodies[i]]));
+}
+
+/** Fetch the per-request CSV export (with the bearer token, so not as a plain link) and save it as a
+ * file, named as the server suggests. */
+export async function downloadCsv(token, query) {
+  const response = await get(token, `/api/analytics/export.csv?${query}`, { accept: "text/csv" });
+  const named = /filename="?([^";]+)"?/i.exec(response.headers.get("Content-Disposition") ?? "");
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(await response.blob());
+  link.download = named ? named[1] : "cairn-requests.csv";
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}

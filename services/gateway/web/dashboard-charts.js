@@ -1,0 +1,187 @@
+// The dashboard's charts as plotly figures. Each builder returns a figure, or null when the range holds
+// nothing to draw: the chart area then says so instead of showing empty axes.
+import * as fmt from "./dashboard-format.js";
+import { axis, countAxis, draw, layout, theme } from "./dashboard-plot.js";
+import { plotTime } from "./dashboard-range.js";
+
+const BUCKET_NAMES = { minute: "per minute", hour: "per hour", day: "per day" };
+const BUCKET_MS = { minute: 60_000, hour: 3_600_000, day: 86_400_000 };
+
+/** The same span on every chart over time: from half a bucket before the first to half after the last. */
+function timeAxis(t, series) {
+  const points = series.points;
+  const half = BUCKET_MS[series.bucket] / 2;
+  const edge = (point, shift) => plotTime(new Date(Date.parse(point.start) + shift).toISOString());
+  return axis(t, `Time (local, ${BUCKET_NAMES[series.bucket]})`, {
+    type: "date",
+    range: [edge(points[0], -half), edge(points[points.length - 1], half)],
+  });
+}
+
+// --- over time ----------------------------------------------------------------------------------
+function volume(series, t) {
+  const points = series?.points ?? [];
+  if (!points.some((p) => p.queries > 0)) return null;
+  const x = points.map((p) => plotTime(p.start));
+  const bar = (name, y, color) => ({
+    type: "bar",
+    name,
+    x,
+    y,
+    marker: { color },
+    hovertemplate: `%{y} ${name.toLowerCase()}<extra></extra>`,
+  });
+  const data = [
+    bar("Answered", points.map((p) => p.answered), t.good),
+    bar("No answer", points.map((p) => p.no_answer), t.middling),
+    bar("Failed", points.map((p) => p.failed), t.bad),
+  ];
+  const other = points.map((p) => Math.max(0, p.queries - p.answered - p.no_answer - p.failed));
+  if (other.some((n) => n > 0)) data.push(bar("Other (small talk, pending)", other, t.muted));
+  const largest = Math.max(...points.map((p) => p.queries));
+  return {
+    data,
+    layout: layout(t, {
+      barmode: "stack",
+      hovermode: "x unified",
+      xaxis: timeAxis(t, series),
+      yaxis: countAxis(t, "Queries", largest),
+    }),
+  };
+}
+
+function latency(series, t) {
+  const points = series?.points ?? [];
+  if (!points.some((p) => p.latency_ms.p50 !== null)) return null;
+  const x = points.map((p) => plotTime(p.start));
+  const line = (key, color, dash) => ({
+    type: "scatter",
+    mode: "lines+markers",
+    name: key,
+    x,
+    y: points.map((p) => p.latency_ms[key]),
+    line: { color, dash },
+    hovertemplate: `${key} %{y:,.0f} ms<extra></extra>`,
+  });
+  return {
+    data: [line("p50", t.accent, "solid"), line("p95", t.middling, "dash"), line("p99", t.bad, "dot")],
+    layout: layout(t, {
+      hovermode: "x unified",
+      xaxis: timeAxis(t, series),
+      yaxis: axis(t, "Latency (ms)", { rangemode: "tozero" }),
+    }),
+  };
+}
+
+function answerRate(series, t) {
+  const points = series?.points ?? [];
+  if (!points.some((p) => p.answered_rate !== null)) return null;
+  const trace = {
+    type: "scatter",
+    mode: "lines+markers",
+    name: "Answered",
+    x: points.map((p) => plotTime(p.start)),
+    y: points.map((p) => (p.answered_rate === null ? null : p.answered_rate * 100)),
+    line: { color: t.good },
+    hovertemplate: "%{y:.1f} % answered<extra></extra>",
+  };
+  return {
+    data: [trace],
+    layout: layout(t, {
+      showlegend: false,
+      hovermode: "x unified",
+      xaxis: timeAxis(t, series),
+      yaxis: axis(t, "Answered (%)", { range: [0, 105], ticksuffix: " %" }),
+    }),
+  };
+}
+
+// --- the range as a whole -----------------------------------------------------------------------
+function confidence(summary, t) {
+  const mix = summary?.confidence ?? { high: 0, medium: 0, low: 0 };
+  if (mix.high + mix.medium + mix.low === 0) return null;
+  const trace = {
+    type: "pie",
+    hole: 0.55,
+    sort: false,
+    labels: ["High", "Medium", "Low"],
+    values: [mix.high, mix.medium, mix.low],
+    marker: { colors: [t.good, t.middling, t.bad] },
+    textinfo: "label+percent",
+    hovertemplate: "%{label}: %{value} responses (%{percent})<extra></extra>",
+  };
+  return { data: [trace], layout: layout(t, { showlegend: false, margin: { t: 16, r: 16, b: 16, l: 16 } }) };
+}
+
+/** Horizontal bars, most frequent at the top, each label ranked so that equal shortened texts stay apart
+ * and cut to what the chart's width leaves room for (the hover text keeps it whole). */
+function ranked(items, label, traces, t, title) {
+  const length = Math.min(48, Math.max(14, Math.floor(t.width / 20)));
+  const y = items.map((item, i) => `${i + 1}. ${fmt.shorten(label(item), length)}`);
+  const largest = Math.max(...items.map((item) => traces.reduce((sum, tr) => sum + tr.value(item), 0)));
+  const data = traces.map((tr) => ({
+    type: "bar",
+    orientation: "h",
+    name: tr.name,
+    y,
+    x: items.map(tr.value),
+    marker: { color: tr.color },
+    customdata: items.map(label),
+    hovertemplate: `%{customdata}<br>%{x} ${tr.name.toLowerCase()}<extra></extra>`,
+  }));
+  return {
+    data,
+    layout: layout(t, {
+      height: Math.max(200, 70 + 28 * items.length),
+      barmode: "stack",
+      showlegend: traces.length > 1,
+      xaxis: countAxis(t, title, largest),
+      yaxis: axis(t, "", { autorange: "reversed", gridcolor: "rgba(0,0,0,0)" }),
+    }),
+  };
+}
+
+function topQueries(report, t) {
+  const items = report?.items ?? [];
+  if (!items.length) return null;
+  return ranked(items, (q) => q.query, [
+    { name: "Answered", value: (q) => q.answered, color: t.good },
+    { name: "Not answered", value: (q) => q.count - q.answered, color: t.middling },
+  ], t, "Times asked");
+}
+
+function gaps(report, t) {
+  const items = report?.items ?? [];
+  if (!items.length) return null;
+  return ranked(items, (g) => g.query, [
+    { name: "No answer", value: (g) => g.no_answer, color: t.bad },
+    { name: "Low confidence", value: (g) => g.low_confidence, color: t.middling },
+    { name: "Other answers", value: (g) => Math.max(0, g.count - g.no_answer - g.low_confidence), color: t.muted },
+  ], t, "Times asked");
+}
+
+function documents(report, t) {
+  const items = report?.most_cited ?? [];
+  if (!items.length) return null;
+  return ranked(items, (d) => d.doc_id, [{ name: "Citations", value: (d) => d.citations, color: t.accent }], t, "Citations");
+}
+
+const BUILDERS = {
+  volume: (r, t) => volume(r.timeseries, t),
+  latency: (r, t) => latency(r.timeseries, t),
+  "answer-rate": (r, t) => answerRate(r.timeseries, t),
+  confidence: (r, t) => confidence(r.summary, t),
+  "top-queries": (r, t) => topQueries(r["top-queries"], t),
+  gaps: (r, t) => gaps(r.gaps, t),
+  documents: (r, t) => documents(r.documents, t),
+};
+
+/** Draw every chart of the page (containers `#chart-<name>`) from the reports, keyed by report name. */
+export async function drawCharts(reports) {
+  await Promise.all(
+    Object.entries(BUILDERS).map(([name, build]) => {
+      const container = document.getElementById(`chart-${name}`);
+      return draw(container, build(reports, theme(container.clientWidth)));
+    }),
+  );
+}

@@ -1,0 +1,41 @@
+// How the dashboard writes its figures: a missing value (null: nothing to measure) is an em dash.
+
+export const NONE = "—";
+
+const missing = (value) => value === null || value === undefined || Number.isNaN(value);
+
+export function count(value) {
+  return missing(value) ? NONE : Math.round(value).toLocaleString("en");
+}
+
+/** A share in [0, 1] as a percentage: 0.8333 → "83.3 %". */
+export function percent(value) {
+  return missing(value) ? NONE : `${(value * 100).toFixed(1)} %`;
+}
+
+export function ms(value) {
+  return missing(value) ? NONE : `${Math.round(value).toLocaleString("en")} ms`;
+}
+
+export function decimal(value, digits = 2) {
+  return missing(value) ? NONE : value.toFixed(digits);
+}
+
+/** A score in [-1, 1] with its sign: 0.5 → "+0.50". */
+export function signed(value) {
+  return missing(value) ? NONE : `${value > 0 ? "+" : ""}${value.toFixed(2)}`;
+}
+
+export function plural(n, one, many = `${one}s`) {
+  return `${count(n)} ${n === 1 ? one : many}`;
+}
+
+/** A long question cut to `length` characters for an axis label (the hover text keeps it whole). */
+export function shorten(text, length = 48) {
+  const flat = text.replace(/\s+/g, " ").trim();
+  return flat.length <= length ? flat : `${flat.slice(0, length - 1)}…`;
+}
+
+export function dateTime(iso) {
+  return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+}

@@ -1,0 +1,81 @@
+// The dashboard's filters: a preset or custom time range and a model, kept in the page's URL so a view
+// can be reloaded or shared; and the time-series bucket that suits a range.
+
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
+export const PRESETS = { "1h": HOUR, "24h": DAY, "7d": 7 * DAY, "30d": 30 * DAY };
+export const DEFAULT_RANGE = "24h";
+
+/** {range, from, to, model} from a query string; from/to are Dates, set for a custom range only. */
+export function readFilters(search) {
+  const params = new URLSearchParams(search);
+  const model = params.get("model") ?? "";
+  const from = parseDate(params.get("from"));
+  const to = parseDate(params.get("to"));
+  if (from && to) return { range: "custom", from, to, model };
+  const range = params.get("range");
+  return { range: range in PRESETS ? range : DEFAULT_RANGE, from: null, to: null, model };
+}
+
+/** The query string that reads back as `filters`. */
+export function writeFilters({ range, from, to, model }) {
+  const params = new URLSearchParams();
+  if (range === "custom") {
+    params.set("from", from.toISOString());
+    params.set("to", to.toISOString());
+  } else {
+    params.set("range", range);
+  }
+  if (model) params.set("model", model);
+  return `?${params}`;
+}
+
+/** The [from, to) a filter stands for now; throws RangeError for a custom range that is empty or reversed. */
+export function resolveRange({ range, from, to }, now = new Date()) {
+  if (range !== "custom") return { from: new Date(now.getTime() - PRESETS[range]), to: now };
+  if (!from || !to) throw new RangeError("Enter both a start and an end for the custom range.");
+  if (from >= to) throw new RangeError("The start of the range must come before its end.");
+  return { from, to };
+}
+
+/** Minutes up to 3 hours, hours up to 8 days, days beyond: from about 24 to 200 points. */
+export function bucketFor(from, to) {
+  const span = to - from;
+  if (span <= 3 * HOUR) return "minute";
+  if (span <= 8 * DAY) return "hour";
+  return "day";
+}
+
+function parseDate(text) {
+  if (!text) return null;
+  const date = new Date(text);
+  return Number.isNaN(date.getTime()) ? null : date;
+}
+
+const pad = (n) => String(n).padStart(2, "0");
+
+/** "YYYY-MM-DDTHH:MM:SS" in local time: the value of an <input type="datetime-local">. */
+export function toLocalInput(date) {
+  const day = `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}`;
+  return `${day}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
+/** An <input type="datetime-local"> value (local time) as a Date; null when empty or invalid. */
+export function fromLocalInput(text) {
+  return parseDate(text); // a date-time without an offset is local time in ECMAScript
+}
+
+/** An ISO instant as plotly takes dates: local wall-clock time without an offset. */
+export function plotTime(iso) {
+  return toLocalInput(new Date(iso)).replace("T", " ");
+}
+
+/** "Showing 12 Mar 2026, 10:00:00 – 11:00:00 (local time)" for the range's label. */
+export function describeRange(from, to) {
+  const sameDay = from.toDateString() === to.toDateString();
+  const date = { day: "numeric", month: "short", year: "numeric" };
+  const time = { hour: "2-digit", minute: "2-digit", second: "2-digit" };
+  const start = from.toLocaleString(undefined, { ...date, ...time });
+  const end = to.toLocaleString(undefined, sameDay ? time : { ...date, ...time });
+  return `Showing ${start} – ${end} (local time)`;
+}

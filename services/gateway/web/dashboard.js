@@ -1,0 +1,249 @@
+// The analytics dashboard: log in (the chat page's session, kept for the tab, is reused), check the
+// analyst role, then show the figures of the chosen time range and model.
+import * as api from "./api.js";
+import { allReports, downloadCsv, reportQuery } from "./dashboard-api.js";
+import { drawCharts } from "./dashboard-charts.js";
+import { clearCharts } from "./dashboard-plot.js";
+import * as range from "./dashboard-range.js";
+import { renderFeedback, renderModels, renderNeverCited, renderTiles } from "./dashboard-tiles.js";
+
+const TOKEN_KEY = "cairn.token"; // the chat page's keys: one log-in serves both pages
+const USER_KEY = "cairn.username";
+const ANALYST_ROLES = ["analyst", "admin"];
+
+const $ = (id) => document.getElementById(id);
+const view = {
+  login: $("login-view"),
+  loginForm: $("login-form"),
+  loginMessage: $("login-message"),
+  username: $("username"),
+  password: $("password"),
+  forbidden: $("forbidden-view"),
+  dashboard: $("dashboard-view"),
+  session: $("session"),
+  whoami: $("whoami"),
+  logout: $("logout"),
+  filters: $("filters"),
+  range: $("range"),
+  customRange: $("custom-range"),
+  from: $("from"),
+  to: $("to"),
+  model: $("model"),
+  exportButton: $("export"),
+  status: $("status"),
+  rangeLabel: $("range-label"),
+  tiles: document.querySelector(".tiles"),
+  neverCited: document.querySelector("[data-testid=never-cited]"),
+  modelRows: $("models-rows"),
+  feedbackFigures: $("feedback-figures"),
+  feedbackList: $("feedback-list"),
+};
+
+const state = { token: sessionStorage.getItem(TOKEN_KEY), filters: range.readFilters(location.search), load: null };
+
+function say(node, message, kind = "notice") {
+  node.textContent = message;
+  node.classList.toggle("error", kind === "error");
+}
+
+function describe(error) {
+  if (!(error instanceof api.ApiError)) return error.message || "Something went wrong.";
+  if (error.status === 0) return "Cairn could not be reached. Check your connection and try again.";
+  if (error.status === 503) return `The figures are unavailable right now (${error.message}). Try again in a moment.`;
+  if (error.status === 504) return "The analytics service took too long to answer. Try again in a moment.";
+  if (error.status >= 500) return "Something went wrong on Cairn's side. Try again in a moment.";
+  return error.message || `Something went wrong (${error.status}).`;
+}
+
+// --- views ---------------------------------------------------------------------------------------
+function show(which, username = "") {
+  for (const name of ["login", "forbidden", "dashboard"]) view[name].hidden = name !== which;
+  view.session.hidden = which === "login";
+  view.whoami.textContent = username;
+}
+
+function showLogin(message = "", kind = "notice") {
+  state.load?.abort();
+  state.token = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(USER_KEY);
+  show("login");
+  say(view.loginMessage, message, kind);
+  view.password.value = "";
+  view.username.focus();
+}
+
+function enter(user) {
+  if (!user.roles.some((role) => ANALYST_ROLES.includes(role))) {
+    show("forbidden", user.username);
+    return;
+  }
+  show("dashboard", user.username);
+  showFilters();
+  load();
+}
+
+// --- filters -------------------------------------------------------------------------------------
+function showFilters() {
+  const { range: chosen, from, to, model } = state.filters;
+  view.range.value = chosen;
+  view.customRange.hidden = chosen !== "custom";
+  if (chosen === "custom") {
+    view.from.value = range.toLocalInput(from);
+    view.to.value = range.toLocalInput(to);
+  }
+  addModelOption(model);
+  view.model.value = model;
+}
+
+function addModelOption(model) {
+  if (!model || [...view.model.options].some((option) => option.value === model)) return;
+  view.model.append(new Option(model, model));
+}
+
+/** The models of the range shown with no model chosen, after "All models". */
+function setModelOptions(models) {
+  view.model.replaceChildren(new Option("All models", ""), ...models.map((model) => new Option(model, model)));
+}
+
+function readForm() {
+  const chosen = view.range.value;
+  if (chosen !== "custom") return { range: chosen, from: null, to: null, model: view.model.value };
+  const [from, to] = [range.fromLocalInput(view.from.value), range.fromLocalInput(view.to.value)];
+  return { range: chosen, from, to, model: view.model.value };
+}
+
+function applyFilters() {
+  const filters = readForm();
+  if (filters.range === "custom" && state.filters.range !== "custom" && !filters.from && !filters.to) {
+    // Custom starts from the range shown so far, for the analyst to adjust.
+    const shown = range.resolveRange(state.filters);
+    Object.assign(filters, shown);
+    view.from.value = range.toLocalInput(shown.from);
+    view.to.value = range.toLocalInput(shown.to);
+  }
+  view.customRange.hidden = filters.range !== "custom";
+  state.filters = filters;
+  load();
+}
+
+view.range.addEventListener("change", applyFilters);
+view.model.addEventListener("change", applyFilters);
+view.from.addEventListener("change", applyFilters);
+view.to.addEventListener("change", applyFilters);
+view.filters.addEventListener("submit", (event) => {
+  event.preventDefault();
+  applyFilters();
+});
+
+// --- the figures ---------------------------------------------------------------------------------
+function clearFigures() {
+  renderTiles(view.tiles, null);
+  renderModels(view.modelRows, null);
+  renderFeedback(view.feedbackFigures, view.feedbackList, null);
+  renderNeverCited(view.neverCited, null);
+  clearCharts();
+}
+
+async function load() {
+  let resolved;
+  try {
+    resolved = range.resolveRange(state.filters);
+  } catch (error) {
+    say(view.status, error.message, "error");
+    return;
+  }
+  history.replaceState(null, "", range.writeFilters(state.filters));
+  state.load?.abort();
+  const controller = new AbortController();
+  state.load = controller;
+  const query = { ...resolved, model: state.filters.model };
+  view.dashboard.dataset.state = "loading";
+  view.rangeLabel.textContent = range.describeRange(resolved.from, resolved.to);
+  say(view.status, "Loading…");
+  try {
+    const bucket = range.bucketFor(resolved.from, resolved.to);
+    const reports = await allReports(state.token, query, { bucket, signal: controller.signal });
+    if (!state.filters.model) setModelOptions(reports.models.items.map((item) => item.model));
+    renderTiles(view.tiles, reports.summary);
+    renderModels(view.modelRows, reports.models);
+    renderFeedback(view.feedbackFigures, view.feedbackList, reports.feedback);
+    renderNeverCited(view.neverCited, reports.documents);
+    await drawCharts(reports);
+    if (state.load !== controller) return; // a newer load has started meanwhile
+    say(view.status, reports.summary.queries ? "" : "No questions were asked in this range.");
+    view.dashboard.dataset.state = "ready";
+  } catch (error) {
+    if (error.name === "AbortError" || state.load !== controller) return;
+    if (error.status === 401) return showLogin("Your session has ended. Please log in again.", "error");
+    if (error.status === 403) return show("forbidden", view.whoami.textContent);
+    clearFigures();
+    say(view.status, describe(error), "error");
+    view.dashboard.dataset.state = "error";
+  }
+}
+
+view.exportButton.addEventListener("click", async () => {
+  let resolved;
+  try {
+    resolved = range.resolveRange(state.filters);
+  } catch (error) {
+    say(view.status, error.message, "error");
+    return;
+  }
+  view.exportButton.disabled = true;
+  try {
+    await downloadCsv(state.token, reportQuery({ ...resolved, model: state.filters.model }));
+  } catch (error) {
+    if (error.status === 401) return showLogin("Your session has ended. Please log in again.", "error");
+    say(view.status, `The export failed: ${describe(error)}`, "error");
+  } finally {
+    view.exportButton.disabled = false;
+  }
+});
+
+// --- log-in and log-out --------------------------------------------------------------------------
+view.loginForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  say(view.loginMessage, "");
+  const button = view.loginForm.querySelector("button[type=submit]");
+  button.disabled = true;
+  try {
+    const session = await api.login(view.username.value.trim(), view.password.value);
+    state.token = session.token;
+    sessionStorage.setItem(TOKEN_KEY, session.token);
+    sessionStorage.setItem(USER_KEY, session.user.username);
+    view.password.value = "";
+    enter(session.user);
+  } catch (error) {
+    say(view.loginMessage, error.status === 401 ? "Wrong user name or password." : describe(error), "error");
+    view.password.select();
+  } finally {
+    button.disabled = false;
+  }
+});
+
+view.logout.addEventListener("click", async () => {
+  const token = state.token;
+  showLogin("You are logged out.");
+  try {
+    await api.logout(token);
+  } catch {
+    // the session is forgotten here either way; an expired one is already gone
+  }
+});
+
+async function start() {
+  if (!state.token) {
+    showLogin();
+    return;
+  }
+  try {
+    enter((await api.me(state.token)).user);
+  } catch (error) {
+    if (error.status === 401) showLogin("Your session has ended. Please log in again.", "error");
+    else showLogin(describe(error), "error");
+  }
+}
+
+start();

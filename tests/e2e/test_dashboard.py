@@ -1,0 +1,260 @@
+"""The analytics dashboard in a real browser (Debian's chromium driven by Playwright).
+
+Against the whole system started with `cairn up`: seeded chat traffic and feedback reach analytics through
+the event stream, and an analyst sees the seeded counts in the tiles and every chart drawn; a plain user
+gets 403 for the page over HTTP and the analysts-only message in the browser.
+
+Against the gateway and a stand-in analytics service with known figures: how each figure is written,
+questions with markup shown as text, the model filter, the CSV export, and the empty state.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from services.gateway.main import create_app
+from services.gateway.settings import Settings
+from tests.e2e.conftest import PASSWORD
+from tests.integration.gateway.analytics_stand_in import (
+    EXPORT_CSV,
+    MARKUP_QUERY,
+    StandInState,
+    analytics_stand_in,
+    seed_users,
+)
+from tests.integration.gateway.analytics_stand_in import PASSWORD as STAND_IN_PASSWORD
+from tests.support import serve_in_thread, wait_until
+
+pytestmark = pytest.mark.e2e
+
+CHARTS = ("volume", "latency", "answer-rate", "confidence", "top-queries", "gaps", "documents")
+QUESTIONS = ("How do I add a user?", "How do I list users?", "What does the gateway do?", "How do I start Cairn?")
+NONSENSE = "zxqv wplkj frobnitz quuxly?"  # matches no document: a content gap
+LOAD_TIMEOUT_MS = 30_000
+
+
+def open_page(browser: Browser, url: str, *, width: int = 1280) -> tuple[Page, list[str]]:
+    """A fresh tab (its own sessionStorage) that records script errors and CSP violations."""
+    page = browser.new_context(viewport={"width": width, "height": 900}, accept_downloads=True).new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("console", lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None)
+    page.goto(url)
+    return page, problems
+
+
+def log_in(page: Page, username: str, password: str) -> None:
+    expect(page.get_by_role("heading", name="Log in to Cairn analytics")).to_be_visible()
+    page.get_by_label("User name").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+
+
+def wait_for_figures(page: Page) -> None:
+    expect(page.get_by_test_id("dashboard")).to_have_attribute("data-state", "ready", timeout=LOAD_TIMEOUT_MS)
+
+
+def kpi(page: Page, name: str) -> str:
+    return page.get_by_test_id(f"kpi-{name}").inner_text()
+
+
+def chart_drawn(page: Page, name: str) -> bool:
+    return page.get_by_test_id(f"chart-{name}").locator("svg.main-svg").count() > 0
+
+
+def percent(rate: float | None) -> str:
+    return "—" if rate is None else f"{rate * 100:.1f} %"
+
+
+def bearer(gateway: str, username: str, password: str) -> dict[str, str]:
+    response = httpx.post(f"{gateway}/auth/login", json={"username": username, "password": password}, timeout=30)
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Bearer {response.json()['token']}"}
+
+
+# --- the whole system -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def plain_user(cairn) -> tuple[str, str]:
+    name, password = f"pat{time.monotonic_ns() % 100000}", "plain-user-password"
+    result = cairn.cli("user", "add", name, "--role", "user", "--password-stdin", stdin=password + "\n")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return name, password
+
+
+def test_an_analyst_sees_the_seeded_traffic(cairn, browser, plain_user, tmp_path):
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    asker = bearer(cairn.gateway, *plain_user)
+    request_ids = []
+    for question in (*QUESTIONS, NONSENSE):
+        response = httpx.post(f"{cairn.gateway}/api/chat", json={"query": question}, headers=asker, timeout=120)
+        assert response.status_code == 200, response.text
+        request_ids.append(response.json()["metadata"]["request_id"])
+    rated = httpx.post(
+        f"{cairn.gateway}/api/feedback",
+        json={"request_id": request_ids[0], "rating": 1, "comment": "Just what I needed."},
+        headers=asker,
+        timeout=30,
+    )
+    assert rated.status_code in (200, 202, 204), rated.text
+    end = datetime.now(UTC) + timedelta(minutes=2)
+    seeded = len(request_ids)
+
+    analyst = bearer(cairn.gateway, "demo", PASSWORD)
+    window = {"from": start.isoformat(), "to": end.isoformat()}
+
+    def summary() -> dict:
+        response = httpx.get(f"{cairn.gateway}/api/analytics/summary", params=window, headers=analyst, timeout=30)
+        return response.json() if response.status_code == 200 else {}
+
+    def arrived() -> bool:
+        figures = summary()
+        return figures.get("completed") == seeded and figures.get("feedback", {}).get("ratings") == 1
+
+    wait_until(arrived, timeout=60, interval=1, what="analytics to hold the seeded requests and the rating")
+    figures = summary()
+    gaps = httpx.get(f"{cairn.gateway}/api/analytics/gaps", params=window, headers=analyst, timeout=30).json()
+
+    page, problems = open_page(browser, f"{cairn.gateway}/dashboard?{urlencode(window)}")
+    log_in(page, "demo", PASSWORD)
+    wait_for_figures(page)
+    assert kpi(page, "queries") == str(seeded)
+    assert kpi(page, "distinct-users") == "1"
+    assert kpi(page, "answered-rate") == percent(figures["answered_rate"])
+    assert kpi(page, "no-answer-rate") == percent(figures["no_answer_rate"])
+    assert kpi(page, "failure-rate") == "0.0 %"
+    assert kpi(page, "latency-p50").endswith(" ms")
+    assert kpi(page, "feedback-score") == "+1.00"
+    for name in CHARTS:
+        if name == "gaps" and not gaps["items"]:
+            expect(page.get_by_test_id("chart-gaps")).to_have_text("No data in this range")
+        else:
+            assert chart_drawn(page, name), f"chart {name} was not drawn"
+    expect(page.get_by_test_id("feedback-list")).to_contain_text("Just what I needed.")
+    expect(page.get_by_test_id("model-row")).not_to_have_count(0)
+    page.screenshot(path=tmp_path / "dashboard.png", full_page=True)
+    assert problems == [], problems
+
+
+def test_a_plain_user_gets_403_and_the_analysts_only_message(cairn, browser, plain_user):
+    response = httpx.get(f"{cairn.gateway}/dashboard", headers=bearer(cairn.gateway, *plain_user), timeout=30)
+    assert response.status_code == 403 and response.json()["message"] == "the dashboard is for analysts only"
+
+    page, problems = open_page(browser, f"{cairn.gateway}/dashboard")
+    analytics_calls: list[str] = []
+    page.on("request", lambda r: analytics_calls.append(r.url) if "/api/analytics/" in r.url else None)
+    log_in(page, *plain_user)
+    expect(page.get_by_test_id("analysts-only")).to_be_visible()
+    expect(page.get_by_role("heading", name="Analysts only")).to_be_visible()
+    expect(page.get_by_test_id("dashboard")).to_be_hidden()
+    assert analytics_calls == [] and problems == [], (analytics_calls, problems)
+
+
+# --- the gateway and a stand-in analytics service ------------------------------------------------
+@pytest.fixture(scope="module")
+def stand_in() -> StandInState:
+    return StandInState()
+
+
+@pytest.fixture(scope="module")
+def gateway(stand_in, redis_url, amqp_url) -> Iterator[str]:
+    name = f"test-dashboard-{uuid.uuid4().hex[:10]}"
+    seed_users(redis_url, name)
+    with serve_in_thread(analytics_stand_in(stand_in)) as analytics:
+        settings = Settings(
+            redis_url=redis_url,
+            redis_prefix=name,
+            analytics_url=analytics,
+            amqp_url=amqp_url,
+            events_exchange=f"{name}.events",
+            analytics_queue=f"{name}.analytics",
+        )
+        with serve_in_thread(create_app(settings)) as url:
+            yield url
+
+
+@pytest.fixture
+def figures(stand_in) -> StandInState:
+    stand_in.seen.clear()
+    stand_in.empty = False
+    return stand_in
+
+
+def test_each_figure_is_written_with_its_unit_and_user_text_stays_text(gateway, browser, figures, tmp_path):
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    expected = {
+        "queries": "42", "distinct-users": "5", "answered-rate": "82.5 %", "no-answer-rate": "10.0 %",
+        "failure-rate": "5.0 %", "latency-p50": "412 ms", "latency-p95": "1,830 ms", "latency-p99": "2,951 ms",
+        "mean-citations": "2.40", "supported-citation-rate": "87.5 %", "feedback-score": "+0.33", "tokens": "59,999",
+    }
+    assert {name: kpi(page, name) for name in expected} == expected
+    expect(page.get_by_test_id("tile-failure-rate")).to_contain_text("retrieval 1, generation 1")
+    assert all(chart_drawn(page, name) for name in CHARTS)
+    expect(page.get_by_test_id("never-cited")).to_have_text("Never cited in this range: docs/benchmarks.md, docs/operations.md.")
+    expect(page.get_by_test_id("model-row")).to_have_count(2)
+    expect(page.get_by_test_id("model-row").first).to_contain_text("offline")
+    expect(page.get_by_test_id("feedback-item")).to_have_count(3)
+    expect(page.get_by_test_id("feedback-list")).to_contain_text(MARKUP_QUERY)  # the comment, as text
+    assert page.title() == "Cairn analytics" and page.locator("img[src=x]").count() == 0
+    page.screenshot(path=tmp_path / "dashboard-stand-in.png", full_page=True)
+
+    queries = [query for path, query, _ in figures.seen if path == "/analytics/timeseries"]
+    assert "bucket=hour" in queries[-1], "24 hours (the default range) are drawn per hour"
+
+    page.get_by_test_id("model").select_option("gpt-4o-mini")
+    wait_for_figures(page)
+    assert "model=gpt-4o-mini" in page.url
+    assert "model=gpt-4o-mini" in figures.seen[-1][1]
+    expect(page.get_by_test_id("model-row")).to_have_count(1)
+
+    with page.expect_download() as download:
+        page.get_by_test_id("export-csv").click()
+    assert download.value.suggested_filename == "cairn-requests.csv"
+    assert Path(download.value.path()).read_text() == EXPORT_CSV
+    assert problems == [], problems
+
+
+def test_a_range_with_no_data_shows_zeros_dashes_and_says_so_in_every_chart(gateway, browser, figures):
+    figures.empty = True
+    page, problems = open_page(browser, f"{gateway}/dashboard?range=1h", width=375)
+    log_in(page, "ada", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    assert kpi(page, "queries") == "0" and kpi(page, "tokens") == "0"
+    assert kpi(page, "answered-rate") == "—" and kpi(page, "latency-p95") == "—" and kpi(page, "feedback-score") == "—"
+    for name in CHARTS:
+        expect(page.get_by_test_id(f"chart-{name}")).to_have_text("No data in this range")
+    expect(page.get_by_test_id("models-table")).to_contain_text("No data in this range")
+    expect(page.get_by_test_id("status")).to_have_text("No questions were asked in this range.")
+    assert "bucket=minute" in [q for p, q, _ in figures.seen if p == "/analytics/timeseries"][-1]
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375, "the page scrolls sideways"
+    assert problems == [], problems
+
+
+def test_a_custom_range_is_kept_in_the_address_and_a_reversed_one_is_refused(gateway, browser, figures):
+    window = {"from": "2026-01-01T09:00:00.000Z", "to": "2026-01-01T12:00:00.000Z"}
+    page, problems = open_page(browser, f"{gateway}/dashboard?{urlencode(window)}")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    expect(page.get_by_test_id("range")).to_have_value("custom")
+    sent = figures.seen[-1][1]
+    assert "from=2026-01-01T09%3A00%3A00.000Z" in sent and "to=2026-01-01T12%3A00%3A00.000Z" in sent
+
+    page.reload()  # the tab keeps its session and the address keeps the range
+    wait_for_figures(page)
+    expect(page.get_by_test_id("range")).to_have_value("custom")
+
+    seen = len(figures.seen)
+    page.get_by_test_id("from").fill(page.get_by_test_id("to").input_value())
+    page.get_by_test_id("from").dispatch_event("change")
+    expect(page.get_by_test_id("status")).to_have_text("The start of the range must come before its end.")
+    assert len(figures.seen) == seen, "no report is asked for an empty range"
+    assert problems == [], problems
