@@ -122,13 +122,22 @@ def read_state(settings: CliSettings) -> dict | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """True while the process runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
     try:
         os.kill(pid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or the process just went
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"  # the state follows the command name in parentheses
 
 
 def _answers(url: str) -> bool:
