@@ -60,13 +60,17 @@ async def test_sigterm_in_the_middle_of_a_burst_loses_nothing_and_stores_nothing
 ) -> None:
     events = [submitted(request_id=f"term-{i}") for i in range(1000)]
     await asyncio.to_thread(analytics.start)
-    await publish_raw(
-        amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics", messages=[as_message(e) for e in events]
+    # Published while the consumer runs: batched commits would store a burst already queued before a stop lands.
+    publishing = asyncio.create_task(
+        publish_raw(
+            amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics", messages=[as_message(e) for e in events]
+        )
     )
     deadline = time.monotonic() + 60
     while len(stored_events(analytics.database_url)) < 100 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     await asyncio.to_thread(analytics.stop)
+    await publishing
     assert analytics.process.returncode in (0, -signal.SIGTERM), analytics.log()
     at_stop = len(stored_events(analytics.database_url))
     assert 0 < at_stop < len(events), f"the stop was to land mid-burst, {at_stop} rows were in"
