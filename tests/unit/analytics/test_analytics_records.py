@@ -68,7 +68,7 @@ def test_query_key_lowers_and_collapses_whitespace() -> None:
 def test_default_database_is_a_sqlite_file_in_the_data_dir(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data")
     assert settings.database_url == f"sqlite:///{tmp_path / 'data' / 'analytics.db'}"
-    assert (settings.port, settings.prefetch, settings.retrieval_url) == (8003, 50, "http://127.0.0.1:8002")
+    assert (settings.port, settings.prefetch, settings.retrieval_url) == (8003, 200, "http://127.0.0.1:8002")
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
