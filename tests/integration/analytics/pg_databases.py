@@ -8,6 +8,8 @@ from contextlib import contextmanager
 import psycopg
 from sqlalchemy.engine import make_url
 
+from services.analytics.adapters.sql_store import SqlEventStore
+
 
 @contextmanager
 def fresh_database(server_url: str) -> Iterator[str]:
@@ -22,3 +24,16 @@ def fresh_database(server_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def fresh_store(server_url: str) -> Iterator[SqlEventStore]:
+    """A migrated SqlEventStore on a fresh PostgreSQL database, closed and dropped afterwards."""
+    with fresh_database(server_url) as url:
+        store = SqlEventStore.from_url(url)
+        assert store.dialect == "postgresql"
+        store.create_schema()
+        try:
+            yield store
+        finally:
+            store.close()

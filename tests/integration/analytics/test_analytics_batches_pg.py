@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.analytics.adapters.sql_store import SqlEventStore
-from tests.integration.analytics.pg_databases import fresh_database
+from tests.integration.analytics.pg_databases import fresh_store
 from tests.unit.analytics.analytics_store_contract import SqlStoreContract
 
 pytestmark = pytest.mark.integration
@@ -14,9 +13,5 @@ pytestmark = pytest.mark.integration
 class TestPostgresBatches(SqlStoreContract):
     @pytest.fixture
     def store(self, postgres_server_url: str):
-        with fresh_database(postgres_server_url) as url:
-            store = SqlEventStore.from_url(url)
-            assert store.dialect == "postgresql"
-            store.create_schema()
+        with fresh_store(postgres_server_url) as store:
             yield store
-            store.close()
