@@ -152,6 +152,7 @@ def _example() -> str:
         source_service="chat",
         request_id="9b2c4d6e8f0a1b3c",
         trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         user_id="u-42",
         session_id="s-17",
         data=QuerySubmittedData(query="How do I add a user?", conversation_id="c-1", model="cairn-extractive", top_k=8),

@@ -100,6 +100,11 @@ class _Envelope(BaseModel):
     source_service: str = Field(description="The service that published the event, such as chat.")
     request_id: str | None = Field(None, description="The id of the request, the same one found in the logs.")
     trace_id: str | None = Field(None, description="The W3C trace id of the request, the same one found in the logs.")
+    traceparent: str | None = Field(
+        None,
+        description="The W3C traceparent of the span that published the event, which names the trace and the span "
+        "so a tracing backend can link the event to the request's spans.",
+    )
     user_id: str | None = Field(None, description="The user who made the request.")
     session_id: str | None = Field(None, description="The login session of that user.")
 

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
-from shared.context import request_id_var, trace_id_of, traceparent_var
+from shared.context import current_trace_id, request_id_var
 
 
 class _RequestContextFilter(logging.Filter):
@@ -15,14 +16,16 @@ class _RequestContextFilter(logging.Filter):
         self.service = service
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.service = self.service
+        # A record may name its service itself: the request line does, for apps sharing one process.
+        record.__dict__.setdefault("service", self.service)
         record.request_id = request_id_var.get()
-        record.trace_id = trace_id_of(traceparent_var.get())
+        record.trace_id = current_trace_id()
         return True
 
 
-def configure_logging(service: str, level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stdout)
+def json_handler(service: str, stream: TextIO | None = None) -> logging.Handler:
+    """A handler writing each record as one JSON line with service, request_id and trace_id."""
+    handler = logging.StreamHandler(stream or sys.stdout)
     handler.addFilter(_RequestContextFilter(service))
     handler.setFormatter(
         JsonFormatter(
@@ -30,8 +33,12 @@ def configure_logging(service: str, level: str = "INFO") -> None:
             rename_fields={"asctime": "ts", "levelname": "level", "name": "logger"},
         )
     )
+    return handler
+
+
+def configure_logging(service: str, level: str = "INFO") -> None:
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [json_handler(service)]
     root.setLevel(level.upper())
     # uvicorn's access log would repeat our own per-request line without the request id.
     logging.getLogger("uvicorn.access").disabled = True

@@ -1,7 +1,9 @@
 from services.analytics.settings import Settings
 from shared.logging import configure_logging
+from shared.tracing import configure_tracing
 from shared.web import serve
 
 settings = Settings()
 configure_logging("analytics", settings.log_level)
+configure_tracing("analytics")
 serve("services.analytics.main:create_app", settings)

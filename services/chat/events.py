@@ -5,7 +5,7 @@ from typing import Any
 
 from services.chat.models import ChatResponse
 from shared.caller import Caller
-from shared.context import request_id_var, trace_id_of, traceparent_var
+from shared.context import current_trace_id, current_traceparent, request_id_var
 from shared.events import (
     QueryFailed,
     QueryFailedData,
@@ -23,7 +23,8 @@ def _envelope(caller: Caller) -> dict[str, Any]:
     return {
         "source_service": SOURCE,
         "request_id": request_id_var.get(),
-        "trace_id": trace_id_of(traceparent_var.get()),
+        "trace_id": current_trace_id(),
+        "traceparent": current_traceparent(),
         "user_id": caller.user_id,
         "session_id": caller.session_id,
     }

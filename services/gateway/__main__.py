@@ -1,7 +1,9 @@
 from services.gateway.settings import Settings
 from shared.logging import configure_logging
+from shared.tracing import configure_tracing
 from shared.web import serve
 
 settings = Settings()
 configure_logging("gateway", settings.log_level)
+configure_tracing("gateway")
 serve("services.gateway.main:create_app", settings)

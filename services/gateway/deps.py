@@ -25,7 +25,7 @@ from services.gateway.roles import grants
 from services.gateway.settings import Settings
 from services.gateway.stores import SessionStore, UserStore
 from shared.broker import EventPublisher
-from shared.context import request_id_var
+from shared.context import request_id_var, set_user_id
 from shared.errors import Forbidden
 
 _bearer = HTTPBearer(auto_error=False, description="The token from POST /auth/login")
@@ -51,9 +51,11 @@ async def _current_session(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Session:
     token = credentials.credentials if credentials else None
-    return await authenticate(
+    session = await authenticate(
         sessions=sessions, token=token, ttl_s=settings.session_ttl_seconds, max_age_s=settings.session_max_age_seconds
     )
+    set_user_id(session.user_id)  # the request's log line names the user
+    return session
 
 
 CurrentSession = Annotated[Session, Depends(_current_session)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from services.gateway.domain import Session
-from shared.context import request_id_var, trace_id_of, traceparent_var
+from shared.context import current_trace_id, current_traceparent, request_id_var
 from shared.errors import NotFound, ServiceError
 from shared.events import FeedbackReceived, FeedbackReceivedData
 
@@ -69,7 +69,8 @@ async def rate_answer(
     event = FeedbackReceived(
         source_service=SOURCE,
         request_id=request_id_var.get(),
-        trace_id=trace_id_of(traceparent_var.get()),
+        trace_id=current_trace_id(),
+        traceparent=current_traceparent(),
         user_id=session.user_id,
         session_id=session.public_id,
         data=FeedbackReceivedData(

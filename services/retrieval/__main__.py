@@ -5,6 +5,7 @@ import os
 
 from services.retrieval.settings import Settings
 from shared.logging import configure_logging
+from shared.tracing import configure_tracing
 from shared.web import serve
 
 # How long an idle OpenMP thread spins before it sleeps, read once when PyTorch (or Chroma, linked to the
@@ -18,6 +19,7 @@ def main() -> None:
     os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT)
     settings = Settings()
     configure_logging("retrieval", settings.log_level)
+    configure_tracing("retrieval")
     serve("services.retrieval.main:create_app", settings)
 
 

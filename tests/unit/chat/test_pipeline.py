@@ -8,8 +8,9 @@ from services.chat.answering import NO_INFORMATION
 from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.settings import Settings
 from shared.caller import Caller
-from shared.context import request_id_var, traceparent_var
+from shared.context import request_id_var
 from shared.errors import DependencyUnavailable
+from shared.tracing import continued_trace
 from tests.unit.chat.fakes import GUIDE, FakeRetriever, ListPublisher, RecordingGenerator, make_chunk
 
 pytestmark = pytest.mark.unit
@@ -37,8 +38,8 @@ def pipeline(retriever=None, generator=None, config=CONFIG) -> ChatPipeline:
 async def test_answers_with_citations_from_the_offline_generator(offline_generator):
     chat = pipeline(generator=offline_generator)
     request_id_var.set("req-1")
-    traceparent_var.set("00-" + "a" * 32 + "-" + "b" * 16 + "-01")
-    response = await chat.answer(request=ChatRequest(query="How do I add a user?"), caller=CALLER)
+    with continued_trace("00-" + "a" * 32 + "-" + "b" * 16 + "-01"):
+        response = await chat.answer(request=ChatRequest(query="How do I add a user?"), caller=CALLER)
 
     assert "cairn user add" in response.answer and "[1]" in response.answer
     assert response.citations[0].n == 1

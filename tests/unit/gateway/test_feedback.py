@@ -5,9 +5,10 @@ import pytest
 from services.gateway import feedback
 from services.gateway.domain import Session
 from services.gateway.feedback import RequestIdTaken
-from shared.context import request_id_var, traceparent_var
+from shared.context import request_id_var
 from shared.errors import NotFound
 from shared.events import FeedbackReceived, routing_key
+from shared.tracing import continued_trace
 
 pytestmark = pytest.mark.unit
 NOW = datetime.now(UTC)
@@ -46,10 +47,10 @@ def _session(user_id: str) -> Session:
 
 @pytest.fixture
 def request_context():
-    tokens = request_id_var.set("feedback-req"), traceparent_var.set(f"00-{TRACE}-b7ad6b7169203331-01")
-    yield
-    request_id_var.reset(tokens[0])
-    traceparent_var.reset(tokens[1])
+    token = request_id_var.set("feedback-req")
+    with continued_trace(f"00-{TRACE}-b7ad6b7169203331-01"):
+        yield
+    request_id_var.reset(token)
 
 
 async def test_the_asker_rates_their_answer_and_the_rating_is_published(request_context):
@@ -64,6 +65,7 @@ async def test_the_asker_rates_their_answer_and_the_rating_is_published(request_
     assert publisher.events == [event] and isinstance(event, FeedbackReceived)
     assert routing_key(event) == "analytics.feedback.received"
     assert (event.source_service, event.request_id, event.trace_id) == ("gateway", "feedback-req", TRACE)
+    assert event.traceparent == f"00-{TRACE}-b7ad6b7169203331-01"
     assert (event.user_id, event.session_id) == ("u1", "pub-u1")
     assert event.data.rated_request_id == "asked-1" and event.data.rating == -1
     assert event.data.comment == "the second citation is wrong"
