@@ -12,14 +12,16 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from opentelemetry.trace import Span
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shared.context import child_traceparent, new_request_id, request_id_var, traceparent_var
+from shared.context import RequestUser, new_request_id, request_id_var, request_user_var, set_user_id
 from shared.errors import ErrorBody, ServiceError, Unauthorized
 from shared.settings import CommonSettings
+from shared.tracing import finish_server_span, inject, server_span
 
 log = logging.getLogger("cairn.http")
 
@@ -27,7 +29,7 @@ REQUESTS = Counter("cairn_http_requests_total", "HTTP requests", ["service", "me
 LATENCY = Histogram(
     "cairn_http_request_duration_seconds",
     "HTTP request latency",
-    ["service", "method", "route"],
+    ["service", "method", "route", "status"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 
@@ -36,7 +38,8 @@ SERVICE_TOKEN_HEADER = "X-Service-Token"
 
 
 class RequestContextMiddleware:
-    """Sets request id and traceparent for the request, echoes X-Request-ID, logs and counts it.
+    """Sets request id, user and trace for the request (a SERVER span continuing the caller's `traceparent`),
+    echoes X-Request-ID, logs one line for it and counts it.
 
     Pure ASGI so that streamed responses (SSE) pass through unbuffered.
     """
@@ -53,7 +56,8 @@ class RequestContextMiddleware:
         incoming = headers.get("x-request-id", "")
         request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else new_request_id()
         rid_token = request_id_var.set(request_id)
-        tp_token = traceparent_var.set(child_traceparent(headers.get("traceparent")))
+        user = RequestUser()
+        user_token = request_user_var.set(user)
         started = time.perf_counter()
         status = 500
 
@@ -65,27 +69,36 @@ class RequestContextMiddleware:
                 message["headers"].append((b"x-request-id", request_id.encode()))
             await send(message)
 
-        try:
-            await self.app(scope, receive, send_with_request_id)
-        finally:
-            elapsed = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            method = scope["method"]
-            REQUESTS.labels(self.service, method, route, str(status)).inc()
-            LATENCY.labels(self.service, method, route).observe(elapsed)
-            if route not in ("/healthz", "/readyz", "/metrics"):
-                log.info(
-                    "request",
-                    extra={
-                        "method": method,
-                        "route": route,
-                        "status": status,
-                        "latency_ms": round(elapsed * 1000, 1),
-                        "user_id": headers.get("x-user-id"),
-                    },
-                )
-            request_id_var.reset(rid_token)
-            traceparent_var.reset(tp_token)
+        method = scope["method"]
+        with server_span(self.service, headers, method=method) as span:
+            try:
+                await self.app(scope, receive, send_with_request_id)
+            finally:
+                self._finish(scope, span, method, request_id, user, status, started)
+                request_id_var.reset(rid_token)
+                request_user_var.reset(user_token)
+
+    def _finish(
+        self, scope: Scope, span: Span, method: str, request_id: str, user: RequestUser, status: int, started: float
+    ) -> None:
+        elapsed = time.perf_counter() - started
+        matched = getattr(scope.get("route"), "path", None)
+        route = matched or "unmatched"
+        finish_server_span(span, method=method, route=matched, status=status, request_id=request_id)
+        REQUESTS.labels(self.service, method, route, str(status)).inc()
+        LATENCY.labels(self.service, method, route, str(status)).observe(elapsed)
+        if route not in ("/healthz", "/readyz", "/metrics"):
+            log.info(
+                "request",
+                extra={
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "latency_ms": round(elapsed * 1000, 1),
+                    "user_id": user.id,
+                    "service": self.service,
+                },
+            )
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -196,16 +209,19 @@ def service_token_guard(settings: CommonSettings) -> Callable[[Request], Awaitab
         given = request.headers.get(SERVICE_TOKEN_HEADER, "").encode()
         if not secrets.compare_digest(given, expected):
             raise Unauthorized("missing or wrong service token")
+        set_user_id(request.headers.get("X-User-Id") or None)  # identity headers count once the token checks out
 
     return guard
 
 
 def internal_headers(settings: CommonSettings, **identity: str | None) -> dict[str, str]:
-    """Headers for a call to another Cairn service: service token, request id, trace, caller identity."""
+    """Headers for a call to another Cairn service: service token, request id, trace, caller identity.
+
+    The `traceparent` names the current span; wrap the call in shared.tracing.client_span to give it its own."""
     headers = {SERVICE_TOKEN_HEADER: settings.service_token.get_secret_value()}
     if request_id := request_id_var.get():
         headers["X-Request-ID"] = request_id
-    headers["traceparent"] = child_traceparent(traceparent_var.get())
+    inject(headers)
     for name, value in identity.items():
         if value:
             headers[f"X-{name.replace('_', '-').title()}"] = value

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from services.chat import events
+from services.chat import events, metrics
 from services.chat.answering import compose
 from services.chat.chunks import RetrievedChunk
 from services.chat.errors import UnknownModel
@@ -185,6 +185,7 @@ class ChatPipeline:
         """Cite, check, score, publish ResponseGenerated and keep the turn for follow-ups."""
         turn.stage = "citations"
         response = compose(turn, generation, relevance_threshold=self.config.relevance_threshold)
+        metrics.observe_turn(turn.timings)
         self.publisher.submit(events.response_generated(caller=turn.caller, response=response))
         if turn.small_talk is None:
             await self._remember(turn, response)

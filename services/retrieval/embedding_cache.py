@@ -15,6 +15,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.retrieval import metrics
 from services.retrieval.ports import Embedder
 
 _SCHEMA = """
@@ -86,6 +87,7 @@ class CachingEmbedder:
                 missing.setdefault(digest, text)
         self.stats.hits += len(texts) - sum(1 for d in digests if d in missing)
         self.stats.misses += sum(1 for d in digests if d in missing)
+        metrics.cache_lookups("document", hits=len(texts) - len(missing), misses=len(missing))
         if missing:
             vectors = await self._inner.embed_documents(list(missing.values()))
             fresh = dict(zip(missing, vectors, strict=True))

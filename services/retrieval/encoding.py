@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from services.retrieval import metrics
 from services.retrieval.microbatch import MicroBatcher
 
 # Document texts gathered for one length sort: this many encode calls' worth.
@@ -73,11 +74,11 @@ class BatchingEmbedder:
         self._cache_size = cache_size
         self._batch_size = batch_size
         self.queries: MicroBatcher[str, list[float]] = MicroBatcher(
-            self._encode, window_s=batch_window_ms / 1000, max_batch=max_query_batch
+            self._encode, window_s=batch_window_ms / 1000, max_batch=max_query_batch, name="query_encode"
         )
         # No window for documents: an ingest has all its texts at once, and a late one joins the next batch.
         self.documents: MicroBatcher[str, list[float]] = MicroBatcher(
-            self._encode_documents, window_s=0, max_batch=batch_size * DOCUMENT_CALLS_PER_SORT
+            self._encode_documents, window_s=0, max_batch=batch_size * DOCUMENT_CALLS_PER_SORT, name="document_encode"
         )
         self.cache_hits = 0
 
@@ -108,7 +109,9 @@ class BatchingEmbedder:
         if (cached := self._cache.get(text)) is not None:
             self._cache.move_to_end(text)
             self.cache_hits += 1
+            metrics.cache_lookups("query", hits=1)
             return cached
+        metrics.cache_lookups("query", misses=1)
         vector = await self.queries.submit(text)
         if self._cache_size:
             self._cache[text] = vector

@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from services.retrieval import metrics
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -23,15 +25,19 @@ class MicroBatcher(Generic[K, V]):
 
     `run_batch` gets distinct items (duplicates in one batch are computed once) and must return one
     result per item, in order. At most one batch runs at a time. If it raises, every caller waiting on
-    that batch gets the exception. Use from one event loop at a time.
+    that batch gets the exception. Use from one event loop at a time. `name` labels its batch sizes in
+    `cairn_retrieval_batch_size` (default: the name of `run_batch`).
     """
 
-    def __init__(self, run_batch: Callable[[list[K]], Awaitable[list[V]]], *, window_s: float, max_batch: int) -> None:
+    def __init__(
+        self, run_batch: Callable[[list[K]], Awaitable[list[V]]], *, window_s: float, max_batch: int, name: str = ""
+    ) -> None:
         if window_s < 0:
             raise ValueError("window_s must be >= 0")
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self._run_batch = run_batch
+        self.name = name or getattr(run_batch, "__name__", "batch").strip("_")
         self._window_s = window_s
         self._max_batch = max_batch
         self._pending: dict[K, list[asyncio.Future[V]]] = {}
@@ -95,6 +101,7 @@ class MicroBatcher(Generic[K, V]):
     async def _run(self, batch: dict[K, list[asyncio.Future[V]]], loop: asyncio.AbstractEventLoop) -> None:
         items = list(batch)
         self.batch_sizes.append(len(items))
+        metrics.batch_ran(self.name, len(items))
         try:
             results = await self._run_batch(items)
             if len(results) != len(items):

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from services.retrieval import metrics
 from services.retrieval.filters import Filter, parse_filter
 from services.retrieval.fusion import reciprocal_rank_fusion
 from services.retrieval.ports import Embedder, KeywordHit, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore
@@ -100,12 +101,14 @@ async def search(
     need = max(top_k, options.rerank_candidates) if reranking else top_k
 
     if mode == "dense":
-        vector = await embedder.embed_query(query)
+        vector = await metrics.timed_stage("encode", embedder.embed_query(query))
         # Ids and distances only: reading content and metadata in the same Chroma call cost more than the
         # rest of the search together; the keyword index holds them in memory.
-        legs = _Legs(dense=await store.nearest(embedding=vector, top_k=need, where=where), keyword=[])
+        nearest = await metrics.timed_stage("dense", store.nearest(embedding=vector, top_k=need, where=where))
+        legs = _Legs(dense=nearest, keyword=[])
         ordered = [(chunk_id, cosine) for chunk_id, (_, cosine) in legs.dense.items()]
-        results = await _complete(ordered, legs, vector=None, store=store, keywords=keywords, threshold=threshold, need=need)
+        completing = _complete(ordered, legs, vector=None, store=store, keywords=keywords, threshold=threshold, need=need)
+        results = await metrics.timed_stage("fetch", completing)
     else:
         results = await _keyword_or_hybrid(
             query=query, mode=mode, need=need, where=where, threshold=threshold,
@@ -113,7 +116,8 @@ async def search(
         )
 
     if reranking and results:
-        results = await _rerank(results, query=query, reranker=reranker, depth=options.rerank_candidates)  # type: ignore[arg-type]
+        reranked = _rerank(results, query=query, reranker=reranker, depth=options.rerank_candidates)  # type: ignore[arg-type]
+        results = await metrics.timed_stage("rerank", reranked)
     return results[:top_k]
 
 
@@ -134,29 +138,31 @@ async def _keyword_or_hybrid(
     nearest: list[tuple[str, float]] = []
 
     async def dense_leg() -> tuple[list[float], list[tuple[str, float]]]:
-        query_vector = await embedder.embed_query(query)
+        query_vector = await metrics.timed_stage("encode", embedder.embed_query(query))
         # Ids and distances only: content is fetched below for the few chunks returned.
-        return query_vector, await store.nearest(embedding=query_vector, top_k=depth, where=where)
+        neighbours = store.nearest(embedding=query_vector, top_k=depth, where=where)
+        return query_vector, await metrics.timed_stage("dense", neighbours)
 
+    keyword_leg = metrics.timed_stage("keyword", keywords.search(query=query, top_k=depth, where=where))
     if mode == "hybrid":
-        (vector, nearest), keyword_hits = await asyncio.gather(
-            dense_leg(), keywords.search(query=query, top_k=depth, where=where)
-        )
+        (vector, nearest), keyword_hits = await asyncio.gather(dense_leg(), keyword_leg)
     else:
-        keyword_hits = await keywords.search(query=query, top_k=depth, where=where)
+        keyword_hits = await keyword_leg
         if threshold is not None:
-            vector = await embedder.embed_query(query)
+            vector = await metrics.timed_stage("encode", embedder.embed_query(query))
 
     legs = _Legs(dense=nearest, keyword=keyword_hits)
     if mode == "hybrid":
-        ordered = reciprocal_rank_fusion(
-            {"dense": [chunk_id for chunk_id, _ in nearest], "keyword": [h.chunk_id for h in keyword_hits]},
-            k=options.rrf_k,
-            weights={"dense": options.dense_weight, "keyword": options.keyword_weight},
-        )
+        with metrics.stage_timer("fusion"):
+            ordered = reciprocal_rank_fusion(
+                {"dense": [chunk_id for chunk_id, _ in nearest], "keyword": [h.chunk_id for h in keyword_hits]},
+                k=options.rrf_k,
+                weights={"dense": options.dense_weight, "keyword": options.keyword_weight},
+            )
     else:
         ordered = [(h.chunk_id, h.score) for h in keyword_hits]
-    return await _complete(ordered, legs, vector=vector, store=store, keywords=keywords, threshold=threshold, need=need)
+    completing = _complete(ordered, legs, vector=vector, store=store, keywords=keywords, threshold=threshold, need=need)
+    return await metrics.timed_stage("fetch", completing)
 
 
 class _Legs:

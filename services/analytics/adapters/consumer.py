@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import aio_pika
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
+from services.analytics import metrics
 from services.analytics.domain import EventStore
 from services.analytics.handler import Outcome, settle_batch
 from shared.topology import DELIVERY_LIMIT, dead_letter_names, declare_topology
@@ -56,6 +57,7 @@ class DeadLetterPublisher:
             app_id=message.app_id,
         )
         await self._exchange.publish(copy, routing_key=message.routing_key or "", timeout=self._timeout_s)
+        metrics.dead_lettered(reason)
 
 
 class EventConsumer:
@@ -108,6 +110,7 @@ class EventConsumer:
         self._source: AbstractQueue | None = None
         self._consumer_tag: str | None = None
         self._task: asyncio.Task | None = None
+        self._depths: dict[str, AbstractQueue] = {}  # passively declared on a channel of their own, for metrics
 
     @property
     def connected(self) -> bool:
@@ -170,12 +173,14 @@ class EventConsumer:
         # A robust queue consumes again with the same callback after a reconnection.
         self._source, self._consumer_tag = queue, await queue.consume(self._inbox.put)
         log.info("consuming", extra={"queue": self._queue, "exchange": self._exchange, "consumer": self.name})
+        depths = asyncio.create_task(metrics.poll_queue_depths(self._depths), name="analytics-queue-depths")
         try:
             while not self._stop.is_set():
                 batch = await self._next_batch()
                 if batch:
                     await self._settle(batch, dead_letters)
         finally:
+            depths.cancel()
             await self._requeue_waiting()
 
     async def _next_batch(self) -> list[AbstractIncomingMessage]:
@@ -210,6 +215,7 @@ class EventConsumer:
                 batch, store=self._store, dead_letters=dead_letters, stop=self._stop, delivery_limit=DELIVERY_LIMIT,
             )
             self.outcomes.update(outcomes)
+            metrics.settled(batch, outcomes)
         except Exception as exc:  # channel lost mid-batch: the broker redelivers what was not settled
             log.warning("settling a batch failed", extra={"error": repr(exc), "messages": len(batch)})
             # Return the rest now, should the channel be alive: a later ack(multiple=True) would ack them.
@@ -243,6 +249,10 @@ class EventConsumer:
         dead_channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
         dlx = await dead_channel.get_exchange(dead_letter_names(self._queue)[0], ensure=True)
         dead_letters = DeadLetterPublisher(dlx, queue=self._queue, consumer=self.name)
+        # A passive declare of a missing queue closes its channel: never the one we consume on.
+        watch = await self._connection.channel()
+        dead_queue = dead_letter_names(self._queue)[1]
+        self._depths = {"events": await watch.get_queue(self._queue), "dead_letters": await watch.get_queue(dead_queue)}
         return await channel.get_queue(self._queue, ensure=True), dead_letters
 
     async def _disconnect(self) -> None:

@@ -5,6 +5,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from services.chat import metrics
+
 log = logging.getLogger(__name__)
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
@@ -18,6 +20,7 @@ class CircuitBreaker:
             raise ValueError("failure_threshold must be >= 1 and cooldown_s positive")
         self.name = name
         self.state = CLOSED
+        metrics.breaker_state(name, CLOSED)
         self._threshold = failure_threshold
         self._cooldown = cooldown_s
         self._clock = clock
@@ -56,3 +59,4 @@ class CircuitBreaker:
         if state != self.state:
             log.warning("circuit breaker changed state", extra={"breaker": self.name, "from": self.state, "to": state})
             self.state = state
+            metrics.breaker_state(self.name, state)

@@ -11,11 +11,14 @@ import httpx2  # the HTTP library the openai SDK (>= 3) is built on
 import openai
 from openai import AsyncOpenAI, AsyncStream
 from openai.types.chat import ChatCompletionChunk
+from opentelemetry.trace import Span, SpanKind, StatusCode
 
+from services.chat import metrics
 from services.chat.adapters.llm_retry import RetryPolicy
 from services.chat.errors import LLMUnavailable
 from services.chat.ports import Generation
 from services.chat.settings import Settings
+from shared.tracing import client_span, inject, start_span
 
 OFFLINE_BASE_URL = "http://offline-llm/v1"
 # What a broken stream can raise: the SDK's errors, and ValueError for a chunk that is not JSON.
@@ -39,50 +42,74 @@ class OpenAIGenerator:
     async def generate(
         self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
     ) -> Generation:
-        try:
-            async with asyncio.timeout(self._deadline_s):
-                completion = await self._policy.run(
-                    self._client.chat.completions.create,
-                    model=model, messages=messages, temperature=temperature, max_tokens=max_tokens,
-                )
-        except TimeoutError as exc:
-            raise LLMUnavailable(f"the model did not answer within {self._deadline_s:g} s") from exc
-        except openai.OpenAIError as exc:
-            raise _unavailable(exc) from exc
-        if not completion.choices:
-            raise LLMUnavailable("the model returned no choices")
-        choice = completion.choices[0]
-        usage = completion.usage
-        return Generation(
-            text=choice.message.content or "",
-            model=completion.model or model,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            finish_reason=choice.finish_reason,
-        )
+        trace_headers: dict[str, str] = {}  # an endpoint that traces continues the LLM span
+        with client_span(f"chat {model}", trace_headers, _span_attributes(model, max_tokens)) as span:
+            try:
+                async with asyncio.timeout(self._deadline_s):
+                    completion = await self._policy.run(
+                        self._client.chat.completions.create,
+                        model=model, messages=messages, temperature=temperature, max_tokens=max_tokens,
+                        extra_headers=trace_headers,
+                    )
+            except TimeoutError as exc:
+                raise LLMUnavailable(f"the model did not answer within {self._deadline_s:g} s") from exc
+            except openai.OpenAIError as exc:
+                raise _unavailable(exc) from exc
+            if not completion.choices:
+                raise LLMUnavailable("the model returned no choices")
+            choice = completion.choices[0]
+            usage = completion.usage
+            generation = Generation(
+                text=choice.message.content or "",
+                model=completion.model or model,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+                finish_reason=choice.finish_reason,
+            )
+            _record_on(span, generation)
+            metrics.count_tokens(generation)
+            return generation
 
     async def stream(
         self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
     ) -> AsyncIterator[str | Generation]:
         """Retried until the first text arrives; a failure after it raises LLMUnavailable at once."""
-        request = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+        # Not the current span: this generator's body runs in its consumer's context between yields.
+        span = start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=_span_attributes(model, max_tokens))
+        trace_headers: dict[str, str] = {}
+        inject(trace_headers, span=span)
+        request = {
+            "model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens,
+            "extra_headers": trace_headers,
+        }
         try:
-            async with asyncio.timeout(self._deadline_s):
-                chunks, head = await self._policy.run(self._open_stream, request)
-        except TimeoutError as exc:
-            raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
-        except _STREAM_FAILURES as exc:
-            raise _unavailable(exc) from exc
-        tally = _Tally(model=model)
-        try:  # closing the response is what tells the server that the reader went away
-            for chunk in head:
-                if text := tally.add(chunk):
-                    yield text
-            while (chunk := await _next_chunk(chunks)) is not None:
-                if text := tally.add(chunk):
-                    yield text
+            try:
+                async with asyncio.timeout(self._deadline_s):
+                    chunks, head = await self._policy.run(self._open_stream, request)
+            except TimeoutError as exc:
+                raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
+            except _STREAM_FAILURES as exc:
+                raise _unavailable(exc) from exc
+            tally = _Tally(model=model)
+            try:  # closing the response is what tells the server that the reader went away
+                for chunk in head:
+                    if text := tally.add(chunk):
+                        yield text
+                while (chunk := await _next_chunk(chunks)) is not None:
+                    if text := tally.add(chunk):
+                        yield text
+            finally:
+                await chunks.close()
+            _record_on(span, tally.generation())
+            metrics.count_tokens(tally.generation())
+        except GeneratorExit:  # the reader went away: not the model's failure
+            raise
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(StatusCode.ERROR, type(exc).__name__)
+            raise
         finally:
-            await chunks.close()
+            span.end()
         yield tally.generation()
 
     async def _open_stream(
@@ -161,6 +188,19 @@ async def _next_chunk(chunks: AsyncStream[ChatCompletionChunk]) -> ChatCompletio
         return None
     except _STREAM_FAILURES as exc:
         raise LLMUnavailable("the model's answer broke off part way") from exc
+
+
+def _span_attributes(model: str, max_tokens: int) -> dict[str, str | int]:
+    """OpenTelemetry's GenAI conventions for the request side of an LLM call."""
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.request.max_tokens": max_tokens}
+
+
+def _record_on(span: Span, generation: Generation) -> None:
+    span.set_attribute("gen_ai.response.model", generation.model)
+    span.set_attribute("gen_ai.usage.input_tokens", generation.prompt_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", generation.completion_tokens)
+    if generation.finish_reason:
+        span.set_attribute("gen_ai.response.finish_reasons", [generation.finish_reason])
 
 
 def _unavailable(exc: Exception) -> LLMUnavailable:

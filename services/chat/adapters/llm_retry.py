@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from services.chat import metrics
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -129,6 +131,7 @@ def _log_retry(state: RetryCallState) -> None:
     status = failure.status_code if isinstance(failure, openai.APIStatusError) else None
     error = type(failure).__name__
     delay = state.upcoming_sleep
+    metrics.count_retry(str(status) if status is not None else error)
     # only the status and the exception's type: messages may carry prompt text
     log.warning(
         "llm retry status=%s error=%s attempt=%d delay_s=%.3f",

@@ -103,10 +103,12 @@ class ChromaStore:
         self._log = ChangeLog()
         # A Chroma write has a fixed cost (about 13 ms of CPU for a 4-chunk upsert, against 0.8 ms per chunk
         # in large ones), so the chunks of documents ingested at the same time go in one upsert.
-        self._writes: MicroBatcher[_Write, None] = MicroBatcher(self._upsert_together, window_s=0, max_batch=_WRITES_PER_BATCH)
+        self._writes: MicroBatcher[_Write, None] = MicroBatcher(
+            self._upsert_together, window_s=0, max_batch=_WRITES_PER_BATCH, name="chroma_write"
+        )
         # Likewise for concurrent searches: one call of 32 queries measured 3x cheaper per query than 32 calls.
         self._queries: MicroBatcher[_Query, list[tuple[str, float]] | Exception] = MicroBatcher(
-            self._nearest_together, window_s=0, max_batch=max_query_batch
+            self._nearest_together, window_s=0, max_batch=max_query_batch, name="chroma_search"
         )
 
     def _connect(self) -> _Collections:

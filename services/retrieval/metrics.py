@@ -1,0 +1,57 @@
+"""Retrieval's metrics: search stage latencies, embedding cache lookups and micro-batch sizes."""
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from prometheus_client import Counter, Histogram
+
+from shared.metrics import BATCH_SIZE_BUCKETS, STAGE_BUCKETS, timed
+
+T = TypeVar("T")
+
+STAGES = ("encode", "dense", "keyword", "fusion", "fetch", "rerank")
+
+STAGE_SECONDS = Histogram(
+    "cairn_retrieval_stage_seconds",
+    "Duration of one search stage: encode (query embedding, cache included), dense (nearest neighbours), "
+    "keyword (BM25), fusion (reciprocal rank fusion), fetch (completing hits), rerank (cross-encoder)",
+    ["stage"],
+    buckets=STAGE_BUCKETS,
+)
+CACHE_LOOKUPS = Counter(
+    "cairn_retrieval_embedding_cache_lookups_total",
+    "Embedding cache lookups: cache=query (in-memory LRU) or document (SQLite), result=hit or miss",
+    ["cache", "result"],
+)
+BATCH_SIZE = Histogram(
+    "cairn_retrieval_batch_size",
+    "Distinct items per micro-batch, by batcher (query_encode, document_encode, and the Chroma store's)",
+    ["batcher"],
+    buckets=BATCH_SIZE_BUCKETS,
+)
+
+for _stage in STAGES:  # every stage's series exists from the start, so rate() has a zero to start from
+    STAGE_SECONDS.labels(_stage)
+for _cache in ("query", "document"):
+    for _result in ("hit", "miss"):
+        CACHE_LOOKUPS.labels(_cache, _result)
+
+
+async def timed_stage(stage: str, awaitable: Awaitable[T]) -> T:
+    return await timed(STAGE_SECONDS.labels(stage), awaitable)
+
+
+def stage_timer(stage: str):  # noqa: ANN201 - prometheus_client's Timer, a context manager
+    return STAGE_SECONDS.labels(stage).time()
+
+
+def cache_lookups(cache: str, *, hits: int = 0, misses: int = 0) -> None:
+    if hits:
+        CACHE_LOOKUPS.labels(cache, "hit").inc(hits)
+    if misses:
+        CACHE_LOOKUPS.labels(cache, "miss").inc(misses)
+
+
+def batch_ran(batcher: str, size: int) -> None:
+    BATCH_SIZE.labels(batcher).observe(size)
