@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from shared.replicas import UrlList
 from shared.settings import CommonSettings, aliases
 
 
@@ -26,14 +27,18 @@ class Settings(CommonSettings):
         description="How long the consumer waits for more messages to fill a batch; no message is held "
         "longer than this before its batch is stored.",
     )
-    retrieval_url: str = Field(
-        "http://127.0.0.1:8002",
-        validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"),
-        description="Retrieval's API, asked for its document list by the never-cited report.",
+    retrieval_urls: UrlList = Field(
+        ("http://127.0.0.1:8002",),
+        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL", "retrieval_urls", "retrieval_url"),
+        description="Retrieval's API, asked for its document list by the never-cited report (the first replica).",
     )
     retrieval_timeout_s: float = Field(
         5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S", "retrieval_timeout_s")
     )
+
+    @property
+    def retrieval_url(self) -> str:
+        return self.retrieval_urls[0]
 
     @property
     def database_url(self) -> str:

@@ -5,19 +5,19 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import Depends, FastAPI
 
 from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.adapters.generator import build_generator
 from services.chat.adapters.redis_conversations import open_conversation_store
-from services.chat.adapters.retrieval_client import HttpRetrievalClient
+from services.chat.adapters.retrieval_client import HttpRetrievalClient, open_session
 from services.chat.api import router
 from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.ports import ConversationStore, Generator, Retriever
 from services.chat.reformulation import reformulator_from
 from services.chat.settings import Settings
 from shared.broker import EventPublisher, open_publisher
+from shared.replicas import ReplicaPool
 from shared.web import create_service_app, narrow_schema_field, service_token_guard
 
 log = logging.getLogger(__name__)
@@ -36,16 +36,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        http = open_session()
         owned_generator = None if generator else build_generator(settings)
         owned_store = None if conversations else open_conversation_store(settings)
         events = publisher or open_publisher(settings, service="chat")
         app.state.pipeline = ChatPipeline(
             retriever=retriever
             or HttpRetrievalClient(
-                client=http,
+                session=http,
                 settings=settings,
-                base_url=settings.retrieval_url,
+                replicas=ReplicaPool(service="retrieval", urls=settings.retrieval_urls),
                 timeout_s=settings.retrieval_timeout_s,
                 attempts=settings.retrieval_attempts,
                 backoff_base_s=settings.retrieval_backoff_s,
@@ -64,7 +64,11 @@ def create_app(
         await events.start()
         log.info(
             "chat ready",
-            extra={"llm": settings.llm_base_url or "offline", "model": settings.llm_model, "retrieval": settings.retrieval_url},
+            extra={
+                "llm": settings.llm_base_url or "offline",
+                "model": settings.llm_model,
+                "retrieval": ",".join(settings.retrieval_urls),
+            },
         )
         try:
             yield
@@ -74,7 +78,7 @@ def create_app(
                 await owned_generator.close()
             if owned_store:
                 await owned_store.aclose()
-            await http.aclose()
+            await http.close()
 
     async def readiness() -> dict[str, bool]:
         pipeline: ChatPipeline = app.state.pipeline

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from shared.replicas import UrlList
 from shared.settings import CommonSettings, aliases
 
 OFFLINE_MODEL = "cairn-extractive"
@@ -15,7 +16,11 @@ OFFLINE_MODEL = "cairn-extractive"
 class Settings(CommonSettings):
     host: str = Field("127.0.0.1", validation_alias=aliases("CHAT_HOST", "host"))
     port: int = Field(8001, validation_alias=aliases("CHAT_PORT", "port"))
-    retrieval_url: str = Field("http://127.0.0.1:8002", validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"))
+    retrieval_urls: UrlList = Field(
+        ("http://127.0.0.1:8002",),
+        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL", "retrieval_urls", "retrieval_url"),
+        description="Retrieval's replicas (comma-separated), balanced round robin; RETRIEVAL_URL works too.",
+    )
     retrieval_timeout_s: float = Field(
         10.0, gt=0, validation_alias=aliases("RETRIEVAL_TIMEOUT_S", "retrieval_timeout_s")
     )

@@ -1,4 +1,4 @@
-"""Wires the gateway: Redis-backed users and sessions, pooled clients to the internal services, routes."""
+"""Wires the gateway: Redis-backed users and sessions, one pooled client to the internal services' replicas, routes."""
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from services.gateway.adapters.redis_rate_limits import RedisRateLimiter
 from services.gateway.adapters.redis_request_owners import RedisRequestOwners
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
-from services.gateway.adapters.upstream import open_upstream
+from services.gateway.adapters.upstream import Upstream, open_session
 from services.gateway.api import api_router, auth_router
 from services.gateway.dashboard import router as dashboard_router
 from services.gateway.feedback_api import router as feedback_router
@@ -19,6 +19,7 @@ from services.gateway.sessions_api import sessions_router
 from services.gateway.settings import Settings
 from services.gateway.web_page import router as web_page_router
 from shared.broker import open_publisher
+from shared.replicas import ReplicaPool
 from shared.web import create_service_app
 
 
@@ -36,18 +37,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.offered_models = OfferedModels(ttl_s=30)  # chat's models, for /v1
         app.state.publisher = open_publisher(settings, service="gateway")  # feedback events, kept while the broker is down
         await app.state.publisher.start()
+        http = open_session(timeout_s=settings.upstream_timeout_s)
         app.state.upstreams = {
-            name: open_upstream(name=name, base_url=url, timeout_s=settings.upstream_timeout_s)
-            for name, url in (
-                ("chat", settings.chat_url),
-                ("retrieval", settings.retrieval_url),
-                ("analytics", settings.analytics_url),
+            name: Upstream(name=name, session=http, replicas=ReplicaPool(service=name, urls=urls))
+            for name, urls in (
+                ("chat", settings.chat_urls),
+                ("retrieval", settings.retrieval_urls),
+                ("analytics", (settings.analytics_url,)),
             )
         }
         yield
         await app.state.publisher.close()
-        for upstream in app.state.upstreams.values():
-            await upstream.aclose()
+        await http.close()
         await redis.aclose()
 
     async def readiness() -> dict[str, bool]:

@@ -4,20 +4,18 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-import httpx
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from httpx_sse import EventSource
 from starlette.background import BackgroundTask
 
 from services.gateway import openai_compat
-from services.gateway.adapters.upstream import Upstream
+from services.gateway.adapters.upstream import Upstream, UpstreamStream
 from services.gateway.api import headers_for
 from services.gateway.deps import AskingSession, ChatUpstream, OfferedModelsDep, SettingsDep, UserSession
 from services.gateway.model_offer import ModelOffer
 from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
 from services.gateway.responses import forwarded
-from shared.errors import DependencyUnavailable
+from shared.errors import DependencyUnavailable, ServiceError
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
@@ -82,10 +80,10 @@ async def _streamed(chat: Upstream, *, headers: dict[str, str], payload: bytes, 
     )
 
 
-async def _chunks(upstream: httpx.Response, writer: ChunkWriter) -> AsyncIterator[str]:
+async def _chunks(upstream: UpstreamStream, writer: ChunkWriter) -> AsyncIterator[str]:
     yield writer.first()
     try:
-        async for event in EventSource(upstream).aiter_sse():
+        async for event in upstream.events():
             data = json.loads(event.data)
             if event.event == "sources":
                 writer.sources(data)
@@ -95,7 +93,7 @@ async def _chunks(upstream: httpx.Response, writer: ChunkWriter) -> AsyncIterato
                 yield writer.done(data)
             elif event.event == "error":
                 yield writer.error(data)
-    except httpx.HTTPError:
+    except ServiceError:  # chat went away or silent mid-stream
         yield writer.error({"error": "chat_unavailable", "message": "the chat service stopped answering"})
     finally:
         await upstream.aclose()

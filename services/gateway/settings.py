@@ -6,6 +6,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from services.gateway.rate_limits import parse_networks
+from shared.replicas import UrlList
 from shared.settings import CommonSettings, aliases
 
 
@@ -18,8 +19,14 @@ class Settings(CommonSettings):
     # A session ends after SESSION_TTL_SECONDS without use (sliding), and SESSION_MAX_AGE_SECONDS after login at the latest.
     session_ttl_seconds: int = Field(86_400, gt=0, validation_alias=aliases("SESSION_TTL_SECONDS", "session_ttl_seconds"))
     session_max_age_seconds: int = Field(604_800, gt=0, validation_alias=aliases("SESSION_MAX_AGE_SECONDS", "session_max_age_seconds"))
-    chat_url: str = Field("http://127.0.0.1:8001", validation_alias=aliases("CHAT_URL", "chat_url"))
-    retrieval_url: str = Field("http://127.0.0.1:8002", validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"))
+    # Each service's replicas, balanced round robin; CHAT_URL / RETRIEVAL_URL (one URL or several) still work.
+    chat_urls: UrlList = Field(
+        ("http://127.0.0.1:8001",), validation_alias=aliases("CHAT_URLS", "CHAT_URL", "chat_urls", "chat_url")
+    )
+    retrieval_urls: UrlList = Field(
+        ("http://127.0.0.1:8002",),
+        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL", "retrieval_urls", "retrieval_url"),
+    )
     analytics_url: str = Field("http://127.0.0.1:8003", validation_alias=aliases("ANALYTICS_URL", "analytics_url"))
     upstream_timeout_s: float = Field(120.0, validation_alias=aliases("UPSTREAM_TIMEOUT_S", "upstream_timeout_s"))
     # Rate limits, 0 turning one off: failed logins per username and per client address within

@@ -1,21 +1,31 @@
-"""The retrieval service over HTTP (pooled httpx client opened in the lifespan)."""
+"""The retrieval service over HTTP: a pooled aiohttp session opened in the lifespan, balanced over retrieval's
+replicas (shared.replicas.ReplicaPool). aiohttp rather than httpx: under concurrency httpx's pool caps a hop
+at a few hundred requests/s (docs/benchmarks.md, "Hops")."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.chunks import RetrievedChunk
 from shared.caller import Caller
 from shared.errors import BadRequest, DependencyUnavailable
+from shared.replicas import ReplicaPool
 from shared.settings import CommonSettings
+from shared.tracing import client_span
 from shared.web import internal_headers
 
 log = logging.getLogger(__name__)
+
+# Failures before the request left: the same request goes at once to another replica.
+_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+CONNECT_TIMEOUT_S = 3.0
 
 
 def chunk_from_result(result: dict[str, Any]) -> RetrievedChunk:
@@ -38,23 +48,39 @@ def chunk_from_result(result: dict[str, Any]) -> RetrievedChunk:
 
 
 class _Retryable(Exception):
-    """A failure worth another attempt: retrieval unreachable or answering 5xx."""
+    """A failure worth another attempt: retrieval unreachable, silent or answering 5xx."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
 
+class _Refused(Exception):
+    """No connection to this replica: the request never left."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
 class HttpRetrievalClient:
-    """Searches retrieval with bounded retries (connect errors, 5xx; never 4xx) inside one overall timeout,
-    behind a circuit breaker so a dead retrieval costs callers nothing while it cools down."""
+    """Searches retrieval with bounded retries (connect errors, timeouts, 5xx; never 4xx) inside one overall
+    timeout, behind a circuit breaker so a dead retrieval costs callers nothing while it cools down.
+
+    Replicas take turns; one that refuses the connection is skipped for a while and the attempt goes at once
+    to another replica, without waiting for a backoff."""
 
     def __init__(
         self,
         *,
-        client: httpx.AsyncClient,
+        session: aiohttp.ClientSession,
         settings: CommonSettings,
-        base_url: str,
+        replicas: ReplicaPool,
         timeout_s: float,
         attempts: int = 3,
         backoff_base_s: float = 0.1,
@@ -64,9 +90,9 @@ class HttpRetrievalClient:
             raise ValueError("timeout_s must be positive")
         if attempts < 1 or backoff_base_s < 0:
             raise ValueError("attempts must be >= 1 and backoff_base_s >= 0")
-        self._client = client
+        self._session = session
         self._settings = settings
-        self._base_url = base_url.rstrip("/")
+        self.replicas = replicas
         self._timeout = timeout_s
         self._attempts = attempts
         self._backoff = backoff_base_s
@@ -93,16 +119,16 @@ class HttpRetrievalClient:
             raise
         # retrieval answered: a 4xx is the request's fault, not a sign retrieval is down
         self.breaker.record_success()
-        if response.status_code in (400, 422):
+        if response.status in (400, 422):
             raise BadRequest(f"retrieval rejected the search: {_message_of(response)}", code="invalid_search")
-        if response.status_code != 200:
-            raise DependencyUnavailable("retrieval", f"retrieval answered {response.status_code}")
+        if response.status != 200:
+            raise DependencyUnavailable("retrieval", f"retrieval answered {response.status}")
         try:
             return [chunk_from_result(r) for r in response.json()["results"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise DependencyUnavailable("retrieval", "retrieval sent a response chat cannot read") from exc
 
-    async def _post_with_retries(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+    async def _post_with_retries(self, body: dict[str, Any], headers: dict[str, str]) -> _Answer:
         """The whole exchange, backoff included, stays within the timeout."""
         deadline = time.monotonic() + self._timeout
         reason = "no attempt made"
@@ -111,7 +137,7 @@ class HttpRetrievalClient:
             if remaining <= 0:
                 break
             try:
-                return await self._attempt(body, headers, remaining)
+                return await self._attempt(body, headers, deadline)
             except _Retryable as exc:
                 reason = exc.reason
             delay = self._backoff * 2**attempt
@@ -122,28 +148,59 @@ class HttpRetrievalClient:
                 break
         raise DependencyUnavailable("retrieval", f"retrieval is unavailable ({reason})")
 
-    async def _attempt(self, body: dict[str, Any], headers: dict[str, str], timeout: float) -> httpx.Response:
+    async def _attempt(self, body: dict[str, Any], headers: dict[str, str], deadline: float) -> _Answer:
+        """One search on the next replica, or, when it refuses the connection, on one other replica."""
+        refused: list[str] = []
+        while len(refused) < 2 and (url := self.replicas.pick(exclude=refused)):
+            try:
+                with client_span("retrieval POST /search", headers, {"server.address": url}):
+                    answer = await self._post(url, body, headers, deadline)
+            except _Refused as exc:
+                self.replicas.mark_unreachable(url)
+                refused.append(url)
+                log.warning("retrieval replica refused the connection", extra={"url": url, "error": str(exc)})
+                continue
+            self.replicas.mark_reachable(url)
+            return answer
+        raise _Retryable(f"unreachable: no connection to {', '.join(refused)}")
+
+    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str], deadline: float) -> _Answer:
+        remaining = max(deadline - time.monotonic(), 0.001)
+        timeout = aiohttp.ClientTimeout(total=remaining, sock_connect=min(remaining, CONNECT_TIMEOUT_S))
         try:
-            response = await self._client.post(f"{self._base_url}/search", json=body, headers=headers, timeout=timeout)
-        except httpx.TimeoutException as exc:
+            async with self._session.post(f"{url}/search", json=body, headers=headers, timeout=timeout) as response:
+                answer = _Answer(status=response.status, body=await response.read())
+        except _NOT_CONNECTED as exc:
+            raise _Refused(repr(exc)) from exc
+        except TimeoutError as exc:
             raise _Retryable(f"no answer within {self._timeout:g} s") from exc
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise _Retryable(f"unreachable: {type(exc).__name__}") from exc
-        if response.status_code >= 500:
-            log.warning("retrieval failed", extra={"status": response.status_code, "detail": _message_of(response)})
-            raise _Retryable(f"answered {response.status_code}")
-        return response
+        if answer.status >= 500:
+            log.warning("retrieval failed", extra={"status": answer.status, "detail": _message_of(answer), "url": url})
+            raise _Retryable(f"answered {answer.status}")
+        return answer
 
     async def ping(self) -> bool:
+        """Whether some replica answers /healthz."""
+        return any(await asyncio.gather(*(self._healthz(url) for url in self.replicas.urls)))
+
+    async def _healthz(self, url: str) -> bool:
+        timeout = aiohttp.ClientTimeout(total=min(self._timeout, 2.0))
         try:
-            response = await self._client.get(f"{self._base_url}/healthz", timeout=min(self._timeout, 2.0))
-        except httpx.HTTPError:
+            async with self._session.get(f"{url}/healthz", timeout=timeout) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
             return False
-        return response.status_code == 200
 
 
-def _message_of(response: httpx.Response) -> str:
+def _message_of(response: _Answer) -> str:
     try:
         return str(response.json().get("message", ""))[:300]
     except (ValueError, AttributeError):
-        return response.text[:300]
+        return response.body.decode("utf-8", "replace")[:300]
+
+
+def open_session() -> aiohttp.ClientSession:
+    """The pooled session for retrieval; each call sets its own timeout from what is left of its budget."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100, limit_per_host=0))

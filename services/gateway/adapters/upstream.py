@@ -1,25 +1,89 @@
-"""Forwarding a request to an internal service over a pooled HTTP client."""
+"""Forwarding a request to one replica of an internal service over a pooled aiohttp session.
+
+Replicas take turns (shared.replicas.ReplicaPool). A replica that refuses the connection is skipped for a
+while and the request goes to another one, once; a request that reached a replica is never sent again,
+since a POST /chat may have done its work. aiohttp rather than httpx: under 32 concurrent requests httpx's
+pool caps a hop at a few hundred requests/s with p99 near 200 ms (docs/benchmarks.md, "Hops").
+"""
 from __future__ import annotations
 
+import asyncio
+import codecs
 import json
+import logging
 from collections.abc import AsyncIterator
+from urllib.parse import urlencode
 
-import httpx
+import aiohttp
 from fastapi import Response
 from fastapi.responses import StreamingResponse
 from fastapi.sse import format_sse_event
+from httpx_sse import EventSource, ServerSentEvent
 from starlette.background import BackgroundTask
+from yarl import URL
 
-from shared.errors import DependencyUnavailable, UpstreamTimeout
+from shared.errors import DependencyUnavailable, ServiceError, UpstreamTimeout
+from shared.replicas import ReplicaPool
+from shared.tracing import client_span
+
+log = logging.getLogger(__name__)
 
 # Hop-by-hop and framing headers are the transport's business, not the client's.
 _DROPPED = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "server", "date"}
+# Failures before the request left: safe to send it to another replica.
+_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+_CONNECT_ATTEMPTS = 2
+# A body goes on with the caller's Content-Type or none: aiohttp would otherwise call it application/octet-stream.
+_NO_GUESSED_TYPE = ("Content-Type",)
+CONNECT_TIMEOUT_S = 3.0
+
+
+def _failure(name: str, exc: BaseException) -> ServiceError:
+    return UpstreamTimeout(name) if isinstance(exc, TimeoutError) else DependencyUnavailable(name)
+
+
+class UpstreamStream:
+    """A response read as it arrives. aclose() ends it, and with it the connection, so the service stops its work."""
+
+    def __init__(self, *, name: str, response: aiohttp.ClientResponse) -> None:
+        self.name = name
+        self.status_code = response.status
+        self.headers = response.headers
+        self._response = response
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.content.iter_any():
+            yield chunk
+
+    async def aiter_text(self) -> AsyncIterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        async for chunk in self.aiter_raw():
+            if text := decoder.decode(chunk):
+                yield text
+
+    async def events(self) -> AsyncIterator[ServerSentEvent]:
+        """The Server-Sent Events; the service going away or silent raises its 503 / 504 error."""
+        try:
+            async for event in EventSource(self).aiter_sse():  # type: ignore[arg-type]  # reads headers, aiter_text
+                yield event
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _failure(self.name, exc) from exc
+
+    async def aread(self) -> bytes:
+        try:
+            return await self._response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _failure(self.name, exc) from exc
+
+    async def aclose(self) -> None:
+        self._response.close()  # after the whole body this is a no-op: the connection went back to the pool
 
 
 class Upstream:
-    def __init__(self, *, name: str, client: httpx.AsyncClient) -> None:
+    def __init__(self, *, name: str, session: aiohttp.ClientSession, replicas: ReplicaPool) -> None:
         self.name = name
-        self._client = client
+        self.replicas = replicas
+        self._session = session
 
     async def forward(
         self,
@@ -30,13 +94,12 @@ class Upstream:
         body: bytes | None = None,
         params: list[tuple[str, str]] | None = None,
     ) -> Response:
+        upstream = UpstreamStream(name=self.name, response=await self._send(method, path, headers, body, params))
         try:
-            upstream = await self._client.request(method, path, content=body, params=params, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(self.name) from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(self.name) from exc
-        return Response(content=upstream.content, status_code=upstream.status_code, headers=_passed(upstream))
+            content = await upstream.aread()
+        finally:
+            await upstream.aclose()
+        return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
 
     async def forward_stream(self, *, path: str, headers: dict[str, str], body: bytes) -> Response:
         """POST and pass the answer on as it arrives (Server-Sent Events), unbuffered.
@@ -51,17 +114,11 @@ class Upstream:
             self._relay(upstream), status_code=200, headers=_passed(upstream), background=BackgroundTask(upstream.aclose)
         )
 
-    async def open_stream(self, *, path: str, headers: dict[str, str], body: bytes) -> httpx.Response:
+    async def open_stream(self, *, path: str, headers: dict[str, str], body: bytes) -> UpstreamStream:
         """POST and return the response with its body unread; the caller must aclose() it."""
-        request = self._client.build_request("POST", path, content=body, headers=headers)
-        try:
-            return await self._client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(self.name) from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(self.name) from exc
+        return UpstreamStream(name=self.name, response=await self._send("POST", path, headers, body, None))
 
-    async def read_error(self, upstream: httpx.Response) -> Response:
+    async def read_error(self, upstream: UpstreamStream) -> Response:
         """A streamed response that is not a stream (an error) passed on whole, and closed."""
         try:
             content = await upstream.aread()
@@ -69,35 +126,60 @@ class Upstream:
             await upstream.aclose()
         return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
 
-    async def _relay(self, upstream: httpx.Response) -> AsyncIterator[bytes]:
+    async def _relay(self, upstream: UpstreamStream) -> AsyncIterator[bytes]:
         try:
             async for chunk in upstream.aiter_raw():
                 yield chunk
-        except httpx.HTTPError as exc:  # the service went away or went silent mid-stream: say so, then end
-            error = UpstreamTimeout(self.name) if isinstance(exc, httpx.TimeoutException) else DependencyUnavailable(self.name)
+        except (aiohttp.ClientError, TimeoutError) as exc:  # the service went away or went silent mid-stream
             # The blank lines first end any event the service left half-sent.
-            yield b"\n\n" + format_sse_event(event="error", data_str=json.dumps(error.body()))
+            yield b"\n\n" + format_sse_event(event="error", data_str=json.dumps(_failure(self.name, exc).body()))
         finally:
             await upstream.aclose()
 
+    async def _send(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None, params: list[tuple[str, str]] | None
+    ) -> aiohttp.ClientResponse:
+        """The response (body unread) of the next replica; a refused connection tries one other replica."""
+        refused: list[str] = []
+        while len(refused) < _CONNECT_ATTEMPTS and (url := self.replicas.pick(exclude=refused)):
+            query = f"?{urlencode(params)}" if params else ""
+            target = URL(f"{url}{path}{query}", encoded=True)  # the path is quoted already; yarl would requote
+            try:
+                with client_span(f"{self.name} {method}", headers, {"server.address": url, "url.path": path}):
+                    response = await self._session.request(
+                        method, target, data=body, headers=headers, skip_auto_headers=_NO_GUESSED_TYPE
+                    )
+            except _NOT_CONNECTED as exc:
+                self.replicas.mark_unreachable(url)
+                refused.append(url)
+                log.warning("replica refused the connection", extra={"upstream": self.name, "url": url, "error": repr(exc)})
+                continue
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise _failure(self.name, exc) from exc
+            self.replicas.mark_reachable(url)
+            return response
+        raise DependencyUnavailable(self.name)
+
     async def healthy(self) -> bool:
+        """Whether some replica answers /healthz."""
+        return any(await asyncio.gather(*(self._healthz(url) for url in self.replicas.urls)))
+
+    async def _healthz(self, url: str) -> bool:
         try:
-            return (await self._client.get("/healthz", timeout=2)).status_code == 200
-        except httpx.HTTPError:
+            async with self._session.get(f"{url}/healthz", timeout=aiohttp.ClientTimeout(total=2)) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
             return False
 
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
-
-def _passed(upstream: httpx.Response) -> dict[str, str]:
+def _passed(upstream: UpstreamStream) -> dict[str, str]:
     return {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED and k.lower() != "x-request-id"}
 
 
-def open_upstream(*, name: str, base_url: str, timeout_s: float) -> Upstream:
-    client = httpx.AsyncClient(
-        base_url=base_url,
-        timeout=httpx.Timeout(timeout_s, connect=3.0),
-        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+def open_session(*, timeout_s: float) -> aiohttp.ClientSession:
+    """One pooled session for every upstream; `timeout_s` bounds each wait for bytes, not the whole exchange,
+    so a long answer streams for as long as it keeps sending."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=200, limit_per_host=0),
+        timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=CONNECT_TIMEOUT_S, sock_read=timeout_s),
     )
-    return Upstream(name=name, client=client)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import aiohttp
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -16,6 +17,7 @@ from services.chat.settings import Settings
 from tests.integration.chat.stand_ins import HEADERS, TOKEN
 from tests.unit.chat.fakes import ListPublisher
 from shared.caller import Caller
+from shared.replicas import ReplicaPool
 from shared.errors import BadRequest, DependencyUnavailable
 from tests.support import serve_in_thread
 
@@ -52,9 +54,9 @@ def server():
 
 
 async def search_with(url: str, *, timeout_s: float = 3.0, attempts: int = 3, breaker: CircuitBreaker | None = None):
-    async with httpx.AsyncClient() as http:
+    async with aiohttp.ClientSession() as http:
         client = HttpRetrievalClient(
-            client=http, settings=Settings(), base_url=url, timeout_s=timeout_s,
+            session=http, settings=Settings(), replicas=ReplicaPool(service="retrieval", urls=[url]), timeout_s=timeout_s,
             attempts=attempts, backoff_base_s=0.05, breaker=breaker,
         )
         return await client.search(query="q", top_k=3, filters=None, caller=Caller(user_id="u1"))
@@ -91,7 +93,7 @@ async def test_hang_gives_503_within_the_timeout(server):
 async def test_breaker_opens_after_failures_and_closes_after_cooldown(server):
     url, script = server
     reset(script, "fail", failures=100)
-    breaker = CircuitBreaker(name="retrieval", failure_threshold=2, cooldown_s=0.5)
+    breaker = CircuitBreaker(name="retrieval", failure_threshold=2, cooldown_s=1.5)  # long enough on a loaded machine
     for _ in range(2):
         with pytest.raises(DependencyUnavailable):
             await search_with(url, attempts=1, breaker=breaker)
@@ -100,7 +102,7 @@ async def test_breaker_opens_after_failures_and_closes_after_cooldown(server):
         await search_with(url, attempts=1, breaker=breaker)
     assert script["calls"] == 2, "an open breaker must not reach the server"
     reset(script, "ok")
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(1.6)
     chunks = await search_with(url, attempts=1, breaker=breaker)
     assert chunks and breaker.state == CLOSED and script["calls"] == 1
 

@@ -1,0 +1,166 @@
+"""The gateway balancing over several chat and retrieval replicas (real HTTP servers, real Redis): replicas take
+turns, a replica refusing connections is skipped and the request goes to another one, and a request that reached
+a replica is never sent again."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
+
+from services.gateway.main import create_app
+from services.gateway.settings import Settings
+from shared.replicas import ReplicaPool
+from tests.integration.gateway.chat_stand_in import gateway_settings, login
+from tests.support import free_port, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+
+class Replica:
+    """A chat-and-retrieval stand-in that counts what reached it and answers per `mode`: ok, fail (500), hang."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.calls: list[str] = []
+        self.app = FastAPI()
+
+        @self.app.get("/healthz")
+        async def healthz() -> dict:
+            return {"status": "ok"}
+
+        @self.app.post("/chat")
+        @self.app.post("/search")
+        async def answer(request: Request):
+            self.calls.append(request.url.path)
+            if self.mode == "hang":
+                await asyncio.sleep(2)
+            if self.mode == "fail":
+                return JSONResponse({"error": "internal_error", "message": "boom"}, status_code=500)
+            return {"answer": "stand-in", "results": [], "query": (await request.json())["query"]}
+
+        @self.app.get("/documents")
+        async def documents() -> dict:
+            self.calls.append("/documents")
+            return {"documents": []}
+
+        @self.app.post("/chat/stream")
+        async def stream(request: Request) -> StreamingResponse:
+            self.calls.append("/chat/stream")
+
+            async def events():
+                yield f"event: sources\ndata: {json.dumps({'sources': []})}\n\n"
+                yield "event: done\ndata: {}\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def nowhere() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def refusals(service: str, url: str) -> float:
+    return REGISTRY.get_sample_value("cairn_upstream_unreachable_total", {"service": service, "upstream": url}) or 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def replicas() -> Iterator[tuple[Replica, Replica, list[str]]]:
+    first, second = Replica(), Replica()
+    with ExitStack() as stack:
+        urls = [stack.enter_context(serve_in_thread(replica.app)) for replica in (first, second)]
+        yield first, second, urls
+
+
+@contextmanager
+def gateway(settings: Settings, **pools: list[str]) -> Iterator[tuple[TestClient, Clock]]:
+    """A started gateway whose replica pools for `pools` (chat=[...], retrieval=[...]) run on one test clock."""
+    clock = Clock()
+    with TestClient(create_app(settings)) as client:
+        for name, urls in pools.items():
+            client.app.state.upstreams[name].replicas = ReplicaPool(service=name, urls=urls, clock=clock)
+        yield client, clock
+
+
+def test_chat_replicas_take_turns_and_one_refusing_connections_is_skipped_for_its_cooldown(redis_url, unique, replicas):
+    first, second, urls = replicas
+    dead = nowhere()
+    chat_urls = [dead, *urls]
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=",".join(chat_urls))
+    with gateway(settings, chat=chat_urls) as (client, clock):
+        auth = login(client)
+        answers = [client.post("/api/chat", json={"query": f"q{i}"}, headers=auth) for i in range(6)]
+        assert [a.status_code for a in answers] == [200] * 6 and answers[0].json()["query"] == "q0"
+        assert (len(first.calls), len(second.calls)) == (3, 3)
+        assert refusals("chat", dead) == 1, "tried once, then skipped while it cools down"
+
+        clock.now += 2  # the first cooldown is over: the dead replica is tried again, and the request still succeeds
+        assert client.post("/api/chat", json={"query": "again"}, headers=auth).status_code == 200
+        assert refusals("chat", dead) == 2 and len(first.calls) + len(second.calls) == 7
+
+
+def test_a_stream_fails_over_before_it_starts(redis_url, unique, replicas):
+    first, _, urls = replicas
+    dead = nowhere()
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=f"{dead},{urls[0]}")
+    with TestClient(create_app(settings)) as client:
+        auth = login(client)
+        with client.stream("POST", "/api/chat/stream", json={"query": "q"}, headers=auth) as response:
+            body = response.read().decode()
+    assert response.status_code == 200 and "event: sources" in body and "event: done" in body
+    assert first.calls == ["/chat/stream"] and refusals("chat", dead) == 1
+
+
+def test_search_and_documents_are_balanced_over_retrieval_replicas(redis_url, unique, replicas):
+    first, second, urls = replicas
+    dead = nowhere()
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=nowhere(), retrieval_urls=[*urls, dead])
+    with TestClient(create_app(settings)) as client:
+        user, admin = login(client), login(client, "ada")
+        searches = [client.post("/api/search", json={"query": "q"}, headers=user) for _ in range(4)]
+        listed = [client.get("/api/documents", headers=admin) for _ in range(2)]
+    assert [r.status_code for r in searches + listed] == [200] * 6
+    assert len(first.calls) + len(second.calls) == 6 and first.calls and second.calls
+    assert refusals("retrieval", dead) == 1
+
+
+def test_every_replica_down_is_503_naming_the_service_at_once(redis_url, unique):
+    settings = gateway_settings(
+        redis_url=redis_url, prefix=unique, chat_url=f"{nowhere()},{nowhere()}", retrieval_urls=[nowhere(), nowhere()]
+    )
+    with TestClient(create_app(settings)) as client:
+        auth = login(client)
+        started = time.monotonic()
+        chat = client.post("/api/chat", json={"query": "q"}, headers=auth)
+        search = client.post("/api/search", json={"query": "q"}, headers=auth)
+        elapsed = time.monotonic() - started
+        ready = client.get("/readyz")
+    assert (chat.status_code, chat.json()["error"]) == (503, "chat_unavailable")
+    assert (search.status_code, search.json()["error"]) == (503, "retrieval_unavailable")
+    assert elapsed < 2, "refused connections fail fast, without waiting for a timeout"
+    assert ready.status_code == 503 and ready.json()["checks"]["chat"] is False
+
+
+@pytest.mark.parametrize(("mode", "status", "error"), [("fail", 500, "internal_error"), ("hang", 504, "chat_timeout")])
+def test_a_request_that_reached_a_replica_is_never_sent_to_another(redis_url, unique, replicas, mode, status, error):
+    first, second, urls = replicas
+    first.mode = mode
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=",".join(urls), upstream_timeout_s=0.5)
+    with TestClient(create_app(settings)) as client:
+        answer = client.post("/api/chat", json={"query": "q"}, headers=login(client))
+    assert (answer.status_code, answer.json()["error"]) == (status, error)
+    assert (first.calls, second.calls) == (["/chat"], []), "a POST /chat may have run: it is not repeated"
