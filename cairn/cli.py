@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from cairn import commands
 from cairn.settings import CliSettings
 
@@ -14,6 +16,10 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start the four services (and Redis/RabbitMQ if needed); Ctrl-C stops")
     up.add_argument("--no-demo-docs", action="store_true", help="do not add docs/ on the first run")
+    up.add_argument("--replicas", metavar="SPEC",
+                    help="processes per service, as chat=2,retrieval=2 (else $CAIRN_REPLICAS; default one of each)")
+    up.add_argument("--chroma-server", action="store_true",
+                    help="run a Chroma server for retrieval even with one replica (always with several)")
     sub.add_parser("down", help="stop a Cairn started by `cairn up` in another shell")
     sub.add_parser("status", help="show whether each service is up and its dependencies answer")
 
@@ -64,8 +70,12 @@ def _password_stdin_option(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    settings = CliSettings()
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = CliSettings(**_up_options(args))
+    except ValidationError as exc:
+        parser.error("; ".join(": ".join(filter(None, (".".join(map(str, e["loc"])), e["msg"]))) for e in exc.errors()))
     match args.command:
         case "up":
             return commands.up(settings, ingest_demo=not args.no_demo_docs)
@@ -88,6 +98,16 @@ def main(argv: list[str] | None = None) -> int:
                 settings, question=args.question, username=args.user, password_stdin=args.password_stdin, top_k=args.top_k
             )
     return 2
+
+
+def _up_options(args: argparse.Namespace) -> dict:
+    """The `cairn up` options that override their environment variables."""
+    options = {}
+    if getattr(args, "replicas", None) is not None:
+        options["replicas"] = args.replicas
+    if getattr(args, "chroma_server", False):
+        options["chroma_server"] = True
+    return options
 
 
 def _user_command(settings: CliSettings, args: argparse.Namespace) -> int:

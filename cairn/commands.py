@@ -15,7 +15,7 @@ from cairn import demo
 from cairn.engines import EngineMissing, engines_for, ensure
 from cairn.ingest import IngestError
 from cairn.settings import SERVICES, CliSettings
-from cairn.supervisor import StartFailed, Supervisor, pid_alive, read_state, state_file
+from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor, pid_alive, read_state, state_file
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.domain import User
 from services.gateway.users import (
@@ -52,15 +52,19 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
 
-    supervisor = Supervisor(settings)
-    print("starting gateway, chat, retrieval and analytics ...", flush=True)
+    try:
+        supervisor = Supervisor(settings)
+    except StartFailed as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 1
+    print(f"starting {supervisor.describe()} ...", flush=True)
     try:
         supervisor.start_all()
         if ingest_demo and demo.collection_is_empty(settings):
             print(f"first run: adding the demo collection ({demo.DOCS_DIR.name}/) ...", flush=True)
             demo.ingest_docs(settings)
         password = demo.create_demo_user(settings)
-        _print_welcome(settings, password)
+        _print_welcome(settings, password, children=supervisor.children)
         supervisor.watch(lambda: stopping)
     except (StartFailed, IngestError, httpx.HTTPError, OSError) as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
@@ -71,8 +75,10 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     return 0
 
 
-def _print_welcome(settings: CliSettings, password: str) -> None:
+def _print_welcome(settings: CliSettings, password: str, *, children: list[Child]) -> None:
     url = settings.local_url_of("gateway")
+    if len(children) > len(SERVICES):
+        print("processes: " + ", ".join(f"{child.name} {child.url}" for child in children), flush=True)
     print(
         f"\nCairn is up at {url}\n"
         f"  user: {demo.DEMO_USER}\n"
@@ -107,20 +113,44 @@ def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
 
 
 def status(settings: CliSettings) -> int:
+    rows = _status_rows(settings)
+    width = max(10, *(len(name) for name, _ in rows))
     all_ready = True
-    for name in SERVICES:
-        url = settings.url_of(name)
-        try:
-            response = httpx.get(f"{url}/readyz", timeout=3)
-            checks = response.json().get("checks", {})
-            ready = response.status_code == 200
-            detail = ", ".join(f"{k}={'ok' if v else 'DOWN'}" for k, v in checks.items())
-            line = f"{'ready' if ready else 'NOT READY'}  {detail}"
-        except httpx.HTTPError:
-            ready, line = False, "not answering"
+    for name, url in rows:
+        ready, line = _chroma_status(url) if name == CHROMA else _service_status(url)
         all_ready &= ready
-        print(f"{name:<10} {url:<24} {line}")
+        print(f"{name:<{width}} {url:<24} {line}")
     return 0 if all_ready else 1
+
+
+def _status_rows(settings: CliSettings) -> list[tuple[str, str]]:
+    """Each service, followed by its further replicas and preceded by the Chroma server that a running
+    `cairn up` recorded in its state file."""
+    started = (read_state(settings) or {}).get("urls", {})
+    rows = [(CHROMA, started[CHROMA])] if CHROMA in started else []
+    for name in SERVICES:
+        rows.append((name, settings.url_of(name)))
+        rows += [(replica, url) for replica, url in started.items() if replica.startswith(f"{name}-")]
+    return rows
+
+
+def _service_status(url: str) -> tuple[bool, str]:
+    try:
+        response = httpx.get(f"{url}/readyz", timeout=3)
+        checks = response.json().get("checks", {})
+    except (httpx.HTTPError, ValueError):
+        return False, "not answering"
+    ready = response.status_code == 200
+    detail = ", ".join(f"{k}={'ok' if v else 'DOWN'}" for k, v in checks.items())
+    return ready, f"{'ready' if ready else 'NOT READY'}  {detail}"
+
+
+def _chroma_status(url: str) -> tuple[bool, str]:
+    try:
+        ready = httpx.get(f"{url}/api/v2/heartbeat", timeout=3).status_code == 200
+    except httpx.HTTPError:
+        ready = False
+    return ready, "ready" if ready else "not answering"
 
 
 def user_add(settings: CliSettings, *, username: str, roles: list[str], password_stdin: bool) -> int:

@@ -1,13 +1,17 @@
-"""Runs the four services as child processes, restarts one that dies, stops them all together."""
+"""Runs the services (and their replicas, and a Chroma server for shared retrieval) as child processes,
+restarts one that dies, stops them all together."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -15,33 +19,130 @@ import httpx
 from cairn.settings import SERVICES, CliSettings
 
 MAX_RESTARTS = 5
+CHROMA = "chroma"
 
 
 class StartFailed(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class Child:
+    """One process `cairn up` runs: a service replica (`chat`, `chat-2`, ...) or the Chroma server."""
+
+    name: str
+    service: str
+    port: int
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)  # on top of the environment every child shares
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.url}/api/v2/heartbeat" if self.service == CHROMA else f"{self.url}/healthz"
+
+    @property
+    def first_replica(self) -> bool:
+        return self.name == self.service
+
+
+def replica_name(service: str, n: int) -> str:
+    return service if n == 1 else f"{service}-{n}"
+
+
+def replica_urls(settings: CliSettings, service: str) -> list[str]:
+    return [f"http://127.0.0.1:{settings.replica_port(service, n)}" for n in range(1, settings.replicas_of(service) + 1)]
+
+
+def chroma_url(settings: CliSettings) -> str:
+    return f"http://127.0.0.1:{settings.chroma_port}"
+
+
+def shared_env(settings: CliSettings) -> dict[str, str]:
+    """What every child is told about the others: the first replica's port and URL, and every replica's URL."""
+    env = {"CAIRN_DATA_DIR": str(settings.data_dir.resolve())}
+    for name in SERVICES:
+        env[f"{name.upper()}_PORT"] = str(settings.port_of(name))
+        env[f"{name.upper()}_URL"] = settings.local_url_of(name)
+    env["CHAT_URLS"] = ",".join(replica_urls(settings, "chat"))
+    env["RETRIEVAL_URLS"] = ",".join(replica_urls(settings, "retrieval"))
+    if settings.runs_chroma_server:
+        env["CHROMA_URL"] = chroma_url(settings)
+    return env
+
+
+def plan(settings: CliSettings, *, chroma_command: str = CHROMA) -> list[Child]:
+    """The children in start order: the Chroma server (when retrieval shares one), retrieval, analytics,
+    chat, gateway. Replica n from 2 listens on its own port and keeps its events in its own outbox file."""
+    children = []
+    if settings.runs_chroma_server:
+        command = (chroma_command, "run", "--path", str(settings.chroma_server_dir.resolve()),
+                   "--host", "127.0.0.1", "--port", str(settings.chroma_port))
+        children.append(Child(CHROMA, CHROMA, settings.chroma_port, command))
+    for service in SERVICES:
+        for n in range(1, settings.replicas_of(service) + 1):
+            name, port = replica_name(service, n), settings.replica_port(service, n)
+            env = {f"{service.upper()}_PORT": str(port)}
+            if n > 1:
+                env["OUTBOX_PATH"] = str((settings.data_dir / "outbox" / f"{name}.sqlite3").resolve())
+            children.append(Child(name, service, port, (sys.executable, "-m", f"services.{service}"), env))
+    _refuse_shared_ports(children)
+    return children
+
+
+def _refuse_shared_ports(children: list[Child]) -> None:
+    owners: dict[int, str] = {}
+    for child in children:
+        if not 0 < child.port < 65536:
+            raise StartFailed(f"{child.name} would listen on port {child.port}, which does not exist")
+        if child.port in owners:
+            raise StartFailed(
+                f"{child.name} would listen on port {child.port}, which {owners[child.port]} uses; "
+                "change the service ports or CAIRN_REPLICA_PORT_STEP"
+            )
+        owners[child.port] = child.name
+
+
+def find_chroma_command() -> str:
+    """The `chroma` command of this Python's environment (package chromadb), else the one on the PATH."""
+    found = shutil.which(CHROMA, path=str(Path(sys.executable).parent)) or shutil.which(CHROMA)
+    if found is None:
+        raise StartFailed("a Chroma server is needed but the `chroma` command is missing (pip install chromadb)")
+    return found
+
+
 class Supervisor:
     def __init__(self, settings: CliSettings, *, say: Callable[[str], None] = print) -> None:
         self.settings = settings
         self.say = say
+        chroma_command = find_chroma_command() if settings.runs_chroma_server else CHROMA
+        self.children = plan(settings, chroma_command=chroma_command)
         self.processes: dict[str, subprocess.Popen] = {}
-        self.restarts: dict[str, int] = {name: 0 for name in SERVICES}
+        self.restarts: dict[str, int] = {child.name: 0 for child in self.children}
+        self._env = {**os.environ, **shared_env(settings)}
 
-    def child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["CAIRN_DATA_DIR"] = str(self.settings.data_dir.resolve())
-        for name in SERVICES:
-            env[f"{name.upper()}_PORT"] = str(self.settings.port_of(name))
-            env[f"{name.upper()}_URL"] = self.settings.local_url_of(name)
-        return env
+    def describe(self) -> str:
+        """What starts, as `starting ...` names it: `gateway, chat, retrieval and analytics` without replicas."""
+        if len(self.children) == len(SERVICES):
+            return "gateway, chat, retrieval and analytics"
+        counts = {child.service: 0 for child in reversed(self.children)}
+        for child in self.children:
+            counts[child.service] += 1
+        parts = [
+            "a Chroma server" if service == CHROMA else f"{count} x {service}" if count > 1 else service
+            for service, count in counts.items()
+        ]
+        return f"{', '.join(parts[:-1])} and {parts[-1]}"
 
-    def spawn(self, name: str) -> None:
+    def spawn(self, child: Child) -> None:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.settings.log_dir / f"{name}.log", "ab")
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"],
-            env=self.child_env(),
+        log = open(self.log_path(child.name), "ab")
+        self.processes[child.name] = subprocess.Popen(
+            list(child.command),
+            env={**self._env, **child.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -50,63 +151,85 @@ class Supervisor:
         log.close()
 
     def start_all(self) -> None:
-        for name in SERVICES:
-            port = self.settings.port_of(name)
-            if _answers(self.settings.local_url_of(name)):
-                raise StartFailed(f"port {port} for {name} is already taken (is Cairn already running? try `cairn status`)")
-        for name in SERVICES:
-            self.spawn(name)
-        self.write_state()
-        self.wait_healthy()
+        for child in self.children:
+            if _answers(child.health_url):
+                raise StartFailed(
+                    f"port {child.port} for {child.name} is already taken (is Cairn already running? try `cairn status`)"
+                )
+            if child.name not in SERVICES and not _port_free(child.port):
+                raise StartFailed(f"port {child.port} for {child.name} is used by another program")
+        # Retrieval opens its collection as it starts: the Chroma server must answer first.
+        servers = [child for child in self.children if child.service == CHROMA]
+        services = [child for child in self.children if child.service != CHROMA]
+        for group in (servers, services):
+            for child in group:
+                self.spawn(child)
+            self.write_state()
+            self.wait_healthy(group)
 
-    def wait_healthy(self) -> None:
+    def wait_healthy(self, children: list[Child]) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s
-        pending = list(SERVICES)
+        pending = list(children)
         while pending:
-            for name in list(pending):
-                process = self.processes[name]
+            for child in list(pending):
+                process = self.processes[child.name]
                 if process.poll() is not None:
-                    raise StartFailed(f"{name} exited with code {process.returncode}; see {self.log_path(name)}")
-                if _answers(self.settings.local_url_of(name)):
-                    pending.remove(name)
+                    raise StartFailed(f"{child.name} exited with code {process.returncode}; see {self.log_path(child.name)}")
+                if _answers(child.health_url):
+                    pending.remove(child)
             if time.monotonic() > deadline:
-                raise StartFailed(f"{', '.join(pending)} did not answer within {self.settings.start_timeout_s:.0f}s")
+                names = ", ".join(child.name for child in pending)
+                raise StartFailed(f"{names} did not answer within {self.settings.start_timeout_s:.0f}s")
             time.sleep(0.3)
 
     def log_path(self, name: str) -> Path:
         return self.settings.log_dir / f"{name}.log"
 
     def watch(self, should_stop: Callable[[], bool]) -> None:
-        """Until asked to stop: restart a service that died, up to MAX_RESTARTS times."""
+        """Until asked to stop: restart a process that died, up to MAX_RESTARTS times each."""
         while not should_stop():
-            for name, process in list(self.processes.items()):
+            for child in self.children:
+                process = self.processes[child.name]
                 if process.poll() is None:
                     continue
-                if self.restarts[name] >= MAX_RESTARTS:
-                    raise StartFailed(f"{name} keeps dying (exit code {process.returncode}); see {self.log_path(name)}")
-                self.restarts[name] += 1
-                self.say(f"{name} exited with code {process.returncode}; restarting ({self.restarts[name]}/{MAX_RESTARTS})")
-                self.spawn(name)
+                if self.restarts[child.name] >= MAX_RESTARTS:
+                    raise StartFailed(
+                        f"{child.name} keeps dying (exit code {process.returncode}); see {self.log_path(child.name)}"
+                    )
+                self.restarts[child.name] += 1
+                self.say(
+                    f"{child.name} exited with code {process.returncode}; "
+                    f"restarting ({self.restarts[child.name]}/{MAX_RESTARTS})"
+                )
+                self.spawn(child)
                 self.write_state()
             time.sleep(0.5)
 
     def stop_all(self, timeout_s: float = 15.0) -> None:
-        for name in reversed(SERVICES):  # the gateway first, so no new work comes in
-            process = self.processes.get(name)
-            if process and process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        # The gateway first, so no new work comes in; the Chroma server last, once retrieval has stopped.
+        services = [child for child in reversed(self.children) if child.service != CHROMA]
+        servers = [child for child in self.children if child.service == CHROMA]
+        for group in (services, servers):
+            running = [self.processes[c.name] for c in group if c.name in self.processes]
+            for process in running:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for process in running:
+                try:
+                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         state_file(self.settings).unlink(missing_ok=True)
 
     def write_state(self) -> None:
         self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-        state = {"supervisor": os.getpid(), "services": {n: p.pid for n, p in self.processes.items()}}
+        state = {
+            "supervisor": os.getpid(),
+            "services": {name: process.pid for name, process in self.processes.items()},
+            "urls": {child.name: child.url for child in self.children},
+        }
         state_file(self.settings).write_text(json.dumps(state))
 
 
@@ -140,8 +263,19 @@ def _zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"  # the state follows the command name in parentheses
 
 
-def _answers(url: str) -> bool:
+def _answers(health_url: str) -> bool:
     try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        return httpx.get(health_url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _port_free(port: int) -> bool:
+    """Whether a server could listen on the loopback port now (as uvicorn does, reusing a closing one)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

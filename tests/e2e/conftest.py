@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,25 +38,33 @@ class Cairn:
         return "\n".join(["--- cairn up", *self.output[-30:], *tails])
 
 
-@pytest.fixture(scope="session")
-def cairn(tmp_path_factory, redis_url, amqp_url) -> Iterator[Cairn]:
-    name = f"e2e-{os.getpid()}-{free_port()}"
+def cairn_env(data_dir: Path, redis_url: str, amqp_url: str, *, name: str) -> dict[str, str]:
+    """The environment of a private Cairn: its own data directory, free ports, Redis prefix, exchange and queue."""
     env = {
         **os.environ,
-        "CAIRN_DATA_DIR": str(tmp_path_factory.mktemp("cairn-data")),
+        "CAIRN_DATA_DIR": str(data_dir),
         "REDIS_URL": redis_url,
         "REDIS_PREFIX": name,
         "AMQP_URL": amqp_url,
         "EVENTS_EXCHANGE": f"{name}.events",
         "ANALYTICS_QUEUE": f"{name}.analytics",
         "CAIRN_DEMO_PASSWORD": PASSWORD,
-        **{f"{svc}_PORT": str(free_port()) for svc in ("GATEWAY", "CHAT", "RETRIEVAL", "ANALYTICS")},
+        **{f"{svc}_PORT": str(free_port()) for svc in ("GATEWAY", "CHAT", "RETRIEVAL", "ANALYTICS", "CHROMA")},
     }
-    for inherited in ("CHAT_URL", "RETRIEVAL_URL", "ANALYTICS_URL", "LLM_BASE_URL"):
+    for inherited in (
+        "CHAT_URL", "RETRIEVAL_URL", "ANALYTICS_URL", "CHAT_URLS", "RETRIEVAL_URLS", "CHROMA_URL", "LLM_BASE_URL",
+        "OUTBOX_PATH", "CAIRN_REPLICAS", "CAIRN_REPLICA_PORT_STEP", "CAIRN_CHROMA_SERVER",
+    ):
         env.pop(inherited, None)
+    return env
+
+
+@contextmanager
+def running_cairn(env: dict[str, str], *up_args: str) -> Iterator[Cairn]:
+    """`cairn up [up_args]` until the block ends, then `cairn down`."""
     system = Cairn(env)
     process = subprocess.Popen(
-        [sys.executable, "-m", "cairn.cli", "up"],
+        [sys.executable, "-m", "cairn.cli", "up", *up_args],
         env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     reader = threading.Thread(target=lambda: system.output.extend(process.stdout), daemon=True)
@@ -74,6 +83,13 @@ def cairn(tmp_path_factory, redis_url, amqp_url) -> Iterator[Cairn]:
         except subprocess.TimeoutExpired:
             process.kill()
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="session")
+def cairn(tmp_path_factory, redis_url, amqp_url) -> Iterator[Cairn]:
+    env = cairn_env(tmp_path_factory.mktemp("cairn-data"), redis_url, amqp_url, name=f"e2e-{os.getpid()}-{free_port()}")
+    with running_cairn(env) as system:
+        yield system
 
 
 # Debian's chromium, driven by Playwright (never `playwright install`: it would download a browser).

@@ -1,0 +1,137 @@
+"""`cairn up --replicas`: the spec parsing, and which processes run on which ports with which environment."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cairn import cli
+from cairn.commands import _status_rows
+from cairn.settings import CliSettings, parse_replicas
+from cairn.supervisor import CHROMA, StartFailed, Supervisor, plan, shared_env, state_file
+
+pytestmark = pytest.mark.unit
+
+
+def settings(tmp_path: Path, **overrides) -> CliSettings:
+    """Explicit ports and no inherited CAIRN_REPLICAS / CHROMA_URL, whatever the environment says."""
+    values = {
+        "data_dir": tmp_path, "gateway_port": 8000, "chat_port": 8001, "retrieval_port": 8002, "analytics_port": 8003,
+        "chroma_port": 8004, "replicas": "", "replica_port_step": 10, "chroma_server": False, "chroma_url": None,
+        **overrides,
+    }
+    return CliSettings(**values)
+
+
+@pytest.mark.parametrize(
+    ("spec", "counts"),
+    [
+        ("chat=2,retrieval=2", {"chat": 2, "retrieval": 2}),
+        (" retrieval = 3 , ", {"retrieval": 3}),
+        ("chat=1", {"chat": 1}),
+        ("", {}),
+    ],
+)
+def test_a_replica_spec_gives_the_count_of_each_named_service(spec, counts):
+    assert parse_replicas(spec) == counts
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ("gateway=2", "only chat and retrieval"),
+        ("analytics=2", "only chat and retrieval"),
+        ("chat=0", "between 1 and 16"),
+        ("chat=17", "between 1 and 16"),
+        ("chat=two", "is not SERVICE=COUNT"),
+        ("chat", "is not SERVICE=COUNT"),
+        ("chat=2,chat=3", "named twice"),
+    ],
+)
+def test_a_wrong_replica_spec_is_refused_saying_why(spec, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        parse_replicas(spec)
+
+
+def test_cairn_up_refuses_a_wrong_spec_before_starting_anything(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["up", "--replicas", "gateway=2"])
+    assert exited.value.code == 2
+    assert "only chat and retrieval take replicas" in capsys.readouterr().err
+
+
+def test_the_replicas_option_overrides_the_environment(monkeypatch):
+    monkeypatch.setenv("CAIRN_REPLICAS", "chat=3")
+    assert CliSettings().replicas == {"chat": 3}
+    args = cli._parser().parse_args(["up", "--replicas", "retrieval=2"])
+    assert CliSettings(**cli._up_options(args)).replicas == {"retrieval": 2}
+
+
+def test_without_replicas_the_four_services_run_as_before(tmp_path):
+    cairn = settings(tmp_path)
+    children = plan(cairn)
+    assert [(c.name, c.port) for c in children] == [("retrieval", 8002), ("analytics", 8003), ("chat", 8001), ("gateway", 8000)]
+    assert all(c.env == {f"{c.service.upper()}_PORT": str(c.port)} for c in children)  # no OUTBOX_PATH, no Chroma
+    env = shared_env(cairn)
+    assert env["CHAT_URLS"] == env["CHAT_URL"] == "http://127.0.0.1:8001"
+    assert env["RETRIEVAL_URLS"] == env["RETRIEVAL_URL"] == "http://127.0.0.1:8002"
+    assert "CHROMA_URL" not in env
+    assert Supervisor(cairn).describe() == "gateway, chat, retrieval and analytics"
+
+
+def test_replicas_get_ports_a_step_apart_their_own_outbox_and_a_shared_chroma_server(tmp_path):
+    cairn = settings(tmp_path, replicas="chat=2,retrieval=3")
+    children = plan(cairn, chroma_command="/bin/chroma")
+    assert [(c.name, c.port) for c in children] == [
+        ("chroma", 8004),
+        ("retrieval", 8002), ("retrieval-2", 8012), ("retrieval-3", 8022),
+        ("analytics", 8003),
+        ("chat", 8001), ("chat-2", 8011),
+        ("gateway", 8000),
+    ]
+    by_name = {c.name: c for c in children}
+    server = tmp_path.resolve() / "chroma-server"
+    assert by_name[CHROMA].command == ("/bin/chroma", "run", "--path", str(server), "--host", "127.0.0.1", "--port", "8004")
+    assert by_name["chat-2"].env == {
+        "CHAT_PORT": "8011", "OUTBOX_PATH": str(tmp_path.resolve() / "outbox" / "chat-2.sqlite3")
+    }
+    assert by_name["retrieval-3"].env["RETRIEVAL_PORT"] == "8022"
+    assert "OUTBOX_PATH" not in by_name["chat"].env  # the first replica keeps today's file
+    env = shared_env(cairn)
+    assert env["CHAT_URLS"] == "http://127.0.0.1:8001,http://127.0.0.1:8011"
+    assert env["RETRIEVAL_URLS"] == "http://127.0.0.1:8002,http://127.0.0.1:8012,http://127.0.0.1:8022"
+    assert env["CHAT_URL"] == "http://127.0.0.1:8001" and env["CHAT_PORT"] == "8001"
+    assert env["CHROMA_URL"] == "http://127.0.0.1:8004"
+    assert by_name[CHROMA].health_url == "http://127.0.0.1:8004/api/v2/heartbeat"
+    assert by_name["chat-2"].health_url == "http://127.0.0.1:8011/healthz"
+
+
+def test_a_chroma_server_of_the_users_own_replaces_the_one_cairn_starts(tmp_path):
+    cairn = settings(tmp_path, replicas="retrieval=2", chroma_url="http://chroma.internal:8000")
+    assert CHROMA not in [c.name for c in plan(cairn)]
+    assert "CHROMA_URL" not in shared_env(cairn)  # the children inherit the user's own variable
+
+
+def test_one_retrieval_uses_the_embedded_index_unless_a_chroma_server_is_asked_for(tmp_path):
+    assert CHROMA not in [c.name for c in plan(settings(tmp_path, replicas="chat=2"))]
+    children = plan(settings(tmp_path, chroma_server=True))
+    assert [c.name for c in children] == ["chroma", "retrieval", "analytics", "chat", "gateway"]
+
+
+def test_a_replica_port_that_another_service_uses_is_refused(tmp_path):
+    with pytest.raises(StartFailed, match="chat-2 would listen on port 8011, which retrieval uses"):
+        plan(settings(tmp_path, replicas="chat=2", retrieval_port=8011))
+    with pytest.raises(StartFailed, match="port 65540, which does not exist"):
+        plan(settings(tmp_path, replicas="chat=2", chat_port=65530))
+
+
+def test_status_lists_the_replicas_and_the_chroma_server_a_running_cairn_recorded(tmp_path):
+    cairn = settings(tmp_path, replicas="chat=2,retrieval=2")
+    cairn.run_dir.mkdir()
+    urls = {c.name: c.url for c in plan(cairn, chroma_command="chroma")}
+    state_file(cairn).write_text(json.dumps({"supervisor": 1, "services": {}, "urls": urls}))
+    assert [name for name, _ in _status_rows(cairn)] == [
+        "chroma", "retrieval", "retrieval-2", "analytics", "chat", "chat-2", "gateway"
+    ]
+    assert dict(_status_rows(cairn))["chat-2"] == "http://127.0.0.1:8011"
