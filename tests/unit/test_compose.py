@@ -1,23 +1,47 @@
 """docker-compose.yml and the Dockerfiles: Compose 1.29 accepts the file offline, only the gateway
-is published, everything has a health check, and only retrieval's image carries torch."""
+is published, everything has a health check, `--scale` works (no fixed names, host ports or shared
+data on the scaled services, a private outbox per replica), every setting given is one the service
+reads, and only retrieval's image carries torch — proven on the dependency closure of each image's
+extras, resolved offline from the installed distributions' metadata."""
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
 import subprocess
 import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from pydantic_settings import BaseSettings
+
+from services.analytics.settings import Settings as AnalyticsSettings
+from services.chat.settings import Settings as ChatSettings
+from services.gateway.settings import Settings as GatewaySettings
+from services.retrieval.settings import Settings as RetrievalSettings
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN_SERVICES = ("gateway", "chat", "retrieval", "analytics")
+ENGINES = ("redis", "rabbitmq", "chroma", "postgres")
+OBSERVABILITY = ("prometheus", "grafana")
 PORTS = {"gateway": 8000, "chat": 8001, "retrieval": 8002, "analytics": 8003}
+SCALED = ("chat", "retrieval", "analytics")
+OUTBOX_WRITERS = ("gateway", "chat")
+SETTINGS: dict[str, type[BaseSettings]] = {
+    "gateway": GatewaySettings, "chat": ChatSettings, "retrieval": RetrievalSettings, "analytics": AnalyticsSettings,
+}
+LIBRARY_ENV = {"HF_HUB_OFFLINE"}  # read by huggingface_hub, not by Cairn's settings
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# The machine-learning stack only retrieval may carry (and, with it, any CUDA runtime).
+HEAVY = {"torch", "sentence-transformers", "transformers", "onnxruntime", "chromadb", "scipy"}
 
 
 def _docker_compose() -> str:
@@ -52,8 +76,45 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return yaml.safe_load(result.stdout)
 
 
+def _default_services(rendered: dict[str, Any]) -> dict[str, Any]:
+    """The services `docker compose up` starts without a --profile."""
+    return {name: svc for name, svc in rendered["services"].items() if not svc.get("profiles")}
+
+
+def _published(port: Any) -> tuple[str, int | None, int]:
+    """(host address, host port, container port) of a rendered `ports` entry, short or long form."""
+    if isinstance(port, dict):
+        published = port.get("published")
+        return port.get("host_ip", ""), int(published) if published else None, int(port["target"])
+    parts = str(port).split("/")[0].split(":")
+    host_ip = parts[0] if len(parts) == 3 else ""
+    published = int(parts[-2]) if len(parts) >= 2 and parts[-2] else None
+    return host_ip, published, int(parts[-1])
+
+
+def _mounts(svc: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """(source, target) of each rendered volume; source None for an anonymous volume."""
+    mounts = []
+    for volume in svc.get("volumes", []):
+        if isinstance(volume, dict):
+            mounts.append((volume.get("source"), volume["target"]))
+        else:
+            parts = str(volume).split(":")
+            mounts.append((parts[0], parts[1]) if len(parts) > 1 else (None, parts[0]))
+    return mounts
+
+
+def _env_names(settings: type[BaseSettings]) -> set[str]:
+    names = set()
+    for name, field in settings.model_fields.items():
+        alias = field.validation_alias
+        names |= {str(choice).upper() for choice in getattr(alias, "choices", [alias] if alias else [name])}
+    return names
+
+
 def test_compose_config_passes_and_has_every_service(rendered: dict[str, Any]) -> None:
-    assert set(rendered["services"]) == {"redis", "rabbitmq", "chroma", "postgres", *CAIRN_SERVICES}
+    assert set(_default_services(rendered)) == {*ENGINES, *CAIRN_SERVICES}
+    assert set(rendered["services"]) == {*ENGINES, *CAIRN_SERVICES, *OBSERVABILITY}
 
 
 def test_compose_refuses_to_render_without_a_service_token(tmp_path: Path) -> None:
@@ -63,11 +124,10 @@ def test_compose_refuses_to_render_without_a_service_token(tmp_path: Path) -> No
 
 
 def test_only_the_gateway_publishes_a_port(rendered: dict[str, Any]) -> None:
-    published = {name for name, svc in rendered["services"].items() if svc.get("ports")}
+    published = {name for name, svc in _default_services(rendered).items() if svc.get("ports")}
     assert published == {"gateway"}
     (port,) = rendered["services"]["gateway"]["ports"]
-    target = port["target"] if isinstance(port, dict) else int(str(port).rsplit(":", 1)[-1])
-    assert int(target) == PORTS["gateway"]
+    assert _published(port)[2] == PORTS["gateway"]
 
 
 def test_every_service_has_a_healthcheck(rendered: dict[str, Any]) -> None:
@@ -91,12 +151,32 @@ def test_scalable_services_have_no_fixed_container_name(rendered: dict[str, Any]
     assert named == []
 
 
+@pytest.mark.parametrize("name", SCALED)
+def test_scaled_services_have_no_fixed_identity_host_port_or_shared_volume(rendered: dict[str, Any], name: str) -> None:
+    # `--scale` starts several containers from one definition: each of these would make them collide
+    # (one name, one host port) or share what must stay per replica (a named volume: one outbox file).
+    svc = rendered["services"][name]
+    assert not {"container_name", "hostname", "ports", "mac_address"} & set(svc)
+    assert [source for source, _ in _mounts(svc) if source is not None] == []
+
+
+@pytest.mark.parametrize("name", OUTBOX_WRITERS)
+def test_outbox_writers_keep_their_data_in_a_private_anonymous_volume(rendered: dict[str, Any], name: str) -> None:
+    svc = rendered["services"][name]
+    data_dir = svc["environment"]["CAIRN_DATA_DIR"]
+    # Anonymous: one per container, so every replica has its own outbox; Compose keeps it when it
+    # recreates the container (a new image or setting), so waiting events survive that too.
+    assert (None, data_dir) in _mounts(svc)
+    assert "OUTBOX_PATH" not in svc["environment"]  # the default, CAIRN_DATA_DIR/outbox/<service>.sqlite3
+
+
 def test_services_are_wired_to_the_shared_engines(rendered: dict[str, Any]) -> None:
     env = {name: rendered["services"][name]["environment"] for name in CAIRN_SERVICES}
     assert env["gateway"]["REDIS_URL"] == "redis://redis:6379/0"
-    assert env["gateway"]["CHAT_URL"] == "http://chat:8001"
+    # One Compose service name per upstream: Compose's DNS answers it with every replica's address.
+    assert env["gateway"]["CHAT_URLS"] == "http://chat:8001"
+    assert env["gateway"]["RETRIEVAL_URLS"] == env["chat"]["RETRIEVAL_URLS"] == "http://retrieval:8002"
     assert env["gateway"]["ANALYTICS_URL"] == "http://analytics:8003"
-    assert env["chat"]["RETRIEVAL_URL"] == "http://retrieval:8002"
     assert env["chat"]["AMQP_URL"] == env["analytics"]["AMQP_URL"] == "amqp://guest:guest@rabbitmq:5672/"
     assert env["retrieval"]["CHROMA_URL"] == "http://chroma:8000"
     assert env["analytics"]["ANALYTICS_DB_URL"].startswith("postgresql+psycopg://")
@@ -106,11 +186,57 @@ def test_services_are_wired_to_the_shared_engines(rendered: dict[str, Any]) -> N
     assert {e["CAIRN_ENV"] for e in env.values()} == {"production"}
 
 
+@pytest.mark.parametrize("name", CAIRN_SERVICES)
+def test_every_variable_a_service_gets_is_a_setting_it_reads(rendered: dict[str, Any], name: str) -> None:
+    # The shared block (x-cairn-env) goes to every service, like the ConfigMap on Kubernetes: each of its
+    # variables must be read by some service; a variable given to one service only, by that service.
+    shared = set(yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-cairn-env"])
+    read_somewhere = set().union(*(_env_names(settings) for settings in SETTINGS.values()))
+    assert shared - read_somewhere == set()
+    own = set(rendered["services"][name]["environment"]) - shared - LIBRARY_ENV
+    unread = own - _env_names(SETTINGS[name])
+    assert unread == set(), f"{name} is given variables no setting reads (misspelt or renamed?): {unread}"
+
+
+def test_the_observability_profile_is_optional_and_local(rendered: dict[str, Any]) -> None:
+    for name in OBSERVABILITY:
+        svc = rendered["services"][name]
+        assert svc["profiles"] == ["observability"]
+        for port in svc["ports"]:
+            assert _published(port)[0] == "127.0.0.1", f"{name} must publish on the loopback only"
+        for source, _ in _mounts(svc):
+            if source and source.startswith("/"):
+                assert Path(source).exists(), source
+    prometheus = dict((target, Path(source)) for source, target in _mounts(rendered["services"]["prometheus"]))
+    assert (prometheus["/etc/prometheus"] / "prometheus.yml").is_file()
+    grafana = {target: Path(source) for source, target in _mounts(rendered["services"]["grafana"]) if source}
+    assert (grafana["/etc/grafana/dashboards"] / "cairn-dashboard.json").is_file()
+    provisioning = grafana["/etc/grafana/provisioning"]
+    (datasource,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())["datasources"]
+    assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "cairn.yaml").read_text())["providers"]
+    assert provider["options"]["path"] == "/etc/grafana/dashboards"
+
+
+def test_prometheus_scrapes_every_replica_of_every_service(rendered: dict[str, Any]) -> None:
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for name in CAIRN_SERVICES:
+        # DNS discovery finds every container of a scaled service; a static target would reach only one.
+        (discovery,) = jobs[name]["dns_sd_configs"]
+        assert discovery["names"] == [name] and discovery["type"] == "A"
+        assert discovery["port"] == PORTS[name]
+
+
 def test_each_dockerfile_named_exists(rendered: dict[str, Any]) -> None:
     for name in CAIRN_SERVICES:
         build = rendered["services"][name]["build"]
         assert Path(build["context"]).resolve() == ROOT
         assert (ROOT / build["dockerfile"]).is_file(), build["dockerfile"]
+
+
+def _dockerfile(name: str) -> str:
+    return (ROOT / "services" / name / "Dockerfile").read_text()
 
 
 def _installed_extras(dockerfile: str) -> list[str]:
@@ -119,17 +245,61 @@ def _installed_extras(dockerfile: str) -> list[str]:
     return match.group(1).split(",")
 
 
+def _dependency_closure(extras: list[str]) -> dict[str, set[str]]:
+    """Every distribution `pip install ".[extras]"` installs -> the extras it is asked for, walked offline
+    through the requirement metadata of the distributions installed in this environment."""
+    optional = PROJECT["optional-dependencies"]
+    pending = [(Requirement(req), {""}) for req in [*PROJECT["dependencies"], *(r for e in extras for r in optional[e])]]
+    wanted: dict[str, set[str]] = {}
+    while pending:
+        requirement, asked_extras = pending.pop()
+        if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in asked_extras):
+            continue  # another platform's or another extra's requirement
+        name = canonicalize_name(requirement.name)
+        extras_now = {"", *requirement.extras}
+        if extras_now <= wanted.get(name, set()):
+            continue
+        wanted.setdefault(name, set()).update(extras_now)
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            pytest.fail(f"{name} is not installed, so the closure of {extras} cannot be walked: pip install -e '.[all]'")
+        pending += [(Requirement(req), wanted[name]) for req in requires]
+    return wanted
+
+
+def _installed_mebibytes(names: set[str]) -> float:
+    total = 0
+    for name in names:
+        dist = metadata.distribution(name)
+        total += sum(dist.locate_file(f).stat().st_size for f in dist.files or [] if dist.locate_file(f).is_file())
+    return total / 2**20
+
+
 @pytest.mark.parametrize("name", CAIRN_SERVICES)
-def test_dockerfile_installs_its_group_runs_unprivileged_and_checks_health(name: str) -> None:
-    dockerfile = (ROOT / "services" / name / "Dockerfile").read_text()
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+def test_only_the_retrieval_image_carries_torch_through_its_dependency_closure(name: str) -> None:
+    closure = set(_dependency_closure(_installed_extras(_dockerfile(name))))
+    assert "fastapi" in closure and "uvicorn" in closure  # the walk reached the shared dependencies
+    cuda = {dist for dist in closure if dist.startswith("nvidia-")}
+    if name == "retrieval":
+        assert HEAVY <= closure
+        assert cuda == set()  # the CPU build of torch, installed first from its own index
+        assert "download.pytorch.org/whl/cpu" in _dockerfile(name)
+    else:
+        assert closure & HEAVY == set() and cuda == set(), f"{name} would carry {closure & (HEAVY | cuda)}"
+        # Measured: gateway ~135 MiB, chat ~90 MiB, analytics ~165 MiB of packages; retrieval ~1.7 GiB.
+        assert _installed_mebibytes(closure) < 300, name
+
+
+@pytest.mark.parametrize("name", CAIRN_SERVICES)
+def test_dockerfile_is_multi_stage_installs_its_group_runs_unprivileged_and_checks_health(name: str) -> None:
+    dockerfile = _dockerfile(name)
+    stages = re.findall(r"^FROM (\S+)(?: AS (\S+))?", dockerfile, re.MULTILINE)
+    assert stages == [("python:3.11-slim", "builder"), ("python:3.11-slim", "")]
+    assert "COPY --from=builder /opt/venv /opt/venv" in dockerfile  # only the venv leaves the builder
     installed = _installed_extras(dockerfile)
     assert name in installed
-    requirements = [req for extra in installed for req in extras[extra]]
-    carries_torch = any(req.startswith("torch") for req in requirements) or "torch" in dockerfile
-    assert carries_torch == (name == "retrieval")
-    if name == "retrieval":
-        assert "download.pytorch.org/whl/cpu" in dockerfile
+    assert ("torch" in dockerfile) == (name == "retrieval")
     assert re.search(r"^USER (?!root)\S+", dockerfile, re.MULTILINE)
     assert f"EXPOSE {PORTS[name]}" in dockerfile
     assert "HEALTHCHECK" in dockerfile and "/healthz" in dockerfile
@@ -137,3 +307,37 @@ def test_dockerfile_installs_its_group_runs_unprivileged_and_checks_health(name:
     copied = re.findall(r"^COPY (?!--from)(\S+)", dockerfile, re.MULTILINE)
     other_services = [s for s in CAIRN_SERVICES if s != name]
     assert not [c for c in copied if any(c.startswith(f"services/{o}") for o in other_services)]
+
+
+@pytest.mark.parametrize("name", CAIRN_SERVICES)
+def test_dockerfile_labels_the_image_with_its_name_and_the_project_version(name: str) -> None:
+    dockerfile = _dockerfile(name)
+    labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"', dockerfile))
+    assert labels["org.opencontainers.image.title"] == f"cairn-{name}"
+    assert labels["org.opencontainers.image.version"] == "${CAIRN_VERSION}"
+    assert labels["org.opencontainers.image.description"]
+    assert re.search(rf"^ARG CAIRN_VERSION={re.escape(PROJECT['version'])}$", dockerfile, re.MULTILINE)
+
+
+def test_dockerignore_keeps_secrets_and_bulk_out_but_not_what_the_images_copy() -> None:
+    patterns = [
+        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for needed in (".git", ".venv", ".env", "data", "tests"):
+        assert needed in patterns, needed
+
+    def ignored(path: str) -> bool:
+        parts = Path(path).parts
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        return any(
+            fnmatch.fnmatch(prefix, pattern.removeprefix("**/")) or fnmatch.fnmatch(prefix, pattern)
+            for pattern in patterns
+            if not pattern.startswith("!")
+            for prefix in prefixes
+        )
+
+    for name in CAIRN_SERVICES:
+        for source in re.findall(r"^COPY (?!--from)(.+) \S+$", _dockerfile(name), re.MULTILINE):
+            for path in source.split():
+                assert (ROOT / path).exists() and not ignored(path), f"{name} copies {path}"
