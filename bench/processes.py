@@ -24,15 +24,18 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    """`python -m services.<service>` with `env` on top of the bench's environment; logs to scratch/<name>.log."""
+    """`python -m services.<service>` (or `module`) with `env` on top of the bench's environment; logs to
+    scratch/<name>.log. Its port goes in <SERVICE>_HOST / <SERVICE>_PORT."""
 
-    def __init__(self, *, service: str, name: str, scratch: Path, env: dict[str, str], token: str | None = None) -> None:
+    def __init__(
+        self, *, service: str, name: str, scratch: Path, env: dict[str, str], token: str | None = None, module: str | None = None
+    ) -> None:
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token or secrets.token_urlsafe(24)
         self.log_path = scratch / f"{name}.log"
-        self._module = f"services.{service}"
+        self._module = module or f"services.{service}"
         self._env = {k: v for k, v in os.environ.items() if k not in _IGNORED_ENV} | {
             f"{service.upper()}_HOST": "127.0.0.1",
             f"{service.upper()}_PORT": str(self.port),
@@ -41,6 +44,12 @@ class ServiceProcess:
             "HF_HUB_OFFLINE": "1",
         } | env
         self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError(f"{self.name} was not started")
+        return self._process.pid
 
     def start(self) -> None:
         with self.log_path.open("wb") as log:

@@ -7,7 +7,9 @@ HTTP on a ~20k-chunk SciFact index built once and kept under CAIRN_DATA_DIR/benc
 and /chat/stream's first token over HTTP vs the same pipeline in-process, the model's own time
 subtracted), grounding (what the offline generator and the grounding check cost per request), events
 (events/s from publish to committed row through the publisher and an analytics process vs a raw aio-pika
-publish/consume loop).
+publish/consume loop), hops (one HTTP hop under 32 concurrent callers: httpx's client vs aiohttp's),
+e2e (Cairn's processes through the gateway vs the same work in one process and vs a Haystack pipeline,
+1/8/32 clients; it too loads the model in this process; bench/e2e.py).
 
 Only threads, ingest and http load the embedding model (torch) in this process; grounding and events do
 without SciFact, so `--only grounding` runs in seconds and `--only events` in about a minute.
@@ -27,9 +29,9 @@ from pathlib import Path
 from bench.common import Figure, format_table, load_average, scifact_dir
 from services.retrieval.settings import Settings
 
-SECTIONS = ("threads", "ingest", "http", "chat", "grounding", "events")
+SECTIONS = ("threads", "ingest", "http", "chat", "grounding", "events", "hops", "e2e")
 MODEL_SECTIONS = {"threads", "ingest", "http"}  # these load the embedding model here
-SCIFACT_SECTIONS = {"threads", "ingest", "http", "chat"}
+SCIFACT_SECTIONS = {"threads", "ingest", "http", "chat", "e2e"}
 CHAT_SECTIONS = {"chat", "grounding"}
 Log = Callable[[str], None]
 
@@ -41,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-docs", type=int, default=120, help="SciFact documents per ingest repeat (default 120)")
     parser.add_argument("--scifact", help="BEIR SciFact folder (default: $CAIRN_EVALSETS/scifact or ../shared/evalsets/scifact)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a figure misses its target")
+    parser.add_argument("--e2e-duration", type=float, default=10.0, help="e2e: seconds per system and client count (default 10)")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     if unknown := set(sections) - set(SECTIONS):
@@ -63,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         from bench import events
 
         figures += events.run(repeats=args.repeats, log=log)
+    if "hops" in sections:
+        from bench import hops
+
+        figures += hops.run(repeats=args.repeats, log=log)
+    if "e2e" in sections:
+        from bench import e2e
+
+        figures += e2e.run(dataset_dir=dataset, options=e2e.Options(duration_s=args.e2e_duration, repeats=args.repeats),
+                           log=log, context=context)
     report = {
         "sections": sections,
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
