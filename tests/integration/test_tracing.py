@@ -72,7 +72,8 @@ def stack(
     logs = io.StringIO()
     handler = json_handler("test", logs)
     root = logging.getLogger()
-    level, root.level = root.level, logging.INFO
+    level = root.level
+    root.setLevel(logging.INFO)  # setLevel, not assignment: loggers cache whether a level is enabled
     root.addHandler(handler)
     asyncio.run(_seed_user(redis_url, name))
     events = {"amqp_url": amqp_url, "events_exchange": f"{name}.events", "analytics_queue": f"{name}.analytics"}
@@ -104,7 +105,7 @@ def stack(
                     yield Stack(gateway_url, amqp_url, name, exporter, providers, logs)
     finally:
         root.removeHandler(handler)
-        root.level = level
+        root.setLevel(level)
         for service, provider in zip(TRACED, providers):
             provider.shutdown()
             configure_tracing(service)  # back to recording nothing
