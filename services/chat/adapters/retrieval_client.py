@@ -16,16 +16,13 @@ from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.chunks import RetrievedChunk
 from shared.caller import Caller
 from shared.errors import BadRequest, DependencyUnavailable
+from shared.replica_calls import CONNECT_TIMEOUT_S, NOT_CONNECTED, NoReplicaConnected, on_a_replica, some_replica_healthy
 from shared.replicas import ReplicaPool
 from shared.settings import CommonSettings
 from shared.tracing import client_span
 from shared.web import internal_headers
 
 log = logging.getLogger(__name__)
-
-# Failures before the request left: the same request goes at once to another replica.
-_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-CONNECT_TIMEOUT_S = 3.0
 
 
 def chunk_from_result(result: dict[str, Any]) -> RetrievedChunk:
@@ -53,10 +50,6 @@ class _Retryable(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-class _Refused(Exception):
-    """No connection to this replica: the request never left."""
 
 
 @dataclass(frozen=True)
@@ -150,19 +143,15 @@ class HttpRetrievalClient:
 
     async def _attempt(self, body: dict[str, Any], headers: dict[str, str], deadline: float) -> _Answer:
         """One search on the next replica, or, when it refuses the connection, on one other replica."""
-        refused: list[str] = []
-        while len(refused) < 2 and (url := self.replicas.pick(exclude=refused)):
-            try:
-                with client_span("retrieval POST /search", headers, {"server.address": url}):
-                    answer = await self._post(url, body, headers, deadline)
-            except _Refused as exc:
-                self.replicas.mark_unreachable(url)
-                refused.append(url)
-                log.warning("retrieval replica refused the connection", extra={"url": url, "error": str(exc)})
-                continue
-            self.replicas.mark_reachable(url)
-            return answer
-        raise _Retryable(f"unreachable: no connection to {', '.join(refused)}")
+
+        async def post(url: str) -> _Answer:
+            with client_span("retrieval POST /search", headers, {"server.address": url}):
+                return await self._post(url, body, headers, deadline)
+
+        try:
+            return await on_a_replica(self.replicas, post)
+        except NoReplicaConnected as exc:
+            raise _Retryable(f"unreachable: {exc}") from exc
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str], deadline: float) -> _Answer:
         remaining = max(deadline - time.monotonic(), 0.001)
@@ -170,8 +159,8 @@ class HttpRetrievalClient:
         try:
             async with self._session.post(f"{url}/search", json=body, headers=headers, timeout=timeout) as response:
                 answer = _Answer(status=response.status, body=await response.read())
-        except _NOT_CONNECTED as exc:
-            raise _Refused(repr(exc)) from exc
+        except NOT_CONNECTED:
+            raise  # the request never left: on_a_replica sends it elsewhere
         except TimeoutError as exc:
             raise _Retryable(f"no answer within {self._timeout:g} s") from exc
         except aiohttp.ClientError as exc:
@@ -183,15 +172,7 @@ class HttpRetrievalClient:
 
     async def ping(self) -> bool:
         """Whether some replica answers /healthz."""
-        return any(await asyncio.gather(*(self._healthz(url) for url in self.replicas.urls)))
-
-    async def _healthz(self, url: str) -> bool:
-        timeout = aiohttp.ClientTimeout(total=min(self._timeout, 2.0))
-        try:
-            async with self._session.get(f"{url}/healthz", timeout=timeout) as response:
-                return response.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            return False
+        return await some_replica_healthy(self._session, self.replicas, timeout_s=min(self._timeout, 2.0))
 
 
 def _message_of(response: _Answer) -> str:

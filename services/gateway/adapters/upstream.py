@@ -7,10 +7,8 @@ pool caps a hop at a few hundred requests/s with p99 near 200 ms (docs/benchmark
 """
 from __future__ import annotations
 
-import asyncio
 import codecs
 import json
-import logging
 from collections.abc import AsyncIterator
 from urllib.parse import urlencode
 
@@ -23,19 +21,14 @@ from starlette.background import BackgroundTask
 from yarl import URL
 
 from shared.errors import DependencyUnavailable, ServiceError, UpstreamTimeout
+from shared.replica_calls import CONNECT_TIMEOUT_S, NoReplicaConnected, on_a_replica, some_replica_healthy
 from shared.replicas import ReplicaPool
 from shared.tracing import client_span
 
-log = logging.getLogger(__name__)
-
 # Hop-by-hop and framing headers are the transport's business, not the client's.
 _DROPPED = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "server", "date"}
-# Failures before the request left: safe to send it to another replica.
-_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-_CONNECT_ATTEMPTS = 2
 # A body goes on with the caller's Content-Type or none: aiohttp would otherwise call it application/octet-stream.
 _NO_GUESSED_TYPE = ("Content-Type",)
-CONNECT_TIMEOUT_S = 3.0
 
 
 def _failure(name: str, exc: BaseException) -> ServiceError:
@@ -140,36 +133,25 @@ class Upstream:
         self, method: str, path: str, headers: dict[str, str], body: bytes | None, params: list[tuple[str, str]] | None
     ) -> aiohttp.ClientResponse:
         """The response (body unread) of the next replica; a refused connection tries one other replica."""
-        refused: list[str] = []
-        while len(refused) < _CONNECT_ATTEMPTS and (url := self.replicas.pick(exclude=refused)):
-            query = f"?{urlencode(params)}" if params else ""
+        query = f"?{urlencode(params)}" if params else ""
+
+        async def send(url: str) -> aiohttp.ClientResponse:
             target = URL(f"{url}{path}{query}", encoded=True)  # the path is quoted already; yarl would requote
-            try:
-                with client_span(f"{self.name} {method}", headers, {"server.address": url, "url.path": path}):
-                    response = await self._session.request(
-                        method, target, data=body, headers=headers, skip_auto_headers=_NO_GUESSED_TYPE
-                    )
-            except _NOT_CONNECTED as exc:
-                self.replicas.mark_unreachable(url)
-                refused.append(url)
-                log.warning("replica refused the connection", extra={"upstream": self.name, "url": url, "error": repr(exc)})
-                continue
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise _failure(self.name, exc) from exc
-            self.replicas.mark_reachable(url)
-            return response
-        raise DependencyUnavailable(self.name)
+            with client_span(f"{self.name} {method}", headers, {"server.address": url, "url.path": path}):
+                return await self._session.request(
+                    method, target, data=body, headers=headers, skip_auto_headers=_NO_GUESSED_TYPE
+                )
+
+        try:
+            return await on_a_replica(self.replicas, send)
+        except NoReplicaConnected as exc:
+            raise DependencyUnavailable(self.name) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _failure(self.name, exc) from exc
 
     async def healthy(self) -> bool:
         """Whether some replica answers /healthz."""
-        return any(await asyncio.gather(*(self._healthz(url) for url in self.replicas.urls)))
-
-    async def _healthz(self, url: str) -> bool:
-        try:
-            async with self._session.get(f"{url}/healthz", timeout=aiohttp.ClientTimeout(total=2)) as response:
-                return response.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            return False
+        return await some_replica_healthy(self._session, self.replicas, timeout_s=2)
 
 
 def _passed(upstream: UpstreamStream) -> dict[str, str]:
