@@ -38,17 +38,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.publisher = open_publisher(settings, service="gateway")  # feedback events, kept while the broker is down
         await app.state.publisher.start()
         http = open_session(timeout_s=settings.upstream_timeout_s)
+        # Questions (POSTs that publish events) each get a new connection, so one sent just after a chat
+        # replica died is refused and answered by another replica instead of failing.
+        chat_http = open_session(timeout_s=settings.upstream_timeout_s, reuse_connections=False)
         app.state.upstreams = {
-            name: Upstream(name=name, session=http, replicas=ReplicaPool(service=name, urls=urls))
-            for name, urls in (
-                ("chat", settings.chat_urls),
-                ("retrieval", settings.retrieval_urls),
-                ("analytics", (settings.analytics_url,)),
+            name: Upstream(name=name, session=session, replicas=ReplicaPool(service=name, urls=urls))
+            for name, session, urls in (
+                ("chat", chat_http, settings.chat_urls),
+                ("retrieval", http, settings.retrieval_urls),
+                ("analytics", http, (settings.analytics_url,)),
             )
         }
         yield
         await app.state.publisher.close()
         await http.close()
+        await chat_http.close()
         await redis.aclose()
 
     async def readiness() -> dict[str, bool]:

@@ -158,10 +158,14 @@ def _passed(upstream: UpstreamStream) -> dict[str, str]:
     return {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED and k.lower() != "x-request-id"}
 
 
-def open_session(*, timeout_s: float) -> aiohttp.ClientSession:
-    """One pooled session for every upstream; `timeout_s` bounds each wait for bytes, not the whole exchange,
-    so a long answer streams for as long as it keeps sending."""
+def open_session(*, timeout_s: float, reuse_connections: bool = True) -> aiohttp.ClientSession:
+    """A session for upstreams; `timeout_s` bounds each wait for bytes, not the whole exchange, so a long
+    answer streams for as long as it keeps sending.
+
+    Without `reuse_connections`, every request opens its own connection: a request to a replica that has
+    just died is then refused and goes to another replica, where on a kept-alive connection it would fail
+    as if it had been in flight there (it cannot be resent: a POST may have done its work)."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=200, limit_per_host=0),
+        connector=aiohttp.TCPConnector(limit=200, limit_per_host=0, force_close=not reuse_connections),
         timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=CONNECT_TIMEOUT_S, sock_read=timeout_s),
     )
