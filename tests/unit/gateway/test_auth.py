@@ -81,6 +81,7 @@ async def test_a_login_racing_a_disable_keeps_no_session():
 async def test_authenticate_slides_the_expiry_and_rejects_unknown_tokens(stores):
     users, sessions = stores
     token, session, _ = await _login(users, sessions)
+    sessions.sessions[session.id] = replace(session, expires_at=datetime.now(UTC) + timedelta(seconds=5))
     sessions.ttls[session.id] = 5
     seen = await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
     assert seen.user_id == session.user_id and sessions.ttls[session.id] == 60
@@ -88,6 +89,23 @@ async def test_authenticate_slides_the_expiry_and_rejects_unknown_tokens(stores)
     for bad in (None, "", "not-a-token", token + "x", token[:-1]):
         with pytest.raises(Unauthorized):
             await auth.authenticate(sessions=sessions, token=bad, **LIFETIME)
+
+
+async def test_a_session_used_again_soon_is_not_written_until_its_expiry_would_move_by_the_refresh_delay(stores):
+    users, sessions = stores
+    token, session, _ = await _login(users, sessions)
+    delay = timedelta(seconds=LIFETIME["ttl_s"] / 10)  # a tenth of a short idle lifetime
+    sessions.ttls[session.id] = 17  # a marker: any write sets the full 60 s again
+    for _ in range(3):
+        seen = await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+    assert sessions.ttls[session.id] == 17 and sessions.sessions[session.id] == session
+    assert seen.last_seen == session.last_seen and seen.expires_at == session.last_seen + timedelta(seconds=60)
+
+    earlier = replace(session, last_seen=session.last_seen - delay, expires_at=session.expires_at - delay)
+    sessions.sessions[session.id] = earlier
+    seen = await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
+    assert sessions.ttls[session.id] == 60 and seen.last_seen > session.last_seen
+    assert sessions.sessions[session.id].last_seen == seen.last_seen
 
 
 async def test_an_expired_session_is_refused(stores):
