@@ -6,6 +6,12 @@ outbox oldest first as persistent messages with publisher confirms, in windows o
 messages in flight, and forgets an event only after RabbitMQ confirmed it. While the broker is down
 it retries with a capped backoff; after a restart of the process it resumes from the file.
 
+An event submitted with `hold=True` is kept in the outbox at once but sent with the next event that is
+not held, or after HOLD_MAX_S: chat holds a question's QuerySubmitted until its answer's event, so the
+broker and the analytics consumer do their work for both at once, after the answer, instead of
+competing for the CPU with the retrieval the answer waits on (measured through the gateway on 2 cores:
+one client's /api/chat p50 fell by 5-9 ms when no event was published during the request).
+
 An event may be published twice: when the process dies between the broker's confirm and the removal
 from the outbox, the event is sent again at the next start. The analytics consumer is idempotent on
 `event_id` (the message_id), so a repeat changes nothing.
@@ -40,12 +46,13 @@ log = logging.getLogger(__name__)
 
 RETRY_FIRST_S = 0.5
 RETRY_CAP_S = 5.0
+HOLD_MAX_S = 1.0  # the longest a held event waits for company
 
 
 class EventPublisher(Protocol):
     """Emits domain events without ever failing or delaying the caller."""
 
-    def submit(self, event: Event) -> None: ...
+    def submit(self, event: Event, *, hold: bool = False) -> None: ...
 
     async def start(self) -> None: ...
 
@@ -82,6 +89,8 @@ class RabbitEventPublisher:
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()  # set by submit: there is something to send
         self._idle = asyncio.Event()  # set by the drainer: the outbox is empty
+        self._holding = False  # the newest events are held: the drainer waits for a wake
+        self._hold_timer: asyncio.TimerHandle | None = None  # wakes the drainer for held events
         self.published = 0
 
     @property
@@ -92,7 +101,9 @@ class RabbitEventPublisher:
     def connected(self) -> bool:
         return self._connection is not None and not self._connection.is_closed
 
-    def submit(self, event: Event) -> None:
+    def submit(self, event: Event, *, hold: bool = False) -> None:
+        """Keep the event and have it sent; `hold`: send it with the next event that is not held, or
+        after HOLD_MAX_S, whichever comes first."""
         try:
             pending = PendingEvent(
                 event_id=str(event.event_id),
@@ -109,13 +120,34 @@ class RabbitEventPublisher:
             log.exception("event could not be kept", extra={"event_id": str(event.event_id)})
             return
         self._idle.clear()
+        if hold:
+            self._hold()
+        else:
+            self._send_soon()
+
+    def _hold(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to time the hold: send with the rest
+            self._send_soon()
+            return
+        self._holding = True
+        if self._hold_timer is None:  # else an earlier held event's timer ends this hold soon enough
+            self._hold_timer = loop.call_later(HOLD_MAX_S, self._send_soon)
+
+    def _send_soon(self) -> None:
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        self._holding = False
         self._wake.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._drain(), name="event-publisher")
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Give held events `timeout` seconds to go out; those left in the file go out at the next start."""
+        """Give pending events `timeout` seconds to go out; those left in the file go out at the next start."""
+        self._send_soon()  # held events go now
         if self._task:
             try:
                 await asyncio.wait_for(self._idle.wait(), timeout)
@@ -150,6 +182,8 @@ class RabbitEventPublisher:
         """Send the oldest events (or wait for some); the first error, None when all were confirmed."""
         if self._outbox.checkpoint_due():
             await asyncio.to_thread(self._outbox.checkpoint)
+        if self._holding:
+            await self._wake.wait()
         self._wake.clear()
         batch = self._outbox.oldest(self._window)
         if not batch:

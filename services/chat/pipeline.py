@@ -102,7 +102,8 @@ class ChatPipeline:
             events.query_submitted(
                 caller=caller, query=request.query, conversation_id=turn.conversation_id, model=turn.model,
                 top_k=turn.top_k,
-            )
+            ),
+            hold=True,  # sent with the turn's last event, after the answer (see shared/broker.py)
         )
         with self.failures_reported(turn):
             self.resolve_model(request.model_id)

@@ -20,6 +20,7 @@ from services.chat.main import create_app as create_chat
 from services.chat.settings import Settings as ChatSettings
 from services.gateway.main import create_app as create_gateway
 from services.gateway.settings import Settings as GatewaySettings
+from shared import broker
 from shared.broker import RabbitEventPublisher
 from shared.events import QuerySubmitted, QuerySubmittedData, parse_event
 from shared.outbox import Outbox, open_outbox
@@ -37,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import asyncio, sys
 from pathlib import Path
+from shared import broker
 from shared.broker import RabbitEventPublisher
 from shared.events import QuerySubmitted, QuerySubmittedData
 from shared.outbox import open_outbox
@@ -201,6 +203,39 @@ async def test_a_failed_read_of_the_outbox_is_retried(
     await events.close(timeout=10)
     assert (events.published, events.backlog) == (1, 0)
     assert [event.request_id for _, event in await read_events(amqp_url, unique, 1)] == ["r1"]
+
+
+async def published(events: RabbitEventPublisher, count: int, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while events.published < count:
+        assert time.monotonic() < deadline, f"{events.published} of {count} events confirmed after {within_s} s"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_held_event_goes_with_the_next_event_or_after_the_hold_limit(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(broker, "HOLD_MAX_S", 0.6)
+    exchange, queue = topology
+    outbox = open_outbox(path=tmp_path / "outbox.sqlite3", max_events=100, service="it-hold")
+    events = RabbitEventPublisher(amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=outbox)
+    await events.start()
+
+    events.submit(question(1), hold=True)
+    await asyncio.sleep(0.3)
+    assert (events.published, events.backlog) == (0, 1)  # kept in the file, not sent
+    events.submit(question(2))
+    await published(events, 2)  # the held one went with it
+
+    events.submit(question(3), hold=True)
+    await asyncio.sleep(0.3)
+    assert events.published == 2
+    await published(events, 3, within_s=5)  # alone, once the hold limit passed
+
+    events.submit(question(4), hold=True)
+    await events.close(timeout=10)  # closing sends what is held at once
+    assert (events.published, events.backlog) == (4, 0)
+    assert [event.request_id for _, event in await read_events(amqp_url, unique, 4)] == ["r1", "r2", "r3", "r4"]
 
 
 async def test_a_killed_publisher_s_file_is_delivered_by_the_next_exactly_once(
