@@ -84,13 +84,15 @@ async def test_truncation_and_token_counts_match_pytorch(onnx_embedder: OnnxEmbe
 
 
 async def test_concurrent_queries_through_onnx_are_batched_and_kept_apart(onnx_embedder: OnnxEmbedder) -> None:
-    queries = real_sentences()[:16]
-    alone = [await onnx_embedder.embed_query(q + " ?") for q in queries]
+    queries = [q + " ?" for q in real_sentences()[:16]]
     onnx_embedder.queries.batch_sizes.clear()
-    together = await asyncio.gather(*(onnx_embedder.embed_query(q + " ?!") for q in queries))
+    together = await asyncio.gather(*(onnx_embedder.embed_query(q) for q in queries))
     assert max(onnx_embedder.queries.batch_sizes) > 1, "concurrent queries shared an encode"
-    # Same sentence with one more punctuation mark: its own vector, not a neighbour's.
-    assert all(cosine(a, t) > 0.9 for a, t in zip(alone, together))
+    onnx_embedder._cache.clear()  # encode each again, one at a time
+    alone = [await onnx_embedder.embed_query(q) for q in queries]
+    # Each caller got its own text's vector (int8 activations are quantised per batch: measured 0.989-0.996, not 1),
+    # not a neighbour's.
+    assert all(cosine(a, t) > 0.98 for a, t in zip(alone, together))
     assert all(cosine(together[i], alone[i]) > cosine(together[i], alone[(i + 1) % 16]) for i in range(16))
 
 
