@@ -89,8 +89,8 @@ class RabbitEventPublisher:
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()  # set by submit: there is something to send
         self._idle = asyncio.Event()  # set by the drainer: the outbox is empty
-        self._holding = False  # the newest events are held: the drainer waits for a wake
-        self._hold_timer: asyncio.TimerHandle | None = None  # wakes the drainer for held events
+        # While set, the newest events are held: the drainer waits for a wake, at the latest this timer's.
+        self._hold_timer: asyncio.TimerHandle | None = None
         self.published = 0
 
     @property
@@ -131,7 +131,6 @@ class RabbitEventPublisher:
         except RuntimeError:  # no loop to time the hold: send with the rest
             self._send_soon()
             return
-        self._holding = True
         if self._hold_timer is None:  # else an earlier held event's timer ends this hold soon enough
             self._hold_timer = loop.call_later(HOLD_MAX_S, self._send_soon)
 
@@ -139,7 +138,6 @@ class RabbitEventPublisher:
         if self._hold_timer is not None:
             self._hold_timer.cancel()
             self._hold_timer = None
-        self._holding = False
         self._wake.set()
 
     async def start(self) -> None:
@@ -182,7 +180,7 @@ class RabbitEventPublisher:
         """Send the oldest events (or wait for some); the first error, None when all were confirmed."""
         if self._outbox.checkpoint_due():
             await asyncio.to_thread(self._outbox.checkpoint)
-        if self._holding:
+        if self._hold_timer is not None:
             await self._wake.wait()
         self._wake.clear()
         batch = self._outbox.oldest(self._window)

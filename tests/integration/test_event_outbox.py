@@ -38,7 +38,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import asyncio, sys
 from pathlib import Path
-from shared import broker
 from shared.broker import RabbitEventPublisher
 from shared.events import QuerySubmitted, QuerySubmittedData
 from shared.outbox import open_outbox
