@@ -110,8 +110,7 @@ class _Envelope(BaseModel):
 
 
 class QuerySubmitted(_Envelope):
-    """Published by chat when it receives a question (sent to the broker together with the event that ends
-    the turn, or after at most a second)."""
+    """Published by chat when it receives a question."""
 
     event_type: Literal["QuerySubmitted"] = "QuerySubmitted"
     data: QuerySubmittedData

@@ -35,6 +35,13 @@ class CommonSettings(BaseSettings):
         description="SQLite file holding events until the broker confirms them; default "
         "CAIRN_DATA_DIR/outbox/<service>.sqlite3. Each process needs its own file.",
     )
+    events_linger_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        validation_alias=aliases("EVENTS_LINGER_S", "events_linger_s"),
+        description="Longest an event waits in the outbox for others before a batch is sent; 0 sends each at once.",
+    )
     outbox_max_events: int = Field(
         100_000,
         ge=1,

@@ -102,8 +102,7 @@ class ChatPipeline:
             events.query_submitted(
                 caller=caller, query=request.query, conversation_id=turn.conversation_id, model=turn.model,
                 top_k=turn.top_k,
-            ),
-            hold=True,  # sent with the turn's last event, after the answer (see shared/broker.py)
+            )
         )
         with self.failures_reported(turn):
             self.resolve_model(request.model_id)
@@ -187,9 +186,10 @@ class ChatPipeline:
         turn.stage = "citations"
         response = compose(turn, generation, relevance_threshold=self.config.relevance_threshold)
         metrics.observe_turn(turn.timings)
-        self.publisher.submit(events.response_generated(caller=turn.caller, response=response))
         if turn.small_talk is None:
             await self._remember(turn, response)
+        # Last, with no await after it: a batch of events this one completes is sent once the response is out.
+        self.publisher.submit(events.response_generated(caller=turn.caller, response=response))
         return response
 
     async def _remember(self, turn: Turn, response: ChatResponse) -> None:

@@ -20,7 +20,6 @@ from services.chat.main import create_app as create_chat
 from services.chat.settings import Settings as ChatSettings
 from services.gateway.main import create_app as create_gateway
 from services.gateway.settings import Settings as GatewaySettings
-from shared import broker
 from shared.broker import RabbitEventPublisher
 from shared.events import QuerySubmitted, QuerySubmittedData, parse_event
 from shared.outbox import Outbox, open_outbox
@@ -211,30 +210,36 @@ async def published(events: RabbitEventPublisher, count: int, within_s: float = 
         await asyncio.sleep(0.02)
 
 
-async def test_a_held_event_goes_with_the_next_event_or_after_the_hold_limit(
-    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+async def test_events_go_in_batches_after_the_linger_or_when_a_window_is_full(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
 ) -> None:
-    monkeypatch.setattr(broker, "HOLD_MAX_S", 0.6)
     exchange, queue = topology
-    outbox = open_outbox(path=tmp_path / "outbox.sqlite3", max_events=100, service="it-hold")
-    events = RabbitEventPublisher(amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=outbox)
-    await events.start()
 
-    events.submit(question(1), hold=True)
+    def publisher(name: str, *, linger_s: float) -> RabbitEventPublisher:
+        outbox = open_outbox(path=tmp_path / f"{name}.sqlite3", max_events=100, service=f"it-{name}")
+        return RabbitEventPublisher(amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=outbox, window=3, linger_s=linger_s)
+
+    lingering = publisher("lingering", linger_s=0.6)
+    await lingering.start()
+    lingering.submit(question(1))
     await asyncio.sleep(0.3)
-    assert (events.published, events.backlog) == (0, 1)  # kept in the file, not sent
-    events.submit(question(2))
-    await published(events, 2)  # the held one went with it
+    lingering.submit(question(2))  # joins the batch the first one started
+    await asyncio.sleep(0.1)
+    assert (lingering.published, lingering.backlog) == (0, 2)  # kept in the file, not sent yet
+    await published(lingering, 2, within_s=5)  # both, once the first one's linger passed
+    await lingering.close(timeout=10)
 
-    events.submit(question(3), hold=True)
+    windowed = publisher("windowed", linger_s=60)
+    await windowed.start()
+    for n in (3, 4, 5):
+        windowed.submit(question(n))
+    await published(windowed, 3)  # a full window goes without waiting out the linger
+    windowed.submit(question(6))
     await asyncio.sleep(0.3)
-    assert events.published == 2
-    await published(events, 3, within_s=5)  # alone, once the hold limit passed
-
-    events.submit(question(4), hold=True)
-    await events.close(timeout=10)  # closing sends what is held at once
-    assert (events.published, events.backlog) == (4, 0)
-    assert [event.request_id for _, event in await read_events(amqp_url, unique, 4)] == ["r1", "r2", "r3", "r4"]
+    assert (windowed.published, windowed.backlog) == (3, 1)
+    await windowed.close(timeout=10)  # closing sends what lingers at once
+    assert (windowed.published, windowed.backlog) == (4, 0)
+    assert [event.request_id for _, event in await read_events(amqp_url, unique, 6)] == [f"r{n}" for n in range(1, 7)]
 
 
 async def test_a_killed_publisher_s_file_is_delivered_by_the_next_exactly_once(

@@ -119,13 +119,10 @@ class MemoryConversations:
 class ListPublisher:
     def __init__(self) -> None:
         self.events: list[Event] = []
-        self.held: list[Event] = []  # the events submitted with hold=True
         self.started = self.closed = False
 
-    def submit(self, event: Event, *, hold: bool = False) -> None:
+    def submit(self, event: Event) -> None:
         self.events.append(event)
-        if hold:
-            self.held.append(event)
 
     async def start(self) -> None:
         self.started = True
