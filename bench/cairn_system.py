@@ -1,5 +1,6 @@
 """Cairn as real processes, for the end-to-end bench and the soak: retrieval serving a copy of the SciFact
-bench index, chat calling it and an OpenAI-compatible generator over HTTP, analytics consuming the events
+bench index, chat calling it and generating through an OpenAI-compatible endpoint over HTTP (`llm_url`) or
+with its built-in offline generator (`llm_url=None`), analytics consuming the events
 (SQLite in the scratch folder), the gateway in front, and a user (roles user and analyst) logged in.
 
 Settings are the defaults but for what a benchmark must pin: the query cache off (QUERY_CACHE_SIZE=0,
@@ -28,7 +29,7 @@ SERVICES = ("retrieval", "analytics", "chat", "gateway")  # in the order they st
 
 
 class CairnSystem:
-    def __init__(self, *, index: Path, scratch: Path, llm_url: str, llm_model: str, candidates: int) -> None:
+    def __init__(self, *, index: Path, scratch: Path, llm_url: str | None, llm_model: str, candidates: int) -> None:
         run_id = secrets.token_hex(4)
         self.prefix = f"cairn-bench-{run_id}"
         self.exchange, self.queue = f"{self.prefix}.events", f"{self.prefix}.analytics"
@@ -50,7 +51,8 @@ class CairnSystem:
             "CHROMA_COLLECTION": "bench", "QUERY_CACHE_SIZE": "0", "HYBRID_CANDIDATES": str(candidates),
         })
         analytics = process("analytics", {"RETRIEVAL_URL": retrieval.url})
-        chat = process("chat", {"RETRIEVAL_URL": retrieval.url, "LLM_BASE_URL": f"{llm_url}/v1", "LLM_MODEL": llm_model})
+        generator = {"LLM_BASE_URL": f"{llm_url}/v1"} if llm_url else {}  # None: chat's built-in offline generator
+        chat = process("chat", {"RETRIEVAL_URL": retrieval.url, "LLM_MODEL": llm_model} | generator)
         gateway = process("gateway", {
             "CHAT_URL": chat.url, "RETRIEVAL_URL": retrieval.url, "ANALYTICS_URL": analytics.url,
             "CHAT_REQUESTS_PER_MINUTE": "0",

@@ -1,9 +1,10 @@
 """End to end: Cairn through its gateway against the same work in one process, and against a Haystack
 pipeline, all in one run on the SciFact bench index with the same offline generator.
 
-(a) cairn: gateway -> chat -> retrieval (and chat -> the offline generator over HTTP), analytics
-    consuming the events, as real processes (bench.cairn_system); aiohttp clients call /api/search
-    (top 10) and /api/chat as a logged-in user.
+(a) cairn: gateway -> chat -> retrieval, chat answering with its built-in offline generator (its default
+    with no LLM_BASE_URL, the generator the floor calls), analytics consuming the events, as real
+    processes (bench.cairn_system); aiohttp clients call /api/search (top 10) and /api/chat as a
+    logged-in user.
 (b) floor: bench.floor in this process: micro-batched query encode, exact dense top-100, BM25
     top-100, reciprocal rank fusion; for chat the same and the offline generator's answer function.
 (c) haystack: bench.haystack_pipeline in this process, driven from a pool of as many threads as
@@ -275,7 +276,7 @@ async def _run(dataset_dir: Path, options: Options, log: Log, context: dict[str,
     with tempfile.TemporaryDirectory(prefix="cairn-bench-e2e-") as scratch_dir:
         scratch = Path(scratch_dir)
         llm = offline_generator(scratch)
-        cairn = CairnSystem(index=index, scratch=scratch, llm_url=llm.url, llm_model=LLM_MODEL, candidates=CANDIDATES)
+        cairn = CairnSystem(index=index, scratch=scratch, llm_url=None, llm_model=LLM_MODEL, candidates=CANDIDATES)
         systems = None
         try:
             llm.start()
