@@ -38,9 +38,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.publisher = open_publisher(settings, service="gateway")  # feedback events, kept while the broker is down
         await app.state.publisher.start()
         http = open_session(timeout_s=settings.upstream_timeout_s)
-        # Questions (POSTs that publish events) each get a new connection, so one sent just after a chat
-        # replica died is refused and answered by another replica instead of failing.
-        chat_http = open_session(timeout_s=settings.upstream_timeout_s, reuse_connections=False)
+        # With several chat replicas, each question (a POST that publishes events) gets a new connection, so one
+        # sent just after a replica died is refused and answered by another replica instead of failing as if it
+        # had been in flight there. With one, there is no other replica to turn to, and a kept-alive connection
+        # saves the question a connect on both sides.
+        single_chat = len(settings.chat_urls) == 1
+        chat_http = open_session(timeout_s=settings.upstream_timeout_s, reuse_connections=single_chat)
         app.state.upstreams = {
             name: Upstream(name=name, session=session, replicas=ReplicaPool(service=name, urls=urls))
             for name, session, urls in (

@@ -30,6 +30,7 @@ class Replica:
     def __init__(self) -> None:
         self.mode = "ok"
         self.calls: list[str] = []
+        self.client_ports: list[int] = []  # one per request: the same port twice means a kept-alive connection
         self.app = FastAPI()
 
         @self.app.get("/healthz")
@@ -40,6 +41,7 @@ class Replica:
         @self.app.post("/search")
         async def answer(request: Request):
             self.calls.append(request.url.path)
+            self.client_ports.append(request.client.port)
             if self.mode == "hang":
                 await asyncio.sleep(2)
             if self.mode == "fail":
@@ -111,6 +113,19 @@ def test_chat_replicas_take_turns_and_one_refusing_connections_is_skipped_for_it
         clock.now += 2  # the first cooldown is over: the dead replica is tried again, and the request still succeeds
         assert client.post("/api/chat", json={"query": "again"}, headers=auth).status_code == 200
         assert refusals("chat", dead) == 2 and len(first.calls) + len(second.calls) == 7
+
+
+def test_questions_keep_their_connection_to_a_single_chat_but_open_one_each_across_replicas(redis_url, unique, replicas):
+    first, second, urls = replicas
+    for chat_urls in ([urls[0]], urls):
+        settings = gateway_settings(redis_url=redis_url, prefix=f"{unique}-{len(chat_urls)}", chat_url=",".join(chat_urls))
+        with TestClient(create_app(settings)) as client:
+            auth = login(client)
+            answers = [client.post("/api/chat", json={"query": f"q{i}"}, headers=auth) for i in range(4)]
+        assert [a.status_code for a in answers] == [200] * 4
+    single, replicated = first.client_ports[:4], first.client_ports[4:] + second.client_ports
+    assert len(set(single)) == 1, "one chat: the gateway keeps its connection alive"
+    assert len(set(replicated)) == 4, "several: each question on a new connection, which a dead replica refuses"
 
 
 def test_a_stream_fails_over_before_it_starts(redis_url, unique, replicas):
