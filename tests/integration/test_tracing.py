@@ -9,7 +9,6 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import httpx
@@ -19,7 +18,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
 
 from services.chat.main import create_app as create_chat
-from services.chat.offline_llm.app import create_app as create_offline_llm
 from services.chat.settings import Settings as ChatSettings
 from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.main import create_app as create_gateway
@@ -37,7 +35,7 @@ pytestmark = pytest.mark.integration
 
 SERVICE_TOKEN = "tracing-test-service-token"
 PASSWORD = "correct horse battery"
-TRACED = ("gateway", "chat", "retrieval", "offline-llm")  # offline-llm: the offline generator's endpoint, chat's LLM here
+TRACED = ("gateway", "chat", "retrieval", "offline-llm")  # offline-llm: chat's in-process generator endpoint
 USERS_DOC = "# Users\n\n## Adding a user\n\nAn administrator adds a user with `cairn user add NAME --role user`."
 
 
@@ -84,30 +82,27 @@ def stack(
         embedder=embedder,
     )
     try:
-        with ExitStack() as servers:
-            retrieval_url = servers.enter_context(serve_in_thread(retrieval))
+        with serve_in_thread(retrieval) as retrieval_url:
             added = httpx.post(
                 f"{retrieval_url}/documents", json={"text": USERS_DOC, "source": "users.md"},
                 headers={"X-Service-Token": SERVICE_TOKEN}, timeout=30,
             )
             assert added.status_code == 200, added.text
-            # Chat generates through an endpoint, so the trace follows the LLM call over HTTP too.
-            llm_url = servers.enter_context(serve_in_thread(create_offline_llm()))
             chat = create_chat(
                 ChatSettings(
                     service_token=SERVICE_TOKEN, retrieval_url=retrieval_url, redis_url=redis_url, redis_prefix=name,
-                    data_dir=data / "chat", llm_base_url=f"{llm_url}/v1", llm_model="cairn-extractive", **events,
+                    data_dir=data / "chat", **events,
                 )
             )
-            chat_url = servers.enter_context(serve_in_thread(chat))
-            gateway = create_gateway(
-                GatewaySettings(
-                    service_token=SERVICE_TOKEN, redis_url=redis_url, redis_prefix=name, chat_url=chat_url,
-                    retrieval_url=retrieval_url, data_dir=data / "gateway", **events,
+            with serve_in_thread(chat) as chat_url:
+                gateway = create_gateway(
+                    GatewaySettings(
+                        service_token=SERVICE_TOKEN, redis_url=redis_url, redis_prefix=name, chat_url=chat_url,
+                        retrieval_url=retrieval_url, data_dir=data / "gateway", **events,
+                    )
                 )
-            )
-            gateway_url = servers.enter_context(serve_in_thread(gateway))
-            yield Stack(gateway_url, amqp_url, name, exporter, providers, logs)
+                with serve_in_thread(gateway) as gateway_url:
+                    yield Stack(gateway_url, amqp_url, name, exporter, providers, logs)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)

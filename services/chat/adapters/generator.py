@@ -1,25 +1,26 @@
-"""Generation through the OpenAI Python SDK against any OpenAI-compatible endpoint; with no LLM_BASE_URL,
-the built-in offline generator called in-process (adapters.offline_generator)."""
+"""Generation through the OpenAI Python SDK, against any OpenAI-compatible endpoint or, with no
+LLM_BASE_URL, the built-in offline generator served in-process over an ASGI transport — so the SDK's
+real request and response handling runs in the demo and in every test."""
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx2  # the HTTP library the openai SDK (>= 3) is built on
 import openai
 from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient
 from openai.types.chat import ChatCompletionChunk
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from services.chat import metrics
 from services.chat.adapters.llm_retry import RetryPolicy
-from services.chat.adapters.llm_spans import record_on, span_attributes
-from services.chat.adapters.offline_generator import OfflineGenerator
 from services.chat.errors import LLMUnavailable
 from services.chat.ports import Generation
 from services.chat.settings import Settings
 from shared.tracing import client_span, inject, start_span
 
+OFFLINE_BASE_URL = "http://offline-llm/v1"
 # What a broken stream can raise: the SDK's errors, and ValueError for a chunk that is not JSON.
 _STREAM_FAILURES = (openai.OpenAIError, ValueError)
 
@@ -29,18 +30,20 @@ class OpenAIGenerator:
 
     def __init__(
         self, client: AsyncOpenAI, *, policy: RetryPolicy | None = None, deadline_s: float | None = None,
+        offline: bool = False,
     ) -> None:
         if client.max_retries != 0:
             raise ValueError("build the client with max_retries=0: the RetryPolicy is the only retry loop")
         self._client = client
         self._policy = policy or RetryPolicy()
         self._deadline_s = deadline_s  # over all attempts; None: only the client's per-attempt timeout
+        self._offline = offline
 
     async def generate(
         self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
     ) -> Generation:
         trace_headers: dict[str, str] = {}  # an endpoint that traces continues the LLM span
-        with client_span(f"chat {model}", trace_headers, span_attributes(model, max_tokens)) as span:
+        with client_span(f"chat {model}", trace_headers, _span_attributes(model, max_tokens)) as span:
             try:
                 async with asyncio.timeout(self._deadline_s):
                     completion = await self._policy.run(
@@ -63,7 +66,7 @@ class OpenAIGenerator:
                 completion_tokens=usage.completion_tokens if usage else 0,
                 finish_reason=choice.finish_reason,
             )
-            record_on(span, generation)
+            _record_on(span, generation)
             metrics.count_tokens(generation)
             return generation
 
@@ -72,7 +75,7 @@ class OpenAIGenerator:
     ) -> AsyncIterator[str | Generation]:
         """Retried until the first text arrives; a failure after it raises LLMUnavailable at once."""
         # Not the current span: this generator's body runs in its consumer's context between yields.
-        span = start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=span_attributes(model, max_tokens))
+        span = start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=_span_attributes(model, max_tokens))
         trace_headers: dict[str, str] = {}
         inject(trace_headers, span=span)
         request = {
@@ -97,7 +100,7 @@ class OpenAIGenerator:
                         yield text
             finally:
                 await chunks.close()
-            record_on(span, tally.generation())
+            _record_on(span, tally.generation())
             metrics.count_tokens(tally.generation())
         except GeneratorExit:  # the reader went away: not the model's failure
             raise
@@ -129,6 +132,8 @@ class OpenAIGenerator:
         return chunks, head
 
     async def ping(self) -> bool:
+        if self._offline:
+            return True
         try:
             await self._client.with_options(timeout=2.0).models.list()
         except openai.APIStatusError:
@@ -185,6 +190,19 @@ async def _next_chunk(chunks: AsyncStream[ChatCompletionChunk]) -> ChatCompletio
         raise LLMUnavailable("the model's answer broke off part way") from exc
 
 
+def _span_attributes(model: str, max_tokens: int) -> dict[str, str | int]:
+    """OpenTelemetry's GenAI conventions for the request side of an LLM call."""
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.request.max_tokens": max_tokens}
+
+
+def _record_on(span: Span, generation: Generation) -> None:
+    span.set_attribute("gen_ai.response.model", generation.model)
+    span.set_attribute("gen_ai.usage.input_tokens", generation.prompt_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", generation.completion_tokens)
+    if generation.finish_reason:
+        span.set_attribute("gen_ai.response.finish_reasons", [generation.finish_reason])
+
+
 def _unavailable(exc: Exception) -> LLMUnavailable:
     if isinstance(exc, openai.APIStatusError):
         return LLMUnavailable(f"the model endpoint answered {exc.status_code}")
@@ -193,13 +211,20 @@ def _unavailable(exc: Exception) -> LLMUnavailable:
     return LLMUnavailable(f"the model endpoint is unreachable or unreadable ({type(exc).__name__})")
 
 
-def build_generator(settings: Settings) -> OpenAIGenerator | OfflineGenerator:
+def build_generator(settings: Settings) -> OpenAIGenerator:
     """The one place that decides between the configured endpoint and the offline generator."""
     policy = RetryPolicy(
         max_retries=settings.llm_max_retries, base_s=settings.llm_backoff_base_s, cap_s=settings.llm_backoff_cap_s
     )
     if settings.offline:
-        return OfflineGenerator()
+        from services.chat.offline_llm.app import create_app as create_offline_app
+
+        http_client = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=create_offline_app()))
+        client = AsyncOpenAI(
+            base_url=OFFLINE_BASE_URL, api_key="offline", http_client=http_client,
+            timeout=settings.llm_timeout_s, max_retries=0,
+        )
+        return OpenAIGenerator(client, policy=policy, deadline_s=settings.llm_deadline_s, offline=True)
     api_key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "unused"
     # The SDK's aiohttp transport: the same hop choice as retrieval's and the gateway's clients
     # (docs/benchmarks.md, "Hops"); it took a completion from the offline generator from 2.4 to 1.8 ms p50.

@@ -12,7 +12,8 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.chat.offline_llm.completion import reply
+from services.chat.context_format import parse_context
+from services.chat.offline_llm import extractive
 from services.chat.offline_llm.settings import OfflineSettings
 from shared.web import create_service_app
 
@@ -72,18 +73,28 @@ class Completion(BaseModel):
     usage: CompletionUsage
 
 
+def _words(text: str) -> int:
+    return len(text.split())
+
+
 def complete(request: CompletionRequest) -> Completion:
     """Answer the last user message from the context blocks of the system message(s)."""
-    answer = reply(((m.role, m.text) for m in request.messages), limit=request.max_completion_tokens or request.max_tokens)
+    system = "\n".join(m.text for m in request.messages if m.role in ("system", "developer"))
+    question = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
+    content = extractive.answer(question, parse_context(system))
+    finish: Literal["stop", "length"] = "stop"
+    limit = request.max_completion_tokens or request.max_tokens
+    if limit is not None and _words(content) > limit:  # tokens approximated by words, as in usage
+        content, finish = " ".join(content.split()[:limit]), "length"
+    prompt_tokens = sum(_words(m.text) for m in request.messages)
+    completion_tokens = _words(content)
     return Completion(
         id=f"chatcmpl-{uuid.uuid4().hex}",
         created=int(time.time()),
         model=request.model,
-        choices=[Choice(message=ResponseMessage(content=answer.content), finish_reason=answer.finish_reason)],
+        choices=[Choice(message=ResponseMessage(content=content), finish_reason=finish)],
         usage=CompletionUsage(
-            prompt_tokens=answer.prompt_tokens,
-            completion_tokens=answer.completion_tokens,
-            total_tokens=answer.prompt_tokens + answer.completion_tokens,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
         ),
     )
 
