@@ -108,9 +108,22 @@ async def login(client: httpx.AsyncClient) -> dict[str, str]:
     return {"Authorization": f"Bearer {response.json()['token']}"}
 
 
-async def load(cairn: Cairn, prefix: str, *, kill: list[int]) -> tuple[list[Sent], float, float]:
-    """CLIENTS clients asking one question after another; the pids in `kill` get SIGKILL after BEFORE_KILL_S.
-    Returns every request, when the first kill was sent and when the last killed process was gone."""
+async def still_listening(url: str) -> bool:
+    """Whether the port of `url` still takes connections."""
+    address = httpx.URL(url)
+    try:
+        _, writer = await asyncio.open_connection(address.host, address.port)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+async def load(cairn: Cairn, prefix: str, *, kill: dict[int, str]) -> tuple[list[Sent], float, float]:
+    """CLIENTS clients asking one question after another; the pids in `kill` (pid -> URL) get SIGKILL after
+    BEFORE_KILL_S. Returns every request, when the first kill was sent and when the last killed process was gone:
+    not running and its port closed. The first is not enough: a killed process's main thread is a zombie while
+    its other threads still exit, and until the last one has, its socket takes connections and then drops them."""
     async with httpx.AsyncClient(base_url=cairn.gateway, timeout=30) as client:
         auth = await login(client)
         sent: list[Sent] = []
@@ -138,7 +151,7 @@ async def load(cairn: Cairn, prefix: str, *, kill: list[int]) -> tuple[list[Sent
             first_kill = time.monotonic()
             for pid in kill:
                 os.kill(pid, signal.SIGKILL)
-            while any(pid_alive(pid) for pid in kill):  # gone once dead, even before the supervisor reaps it
+            while [pid for pid, url in kill.items() if pid_alive(pid) or await still_listening(url)]:
                 await asyncio.sleep(0.005)
             return first_kill, time.monotonic()
 
@@ -191,7 +204,7 @@ async def test_killing_a_chat_and_a_retrieval_replica_fails_only_their_requests_
     assert documents.status_code == 200 and len(documents.json()["documents"]) == len(GUIDES), documents.text
     killed = {name: started["services"][name] for name in KILLED}
 
-    sent, first_kill, all_dead = await load(cairn, unique, kill=list(killed.values()))
+    sent, first_kill, all_dead = await load(cairn, unique, kill={killed[n]: started["urls"][n] for n in KILLED})
 
     failed = [s for s in sent if s.status != 200]
     after = [s for s in sent if s.started > all_dead]
