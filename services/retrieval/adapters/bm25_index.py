@@ -72,6 +72,7 @@ class Bm25Index:
         self._built = _Built(None, [], 0)
         self._dirty = False
         self._local_changes = False  # written through this replica since the last build
+        self._building_local = False  # a build that includes this replica's writes is under way
         self.loaded = False
         self.last_build_s = 0.0
 
@@ -173,14 +174,18 @@ class Bm25Index:
                     return
                 rows = sorted(self._entries.items())
                 vocab = dict(self._vocab)
+                self._building_local = self._local_changes
                 self._dirty = self._local_changes = False
             started = time.perf_counter()
-            bm25 = None
-            if rows and vocab:
-                bm25 = bm25s.BM25(k1=self._k1, b=self._b)
-                corpus = [entry.terms.tolist() for _, entry in rows]
-                bm25.index((corpus, vocab), create_empty_token=False, show_progress=False)
-            self._built = _Built(bm25, rows, len(vocab))
+            try:
+                bm25 = None
+                if rows and vocab:
+                    bm25 = bm25s.BM25(k1=self._k1, b=self._b)
+                    corpus = [entry.terms.tolist() for _, entry in rows]
+                    bm25.index((corpus, vocab), create_empty_token=False, show_progress=False)
+                self._built = _Built(bm25, rows, len(vocab))
+            finally:
+                self._building_local = False
             self.last_build_s = time.perf_counter() - started
 
     def search_now(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
@@ -189,8 +194,8 @@ class Bm25Index:
             raise ValueError("top_k must be >= 1")
         if not self.loaded:
             raise DependencyUnavailable("chroma", "the keyword index has not been loaded from chroma yet")
-        if self._local_changes or (self._dirty and not self._built.rows):
-            self.build()
+        if self._local_changes or self._building_local or (self._dirty and not self._built.rows):
+            self.build()  # also waits for a build of this replica's writes that another search started
         built = self._built
         vocab = self._vocab  # read-only here; CPython dict lookups are safe beside inserts
         ids = sorted({vocab[t] for t in tokenize(query) if t in vocab and vocab[t] < built.vocab_size})

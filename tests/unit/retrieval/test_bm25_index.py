@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import bm25s
 import pytest
 
 from services.retrieval.adapters.bm25_index import Bm25Index, tokenize
@@ -101,3 +106,27 @@ def test_rebuilds_only_when_changed() -> None:
     assert index.dirty
     index.search_now(query="bananas", top_k=1)
     assert not index.dirty
+
+
+def test_a_search_beside_the_build_of_local_writes_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two searches just after a local write: the second must not take the matrix the first is replacing."""
+    index = loaded(chunk("a", 0, "apples"))
+    index.search_now(query="apples", top_k=1)
+    index.add([chunk("b", 0, "bread and butter")])
+    building, release = threading.Event(), threading.Event()
+    real_index = bm25s.BM25.index
+
+    def slow_index(self, *args, **kwargs):
+        building.set()
+        assert release.wait(5)
+        return real_index(self, *args, **kwargs)
+
+    monkeypatch.setattr(bm25s.BM25, "index", slow_index)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(index.search_now, query="bread", top_k=1)
+        assert building.wait(5)
+        second = pool.submit(index.search_now, query="bread", top_k=1)
+        time.sleep(0.05)
+        assert not second.done()  # waiting for the build, not answering from the old matrix
+        release.set()
+        assert ids(first.result(5)) == ids(second.result(5)) == ["b#0"]
