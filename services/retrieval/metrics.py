@@ -1,4 +1,5 @@
-"""Retrieval's metrics: search stage latencies, embedding cache lookups and micro-batch sizes."""
+"""Retrieval's metrics: search stage latencies, embedding cache lookups, micro-batch sizes, and the tokens and
+failures of the contextual-chunking model."""
 from __future__ import annotations
 
 from collections.abc import Awaitable
@@ -31,6 +32,17 @@ BATCH_SIZE = Histogram(
     buckets=BATCH_SIZE_BUCKETS,
 )
 
+CONTEXT_LLM_TOKENS = Counter(
+    "cairn_retrieval_llm_tokens_total",
+    "Tokens the contextual-chunking model reported, by model and kind (prompt, completion)",
+    ["model", "kind"],
+)
+CONTEXT_LLM_FAILURES = Counter(
+    "cairn_retrieval_llm_failures_total",
+    "Calls to the contextual-chunking model that failed after the SDK's retries, by reason (HTTP status or error)",
+    ["reason"],
+)
+
 for _stage in STAGES:  # every stage's series exists from the start, so rate() has a zero to start from
     STAGE_SECONDS.labels(_stage)
 for _cache in ("query", "document"):
@@ -55,3 +67,12 @@ def cache_lookups(cache: str, *, hits: int = 0, misses: int = 0) -> None:
 
 def batch_ran(batcher: str, size: int) -> None:
     BATCH_SIZE.labels(batcher).observe(size)
+
+
+def context_llm_used(model: str, *, prompt_tokens: int, completion_tokens: int) -> None:
+    CONTEXT_LLM_TOKENS.labels(model, "prompt").inc(prompt_tokens)
+    CONTEXT_LLM_TOKENS.labels(model, "completion").inc(completion_tokens)
+
+
+def context_llm_failed(reason: str) -> None:
+    CONTEXT_LLM_FAILURES.labels(reason).inc()

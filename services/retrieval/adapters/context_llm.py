@@ -7,6 +7,7 @@ import logging
 import openai
 from openai import AsyncOpenAI
 
+from services.retrieval import metrics
 from services.retrieval.adapters.prefix_cache import SqlitePrefixCache
 from services.retrieval.contextual import Contextualizer
 from services.retrieval.settings import Settings
@@ -34,12 +35,22 @@ class OpenAIContextModel:
                 max_tokens=max_tokens,
             )
         except openai.APIStatusError as exc:
+            metrics.context_llm_failed(str(exc.status_code))
             raise DependencyUnavailable("llm", f"the model endpoint answered {exc.status_code}") from exc
         except openai.APITimeoutError as exc:
+            metrics.context_llm_failed("timeout")
             raise DependencyUnavailable("llm", "the model endpoint did not answer in time") from exc
         except openai.OpenAIError as exc:  # connection refused, unreadable response, ...
+            metrics.context_llm_failed(type(exc).__name__)
             raise DependencyUnavailable("llm", f"the model endpoint is unreachable ({type(exc).__name__})") from exc
+        if completion.usage:
+            metrics.context_llm_used(
+                completion.model or self._model,
+                prompt_tokens=completion.usage.prompt_tokens,
+                completion_tokens=completion.usage.completion_tokens,
+            )
         if not completion.choices:
+            metrics.context_llm_failed("no_choices")
             raise DependencyUnavailable("llm", "the model returned no choices")
         return completion.choices[0].message.content or ""
 

@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
 from services.retrieval.main import create_app
@@ -100,8 +101,11 @@ def _dense(client: TestClient, query: str, **filters: str) -> dict:
 
 def test_prefixes_are_embedded_cached_and_kept_out_of_the_content(client: TestClient, llm) -> None:
     _, state = llm
+    tokens_before = {kind: llm_tokens(kind) for kind in ("prompt", "completion")}
     added = client.post("/documents", json={"text": MANUAL, "doc_id": "handbook.md"}, headers=AUTH).json()
     assert added["status"] == "added" and state.calls == added["chunks"] == 2
+    # Every call's usage is metered: 10 prompt and 10 completion tokens each, as the test endpoint reports.
+    assert {kind: llm_tokens(kind) - before for kind, before in tokens_before.items()} == {"prompt": 20, "completion": 20}
     assert client.get("/documents/handbook.md", headers=AUTH).json()["context_model"] == "ctx-model"
 
     situated = _dense(client, f"From the lighthouse keeper's handbook, on the fog horn (seamanship).\n\n{FOG}")
@@ -119,11 +123,21 @@ def test_prefixes_are_embedded_cached_and_kept_out_of_the_content(client: TestCl
     assert again["status"] == "added" and state.calls == 2, "prefixes come from the cache: no second call"
 
 
+def llm_tokens(kind: str) -> float:
+    return REGISTRY.get_sample_value("cairn_retrieval_llm_tokens_total", {"model": "ctx-model", "kind": kind}) or 0.0
+
+
+def llm_failures() -> float:
+    return REGISTRY.get_sample_value("cairn_retrieval_llm_failures_total", {"reason": "500"}) or 0.0
+
+
 def test_a_failing_endpoint_never_fails_an_ingest(client: TestClient, llm) -> None:
     _, state = llm
     state.fail = True
+    failures_before, calls_before = llm_failures(), state.calls
     added = client.post("/documents", json={"text": MANUAL, "doc_id": "down.md"}, headers=AUTH)
     assert added.status_code == 200 and added.json()["chunks"] == 2
+    assert llm_failures() - failures_before == state.calls - calls_before >= 1, "each failed call is counted"
     assert client.get("/documents/down.md", headers=AUTH).json()["context_model"] is None
     assert _dense(client, FOG, doc_id="down.md")["dense_score"] > 0.995, "indexed without a prefix"
 
