@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scipy.stats import spearmanr
 
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder, embedder_from_settings
 from services.retrieval.adapters.onnx_embedder import OnnxEmbedder
@@ -65,12 +66,17 @@ async def test_int8_vectors_stay_close_to_pytorch_on_real_sentences(
 async def test_int8_ranks_like_pytorch(onnx_embedder: OnnxEmbedder, embedder: SentenceTransformerEmbedder) -> None:
     sentences = real_sentences()
     query = "How do I change where Cairn keeps its data?"
-    ranked = {}
+    scores, ranked = {}, {}
     for name, model in (("torch", embedder), ("onnx", onnx_embedder)):
         vectors = await model.embed_documents(sentences)
         q = await model.embed_query(query)
-        ranked[name] = sorted(range(len(sentences)), key=lambda i: -cosine(q, vectors[i]))[:5]
-    assert len(set(ranked["torch"]) & set(ranked["onnx"])) >= 4, ranked
+        scores[name] = [cosine(q, v) for v in vectors]
+        ranked[name] = sorted(range(len(sentences)), key=lambda i: -scores[name][i])
+    # The clear leaders come in the same order; below them, sentences a few hundredths apart may swap
+    # places (the docs the sentences come from change), so the rest is checked as a whole.
+    assert ranked["onnx"][:3] == ranked["torch"][:3], ranked
+    assert set(ranked["onnx"][:5]) <= set(ranked["torch"][:10]), ranked
+    assert spearmanr(scores["torch"], scores["onnx"]).statistic >= 0.98
 
 
 async def test_truncation_and_token_counts_match_pytorch(onnx_embedder: OnnxEmbedder, embedder: SentenceTransformerEmbedder) -> None:
