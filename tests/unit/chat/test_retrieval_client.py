@@ -104,9 +104,15 @@ async def ok(request: web.Request) -> web.Response:
     return await _json({"results": [RESULT]})
 
 
+_REFUSALS_BEFORE: dict[str, float] = {}
+
+
 def nowhere() -> str:
-    """A loopback URL where nothing listens: connections are refused."""
-    return f"http://127.0.0.1:{free_port()}"
+    """A loopback URL where nothing listens: connections are refused. `refusals` counts from now on: the
+    counter is process-wide and an earlier test may have been refused on the same port."""
+    url = f"http://127.0.0.1:{free_port()}"
+    _REFUSALS_BEFORE[url] = _refusals_so_far(url)
+    return url
 
 
 @asynccontextmanager
@@ -136,6 +142,11 @@ async def _search(client: HttpRetrievalClient):
 
 
 def refusals(url: str) -> float:
+    """Refused connections to `url` since nowhere() handed it out."""
+    return _refusals_so_far(url) - _REFUSALS_BEFORE.get(url, 0)
+
+
+def _refusals_so_far(url: str) -> float:
     return REGISTRY.get_sample_value("cairn_upstream_unreachable_total", {"service": "retrieval", "upstream": url}) or 0
 
 
