@@ -34,15 +34,10 @@ class OpenAIContextModel:
                 temperature=self._temperature,
                 max_tokens=max_tokens,
             )
-        except openai.APIStatusError as exc:
-            metrics.context_llm_failed(str(exc.status_code))
-            raise DependencyUnavailable("llm", f"the model endpoint answered {exc.status_code}") from exc
-        except openai.APITimeoutError as exc:
-            metrics.context_llm_failed("timeout")
-            raise DependencyUnavailable("llm", "the model endpoint did not answer in time") from exc
-        except openai.OpenAIError as exc:  # connection refused, unreadable response, ...
-            metrics.context_llm_failed(type(exc).__name__)
-            raise DependencyUnavailable("llm", f"the model endpoint is unreachable ({type(exc).__name__})") from exc
+        except openai.OpenAIError as exc:
+            reason, message = _failure(exc)
+            metrics.context_llm_failed(reason)
+            raise DependencyUnavailable("llm", message) from exc
         if completion.usage:
             metrics.context_llm_used(
                 completion.model or self._model,
@@ -56,6 +51,16 @@ class OpenAIContextModel:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _failure(exc: openai.OpenAIError) -> tuple[str, str]:
+    """The metric's reason for a failed call, and the error's message."""
+    if isinstance(exc, openai.APIStatusError):
+        return str(exc.status_code), f"the model endpoint answered {exc.status_code}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", "the model endpoint did not answer in time"
+    # connection refused, unreadable response, ...
+    return type(exc).__name__, f"the model endpoint is unreachable ({type(exc).__name__})"
 
 
 def build_contextualizer(settings: Settings, *, force: bool = False) -> Contextualizer | None:
