@@ -2,9 +2,9 @@
 pipeline, all in one run on the SciFact bench index with the same offline generator.
 
 (a) cairn: gateway -> chat -> retrieval, chat answering with its built-in offline generator (its default
-    with no LLM_BASE_URL, the generator the floor calls, reached in-process through the OpenAI SDK), analytics consuming the events, as real
-    processes (bench.cairn_system); aiohttp clients call /api/search (top 10) and /api/chat as a
-    logged-in user.
+    with no LLM_BASE_URL, the generator the floor calls, reached in-process through the OpenAI SDK),
+    analytics consuming the events, as real processes (bench.cairn_system); aiohttp clients call
+    /api/search (top 10) and /api/chat as a logged-in user.
 (b) floor: bench.floor in this process: micro-batched query encode, exact dense top-100, BM25
     top-100, reciprocal rank fusion; for chat the same and the offline generator's answer function.
 (c) haystack: bench.haystack_pipeline in this process, driven from a pool of as many threads as
