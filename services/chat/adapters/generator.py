@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx2  # the HTTP library the openai SDK (>= 3) is built on
 import openai
-from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient
-from openai.types.chat import ChatCompletionChunk
+from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient, RequestOptions
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from services.chat import metrics
@@ -47,9 +47,9 @@ class OpenAIGenerator:
             try:
                 async with asyncio.timeout(self._deadline_s):
                     completion = await self._policy.run(
-                        self._client.chat.completions.create,
-                        model=model, messages=messages, temperature=temperature, max_tokens=max_tokens,
-                        extra_headers=trace_headers,
+                        self._post,
+                        {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens},
+                        trace_headers,
                     )
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model did not answer within {self._deadline_s:g} s") from exc
@@ -78,14 +78,14 @@ class OpenAIGenerator:
         span = start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=_span_attributes(model, max_tokens))
         trace_headers: dict[str, str] = {}
         inject(trace_headers, span=span)
-        request = {
+        body = {
             "model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens,
-            "extra_headers": trace_headers,
+            "stream": True, "stream_options": {"include_usage": True},
         }
         try:
             try:
                 async with asyncio.timeout(self._deadline_s):
-                    chunks, head = await self._policy.run(self._open_stream, request)
+                    chunks, head = await self._policy.run(self._open_stream, body, trace_headers)
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
             except _STREAM_FAILURES as exc:
@@ -112,13 +112,22 @@ class OpenAIGenerator:
             span.end()
         yield tally.generation()
 
+    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> ChatCompletion:
+        # The SDK's generic `post`, not `chat.completions.create`: create() first walks the body against
+        # its typed-dict unions (every message against each message type), which cost 1.5-2 ms per call
+        # for an 8-passage prompt, more than the offline generator's whole answer. Our body is plain JSON
+        # the walk leaves unchanged; the request, errors and typed response are the SDK's own either way.
+        options = _options(headers)
+        return await self._client.post("/chat/completions", body=body, cast_to=ChatCompletion, options=options)
+
     async def _open_stream(
-        self, request: dict[str, Any]
+        self, body: dict[str, Any], headers: dict[str, str]
     ) -> tuple[AsyncStream[ChatCompletionChunk], list[ChatCompletionChunk]]:
         """Start a streamed completion and read it up to its first text, so that everything that can
         fail before the caller sees a word is inside one retryable call."""
-        chunks = await self._client.chat.completions.create(
-            **request, stream=True, stream_options={"include_usage": True}
+        chunks = await self._client.post(
+            "/chat/completions", body=body, cast_to=ChatCompletion, options=_options(headers),
+            stream=True, stream_cls=AsyncStream[ChatCompletionChunk],
         )
         head: list[ChatCompletionChunk] = []
         try:
@@ -188,6 +197,11 @@ async def _next_chunk(chunks: AsyncStream[ChatCompletionChunk]) -> ChatCompletio
         return None
     except _STREAM_FAILURES as exc:
         raise LLMUnavailable("the model's answer broke off part way") from exc
+
+
+def _options(headers: dict[str, str]) -> RequestOptions:
+    # As create() sends it: the API key as bearer token, and never an admin key the environment may hold.
+    return {"headers": headers, "security": {"bearer_auth": True}}
 
 
 def _span_attributes(model: str, max_tokens: int) -> dict[str, str | int]:

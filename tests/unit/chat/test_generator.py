@@ -130,7 +130,9 @@ async def test_collects_text_usage_and_finish_reason():
     )
     assert seen[0].url.path == "/v1/chat/completions"
     assert seen[0].headers["authorization"] == "Bearer sk-secret-key"
-    assert json.loads(seen[0].content)["max_tokens"] == 64
+    assert json.loads(seen[0].content) == {
+        "model": "vendor-model", "messages": MESSAGES, "temperature": 0.1, "max_tokens": 64
+    }
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
@@ -250,8 +252,12 @@ async def test_stream_yields_deltas_then_one_generation():
     generator, seen, _ = generator_answering(streamed(Body(sse("Yes", " [1]", "."))))
     items = await collect(generator)
     assert items == ["Yes", " [1]", ".", Generation("Yes [1].", "vendor-model", 11, 3, "stop")]
-    body = json.loads(seen[0].content)
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert seen[0].url.path == "/v1/chat/completions"
+    assert seen[0].headers["authorization"] == "Bearer sk-secret-key"
+    assert json.loads(seen[0].content) == {
+        "model": "vendor-model", "messages": MESSAGES, "temperature": 0.1, "max_tokens": 64,
+        "stream": True, "stream_options": {"include_usage": True},
+    }
 
 
 async def test_stream_without_usage_reports_zero_tokens():
