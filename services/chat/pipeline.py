@@ -195,6 +195,7 @@ class ChatPipeline:
     async def _remember(self, turn: Turn, response: ChatResponse) -> None:
         if self.conversations is None:
             return
+        turn.stage = "conversation"  # a streamed turn's reader leaving during the write is reported here
         exchange = Exchange(question=turn.request.query, standalone=turn.query, answer=response.answer)
         try:
             await self.conversations.append(conversation_id=turn.conversation_id, user_id=turn.owner, exchange=exchange)

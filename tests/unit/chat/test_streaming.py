@@ -1,4 +1,6 @@
 """The streamed turn: event order, errors as events, and a reader that leaves."""
+import asyncio
+
 import pytest
 
 from services.chat.errors import LLMUnavailable, UnknownModel
@@ -7,7 +9,7 @@ from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.streaming import open_stream
 from shared.caller import Caller
 from shared.errors import DependencyUnavailable
-from tests.unit.chat.fakes import FakeRetriever, ListPublisher, RecordingGenerator, make_chunk
+from tests.unit.chat.fakes import FakeRetriever, ListPublisher, MemoryConversations, RecordingGenerator, make_chunk
 
 pytestmark = pytest.mark.unit
 
@@ -15,10 +17,10 @@ CALLER = Caller(user_id="u1")
 CONFIG = PipelineConfig(default_model="m", allowed_models=("m",))
 
 
-def pipeline(generator=None, retriever=None) -> ChatPipeline:
+def pipeline(generator=None, retriever=None, conversations=None) -> ChatPipeline:
     return ChatPipeline(
         retriever=retriever or FakeRetriever(), generator=generator or RecordingGenerator("Run the command [1]."),
-        publisher=ListPublisher(), config=CONFIG,
+        publisher=ListPublisher(), config=CONFIG, conversations=conversations,
     )
 
 
@@ -71,6 +73,37 @@ async def test_a_reader_that_leaves_is_reported_as_disconnected():
     await events.aclose()
     failed = chat.publisher.events[-1]
     assert (failed.event_type, failed.data.error) == ("QueryFailed", "client_disconnected")
+
+
+class SlowConversations(MemoryConversations):
+    """Keeps a turn only after `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing, self.release = asyncio.Event(), asyncio.Event()
+
+    async def append(self, **kwargs) -> None:
+        self.writing.set()
+        await self.release.wait()
+        await super().append(**kwargs)
+
+
+async def test_a_reader_leaving_while_the_turn_is_stored_is_reported_at_that_stage():
+    conversations = SlowConversations()
+    chat = pipeline(conversations=conversations)
+    events = await open_stream(chat, request=ChatRequest(query="How do I add a user?"), caller=CALLER)
+
+    async def read_all() -> None:
+        async for _ in events:
+            pass
+
+    reader = asyncio.create_task(read_all())
+    await asyncio.wait_for(conversations.writing.wait(), 5)
+    reader.cancel()  # what the server does when the client hangs up
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    failed = chat.publisher.events[-1]
+    assert (failed.event_type, failed.data.error, failed.data.stage) == ("QueryFailed", "client_disconnected", "conversation")
 
 
 async def test_a_reader_leaving_after_done_does_not_count_the_question_twice():
