@@ -230,3 +230,43 @@ async def test_a_search_chroma_rejects_fails_alone(tmp_path: Path, unique: str) 
     good = store.nearest(embedding=unit(1, 0), top_k=1)
     bad, fine = await asyncio.gather(wrong_size, good, return_exceptions=True)
     assert isinstance(bad, Exception) and fine == [("a#0", pytest.approx(0.0, abs=1e-5))]
+
+
+async def test_concurrent_reads_by_id_share_chroma_calls_and_each_gets_only_its_own_chunks(tmp_path: Path, unique: str) -> None:
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    await store.upsert([chunk(f"d{d}", 0, unit(1, d, 0)) for d in range(8)])
+    collection = store._connect().chunks
+    calls: list[tuple[int, bool]] = []
+    original = collection.get
+
+    def counting_get(**kwargs):
+        calls.append((len(kwargs["ids"]), "embeddings" in kwargs["include"]))
+        return original(**kwargs)
+
+    collection.get = counting_get
+    await store.get_chunks(ids=["d0#0"])  # warm: the first call goes alone
+    calls.clear()
+    with_vectors = [store.get_chunks(ids=[f"d{d}#0", "d0#0", "gone#0"], with_embeddings=True) for d in range(8)]
+    without = [store.get_chunks(ids=[f"d{d}#0"]) for d in range(8)]
+    results = await asyncio.gather(*with_vectors, *without)
+    for d in range(8):
+        assert sorted(c.chunk_id for c in results[d]) == sorted({f"d{d}#0", "d0#0"}), "its ids, once each, none missing"
+        own = next(c for c in results[d] if c.chunk_id == f"d{d}#0")
+        assert own.embedding == pytest.approx(unit(1, d, 0), abs=1e-6)
+        (plain,) = results[8 + d]
+        assert plain.chunk_id == f"d{d}#0" and plain.embedding == [] and plain.content == f"d{d} chunk 0"
+    assert len(calls) <= 4, f"16 concurrent reads took {len(calls)} Chroma calls"
+    assert sorted(calls, key=lambda c: c[1])[-1] == (9, True), "one read of the 8 chunks asked for and the missing id"
+
+
+async def test_a_read_chroma_fails_reaches_every_caller_of_that_call(tmp_path: Path, unique: str) -> None:
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    await store.upsert([chunk("a", 0, unit(1, 0))])
+    collection = store._connect().chunks
+
+    def failing_get(**kwargs):
+        raise OSError("disk gone")
+
+    collection.get = failing_get
+    outcomes = await asyncio.gather(*(store.get_chunks(ids=["a#0"]) for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(o, Exception) for o in outcomes) and len(outcomes) == 3
