@@ -20,6 +20,10 @@ from services.retrieval.microbatch import MicroBatcher
 
 # Document texts gathered for one length sort: this many encode calls' worth.
 DOCUMENT_CALLS_PER_SORT = 4
+# Most queries in one encode call. A micro-batch of 32 SciFact queries padded to its longest was 42 %
+# padding; sorted by length and encoded 16 at a time it took 22-27 % less time per query than in one
+# call (8 at a time: about the same as 16; 4: slower, the matrix products too small).
+QUERIES_PER_CALL = 16
 
 
 class Encoder(Protocol):
@@ -74,7 +78,7 @@ class BatchingEmbedder:
         self._cache_size = cache_size
         self._batch_size = batch_size
         self.queries: MicroBatcher[str, list[float]] = MicroBatcher(
-            self._encode, window_s=batch_window_ms / 1000, max_batch=max_query_batch, name="query_encode"
+            self._encode_queries, window_s=batch_window_ms / 1000, max_batch=max_query_batch, name="query_encode"
         )
         # No window for documents: an ingest has all its texts at once, and a late one joins the next batch.
         self.documents: MicroBatcher[str, list[float]] = MicroBatcher(
@@ -91,6 +95,19 @@ class BatchingEmbedder:
 
     async def _encode(self, texts: list[str]) -> list[list[float]]:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self.encoder.encode, texts)
+
+    async def _encode_queries(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._encode_by_length, texts)
+
+    def _encode_by_length(self, texts: list[str]) -> list[list[float]]:
+        """On the worker: `texts` sorted by length, encoded QUERIES_PER_CALL at a time, in their order."""
+        by_length = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(by_length), QUERIES_PER_CALL):
+            group = by_length[start : start + QUERIES_PER_CALL]
+            for index, vector in zip(group, self.encoder.encode([texts[i] for i in group]), strict=True):
+                vectors[index] = vector
+        return vectors
 
     async def _encode_documents(self, texts: list[str]) -> list[list[float]]:
         # Each call is queued on the worker on its own, so a query waits for one call, not all of them.

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from services.retrieval.encoding import BatchingEmbedder
+from services.retrieval.encoding import QUERIES_PER_CALL, BatchingEmbedder
 from tests.unit.retrieval.fakes import bag_of_words
 
 pytestmark = pytest.mark.unit
@@ -50,6 +50,18 @@ async def test_concurrent_queries_share_one_encode_call_off_the_event_loop(encod
     assert vectors == [bag_of_words(q) for q in queries], "each query gets its own vector"
     assert [len(c) for c in encoder.calls] == [12]
     assert encoder.threads and threading.main_thread().name not in encoder.threads
+    embedder.close()
+
+
+async def test_a_large_query_batch_is_encoded_in_calls_of_similar_length(encoder: RecordingEncoder) -> None:
+    # One call pads every query to the longest; short ones go together, long ones together.
+    embedder = BatchingEmbedder(encoder, batch_window_ms=50, max_query_batch=32)
+    queries = [" ".join(["word"] * (1 + (7 * i) % 30)) + f" q{i}" for i in range(32)]
+    vectors = await asyncio.gather(*(embedder.embed_query(q) for q in queries))
+    assert vectors == [bag_of_words(q) for q in queries], "each query gets its own vector"
+    assert [len(c) for c in encoder.calls] == [QUERIES_PER_CALL] * (32 // QUERIES_PER_CALL)
+    assert max(len(q) for q in encoder.calls[0]) <= min(len(q) for q in encoder.calls[1]), "the shorter half first"
+    assert len(encoder.threads) == 1
     embedder.close()
 
 
