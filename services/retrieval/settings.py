@@ -51,8 +51,7 @@ class Settings(CommonSettings):
         32,
         ge=1,
         validation_alias=aliases("SEARCH_MAX_QUERY_BATCH", "search_max_query_batch"),
-        description="Most concurrent searches sent to Chroma in one call (nearest-neighbour lookups of the same "
-        "top_k and filter, and reads of result chunks); 1 turns this off.",
+        description="Most concurrent searches (same top_k and filter) sent to Chroma in one call; 1 turns this off.",
     )
     embedding_cache: bool = Field(
         False,

@@ -63,15 +63,6 @@ class _Query:
         return json.dumps([len(self.vector), self.top_k, self.where], sort_keys=True)
 
 
-class _Read:
-    """One caller's read of chunks by id. Hashed by identity, like _Query."""
-
-    __slots__ = ("ids", "with_embeddings")
-
-    def __init__(self, ids: list[str], with_embeddings: bool) -> None:
-        self.ids, self.with_embeddings = ids, with_embeddings
-
-
 class _Write:
     """One caller's chunks. Hashed by identity, so the write batcher never merges two callers into one."""
 
@@ -118,11 +109,6 @@ class ChromaStore:
         # Likewise for concurrent searches: one call of 32 queries measured 3x cheaper per query than 32 calls.
         self._queries: MicroBatcher[_Query, list[tuple[str, float]] | Exception] = MicroBatcher(
             self._nearest_together, window_s=0, max_batch=max_query_batch, name="chroma_search"
-        )
-        # And for the reads that complete them (the vectors of hits only the keyword leg found): a get has
-        # the same fixed cost as a query, whatever the number of ids.
-        self._reads: MicroBatcher[_Read, list[StoredChunk] | Exception] = MicroBatcher(
-            self._get_together, window_s=0, max_batch=max_query_batch, name="chroma_read"
         )
 
     def _connect(self) -> _Collections:
@@ -297,47 +283,15 @@ class ChromaStore:
                 pages.append(page)
                 if len(page["ids"]) < _PAGE:
                     break
-        elif doc_ids is None:
-            found = await self._reads.submit(_Read(list(ids or []), with_embeddings))
-            if isinstance(found, Exception):
-                raise found
-            return found
         else:
-            pages = [await self._get_pages(ids or [], include)]
-            for start in range(0, len(doc_ids), _IDS_PER_CALL):
+            pages = []
+            for start in range(0, len(ids or []), _IDS_PER_CALL):
+                batch = ids[start : start + _IDS_PER_CALL]
+                pages.append(await self._run(lambda c, b=batch: c.chunks.get(ids=b, include=include)))
+            for start in range(0, len(doc_ids or []), _IDS_PER_CALL):
                 where = {"doc_id": {"$in": doc_ids[start : start + _IDS_PER_CALL]}}
                 pages.append(await self._run(lambda c, w=where: c.chunks.get(where=w, include=include)))
         return [chunk for page in pages for chunk in chunks_of(page, with_embeddings)]
-
-    async def _get_together(self, reads: list[_Read]) -> list[list[StoredChunk] | Exception]:
-        results: list[list[StoredChunk] | Exception] = [[] for _ in reads]
-        for with_embeddings in (False, True):
-            positions = [p for p, read in enumerate(reads) if read.with_embeddings == with_embeddings and read.ids]
-            if not positions:
-                continue
-            include = ["documents", "metadatas"] + (["embeddings"] if with_embeddings else [])
-            wanted = list(dict.fromkeys(cid for p in positions for cid in reads[p].ids))
-            try:
-                page = await self._get_pages(wanted, include)
-            except Exception as exc:  # every caller of this call gets the failure
-                for p in positions:
-                    results[p] = exc
-                continue
-            by_id = {chunk.chunk_id: chunk for chunk in chunks_of(page, with_embeddings)}
-            for p in positions:
-                results[p] = [by_id[cid] for cid in dict.fromkeys(reads[p].ids) if cid in by_id]
-        return results
-
-    async def _get_pages(self, ids: list[str], include: list[str]) -> dict[str, Any]:
-        """Chroma's get of `ids`, in calls of at most _IDS_PER_CALL, as one page."""
-        merged: dict[str, Any] = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
-        for start in range(0, len(ids), _IDS_PER_CALL):
-            batch = ids[start : start + _IDS_PER_CALL]
-            page = await self._run(lambda c, b=batch: c.chunks.get(ids=b, include=include))
-            for key in merged:
-                if page.get(key) is not None:
-                    merged[key] += list(page[key])
-        return merged
 
     async def changes(self, cursor: object | None) -> tuple[set[str] | None, object]:
         return await self._run(lambda c: self._log.read(chunks=c.chunks, changes=c.changes, cursor=cursor))
