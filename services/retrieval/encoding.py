@@ -100,21 +100,17 @@ class BatchingEmbedder:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._encode_by_length, texts)
 
     def _encode_by_length(self, texts: list[str]) -> list[list[float]]:
-        """On the worker: `texts` sorted by length, encoded QUERIES_PER_CALL at a time, in their order."""
-        by_length = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        """On the worker: `texts` encoded QUERIES_PER_CALL at a time, shortest first, in their order."""
         vectors: list[list[float]] = [[] for _ in texts]
-        for start in range(0, len(by_length), QUERIES_PER_CALL):
-            group = by_length[start : start + QUERIES_PER_CALL]
+        for group in _length_groups(texts, QUERIES_PER_CALL):
             for index, vector in zip(group, self.encoder.encode([texts[i] for i in group]), strict=True):
                 vectors[index] = vector
         return vectors
 
     async def _encode_documents(self, texts: list[str]) -> list[list[float]]:
         # Each call is queued on the worker on its own, so a query waits for one call, not all of them.
-        by_length = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
         vectors: list[list[float]] = [[] for _ in texts]
-        for start in range(0, len(by_length), self._batch_size):
-            group = by_length[start : start + self._batch_size]
+        for group in _length_groups(texts, self._batch_size, longest_first=True):
             for index, vector in zip(group, await self._encode([texts[i] for i in group]), strict=True):
                 vectors[index] = vector
         return vectors
@@ -139,3 +135,10 @@ class BatchingEmbedder:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _length_groups(texts: list[str], size: int, *, longest_first: bool = False) -> list[list[int]]:
+    """Indices of `texts` sorted by length and cut into groups of `size`: one encode call pads its texts
+    to the longest, so texts of similar length go together."""
+    by_length = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=longest_first)
+    return [by_length[start : start + size] for start in range(0, len(by_length), size)]
