@@ -45,7 +45,7 @@ class Settings(CommonSettings):
         32,
         ge=1,
         validation_alias=aliases("EMBED_MAX_QUERY_BATCH", "embed_max_query_batch"),
-        description="Most queries encoded in one call; 1 turns micro-batching off.",
+        description="Most concurrent queries encoded together (in model calls of at most 16); 1 turns micro-batching off.",
     )
     search_max_query_batch: int = Field(
         32,
