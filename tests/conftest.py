@@ -34,6 +34,13 @@ def docker_reachable() -> bool:
         return False
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_model_exports(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The ONNX copy of the embedding model is exported once per session (seconds), not once per data
+    folder: every retrieval service a test starts, in this process or another, reads MODELS_DIR."""
+    os.environ.setdefault("MODELS_DIR", str(tmp_path_factory.mktemp("models")))
+
+
 def _missing(what: str, url: str, install: str) -> None:
     pytest.fail(
         f"{what} does not answer at {url} and no Docker engine is reachable for testcontainers. "

@@ -32,7 +32,12 @@ class Settings(CommonSettings):
     embedding_backend: Literal["torch", "onnx-int8"] = Field(
         "torch",
         validation_alias=aliases("EMBEDDING_BACKEND", "embedding_backend"),
-        description="torch (sentence-transformers) or onnx-int8 (exported once to data_dir/models, run by onnxruntime).",
+        description="torch (sentence-transformers) or onnx-int8 (exported once to the models folder, run by onnxruntime).",
+    )
+    models_folder: Path | None = Field(
+        None,
+        validation_alias=aliases("MODELS_DIR", "models_folder"),
+        description="Where ONNX copies of the embedding model are exported and kept; unset = data_dir/models.",
     )
     embed_batch_window_ms: float = Field(
         4.0,
@@ -110,7 +115,7 @@ class Settings(CommonSettings):
 
     @property
     def models_dir(self) -> Path:
-        return self.data_dir / "models"
+        return self.models_folder or self.data_dir / "models"
 
     @property
     def embedding_cache_path(self) -> Path:

@@ -11,10 +11,11 @@ from services.retrieval.settings import Settings
 
 
 @pytest.fixture(scope="session")
-def embedder() -> Iterator[SentenceTransformerEmbedder]:
+def embedder(shared_model_exports: None) -> Iterator[SentenceTransformerEmbedder]:
     """The real embedding model, loaded once per test session."""
     started = time.perf_counter()
-    model = SentenceTransformerEmbedder(Settings().model_path(), threads=2, batch_size=64)
+    settings = Settings()
+    model = SentenceTransformerEmbedder(settings.model_path(), threads=2, batch_size=64, models_dir=settings.models_dir)
     print(f"\nembedding model loaded in {time.perf_counter() - started:.1f}s")
     yield model
     model.close()

@@ -1,8 +1,8 @@
-"""Export a local sentence-transformers model to ONNX and quantise it to int8, offline, once.
+"""Export a local sentence-transformers model to ONNX, in fp32 or quantised to int8, offline, once.
 
 sentence-transformers' own ONNX backend needs optimum-onnx, which pins an older transformers, so the
 transformer is exported here with torch.onnx (TorchScript exporter), its attention and layer norms
-fused by onnxruntime's transformer optimizer, and its weights quantised by onnxruntime's
+fused by onnxruntime's transformer optimizer, and for int8 its weights quantised by onnxruntime's
 quantize_dynamic. Pooling and normalisation stay outside the graph (onnx_embedder.py).
 
 The result is cached under `models_dir/<model name>-<hash of the model files and the recipe>/`, so a
@@ -24,6 +24,7 @@ from pathlib import Path
 log = logging.getLogger("cairn.retrieval.onnx_export")
 
 MODEL_FILE = "model-int8.onnx"
+FP32_FILE = "model-fp32.onnx"
 INFO_FILE = "export.json"
 OPSET = 17
 # u8 activations, s8 weights quantised per channel. Measured on 200 docs/ paragraphs against PyTorch (mean
@@ -32,6 +33,7 @@ OPSET = 17
 # AVX2 CPU measured: u8 weights take a slower kernel.) Bump RECIPE when anything below changes, so
 # cached exports are redone.
 RECIPE = "torchscript-opset17+ort-bert-fusion+dynamic-int8-u8s8-per-channel-v1"
+FP32_RECIPE = "torchscript-opset17+ort-bert-fusion-v1"
 MIN_MEAN_COSINE = 0.985
 _CHECK_SENTENCES = [
     "Cairn answers questions from a document collection with cited, grounded answers.",
@@ -45,9 +47,9 @@ _CHECK_SENTENCES = [
 ]
 
 
-def source_digest(model_path: Path) -> str:
-    """sha256 of every file in the model directory (path and bytes) and of RECIPE."""
-    digest = hashlib.sha256(RECIPE.encode())
+def source_digest(model_path: Path, *, recipe: str = RECIPE) -> str:
+    """sha256 of every file in the model directory (path and bytes) and of the recipe."""
+    digest = hashlib.sha256(recipe.encode())
     for path in sorted(p for p in Path(model_path).rglob("*") if p.is_file()):
         digest.update(f"\n{path.relative_to(model_path).as_posix()}\n".encode())
         with path.open("rb") as handle:
@@ -58,15 +60,24 @@ def source_digest(model_path: Path) -> str:
 
 def ensure_int8_model(model_path: Path, *, models_dir: Path) -> Path:
     """The cached int8 ONNX file for `model_path`, exported first if missing (seconds, local, no network)."""
-    model_path = Path(model_path)
-    target = Path(models_dir) / f"{model_path.name}-{source_digest(model_path)[:16]}"
-    if (target / MODEL_FILE).is_file():
-        return target / MODEL_FILE
-    Path(models_dir).mkdir(parents=True, exist_ok=True)
+    return _ensure(Path(model_path), Path(models_dir), quantise=True)
+
+
+def ensure_fp32_model(model_path: Path, *, models_dir: Path) -> Path:
+    """The cached fp32 ONNX file for `model_path`: PyTorch's arithmetic, without its per-operator cost."""
+    return _ensure(Path(model_path), Path(models_dir), quantise=False)
+
+
+def _ensure(model_path: Path, models_dir: Path, *, quantise: bool) -> Path:
+    recipe, name = (RECIPE, MODEL_FILE) if quantise else (FP32_RECIPE, FP32_FILE)
+    target = models_dir / f"{model_path.name}-{source_digest(model_path, recipe=recipe)[:16]}"
+    if (target / name).is_file():
+        return target / name
+    models_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=models_dir))
     work.chmod(0o755)
     try:
-        info = export_int8(model_path, work)
+        info = export_int8(model_path, work) if quantise else export_fp32(model_path, work)
         (work / INFO_FILE).write_text(json.dumps(info, indent=2))
         try:
             os.rename(work, target)  # atomic: a replica exporting at the same time loses the race harmlessly
@@ -76,7 +87,7 @@ def ensure_int8_model(model_path: Path, *, models_dir: Path) -> Path:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     log.info("onnx model exported", extra={"path": str(target), **info})
-    return target / MODEL_FILE
+    return target / name
 
 
 def export_int8(model_path: Path, out_dir: Path) -> dict[str, object]:
@@ -84,15 +95,53 @@ def export_int8(model_path: Path, out_dir: Path) -> dict[str, object]:
 
     Raises RuntimeError when the quantised vectors drift from PyTorch's (mean cosine < MIN_MEAN_COSINE).
     """
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    started = time.perf_counter()
+    fused = out_dir / "model-fused.onnx"
+    _export_fused(model_path, fused)
+    exported = time.perf_counter()
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))  # the quantiser logs a line per tensor, and advice, on the root logger
+    try:
+        quantize_dynamic(
+            str(fused), str(out_dir / MODEL_FILE), weight_type=QuantType.QInt8, per_channel=True,
+            # The fused ops come from onnxruntime's own domain, which ONNX shape inference cannot type.
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+    finally:
+        root.setLevel(level)
+    fused.unlink()
+    quantised = time.perf_counter()
+    cosine = _mean_cosine_to_torch(model_path, out_dir / MODEL_FILE)
+    if cosine < MIN_MEAN_COSINE:
+        raise RuntimeError(f"int8 export of {model_path.name} drifts from PyTorch: mean cosine {cosine:.4f} < {MIN_MEAN_COSINE}")
+    return {
+        "source": model_path.name,
+        "recipe": RECIPE,
+        "export_s": round(exported - started, 2),
+        "quantise_s": round(quantised - exported, 2),
+        "check_mean_cosine": round(cosine, 5),
+    }
+
+
+def export_fp32(model_path: Path, out_dir: Path) -> dict[str, object]:
+    """Write out_dir/FP32_FILE. Its user checks its vectors against PyTorch's (single_text.py)."""
+    started = time.perf_counter()
+    _export_fused(model_path, out_dir / FP32_FILE)
+    return {"source": model_path.name, "recipe": FP32_RECIPE, "export_s": round(time.perf_counter() - started, 2)}
+
+
+def _export_fused(model_path: Path, target: Path) -> None:
+    """The transformer (inputs to last hidden state) as ONNX, attention and layer norms fused, at `target`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import onnx
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoConfig, AutoModel
 
-    started = time.perf_counter()
     config = AutoConfig.from_pretrained(str(model_path))
     # Eager attention traces to plain MatMul/Softmax, which the optimizer fuses into one Attention op.
     model = AutoModel.from_pretrained(str(model_path), attn_implementation="eager").eval()
@@ -108,44 +157,19 @@ def export_int8(model_path: Path, out_dir: Path) -> dict[str, object]:
             return self.model(**dict(zip(names, inputs))).last_hidden_state
 
     example = tuple(torch.ones(2, 16, dtype=torch.long) if n != "token_type_ids" else torch.zeros(2, 16, dtype=torch.long) for n in names)
-    fp32 = out_dir / "model-fp32.onnx"
+    traced = target.with_name("model-traced.onnx")
     axes = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about Python branches on shapes: checked by the cosine below
+        warnings.simplefilter("ignore")  # tracer warnings about Python branches on shapes: checked against PyTorch's vectors
         torch.onnx.export(
-            LastHiddenState(), example, str(fp32), input_names=names, output_names=["last_hidden_state"],
+            LastHiddenState(), example, str(traced), input_names=names, output_names=["last_hidden_state"],
             dynamic_axes=axes, opset_version=OPSET, dynamo=False,
         )
-    exported = time.perf_counter()
-    fused_path = out_dir / "model-fused.onnx"
     fused = optimize_model(
-        str(fp32), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size, opt_level=1
+        str(traced), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size, opt_level=1
     )
-    fused.save_model_to_file(str(fused_path))
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.ERROR))  # the quantiser logs a line per tensor, and advice, on the root logger
-    try:
-        quantize_dynamic(
-            str(fused_path), str(out_dir / MODEL_FILE), weight_type=QuantType.QInt8, per_channel=True,
-            # The fused ops come from onnxruntime's own domain, which ONNX shape inference cannot type.
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
-    finally:
-        root.setLevel(level)
-    fp32.unlink()
-    fused_path.unlink()
-    quantised = time.perf_counter()
-    cosine = _mean_cosine_to_torch(model_path, out_dir / MODEL_FILE)
-    if cosine < MIN_MEAN_COSINE:
-        raise RuntimeError(f"int8 export of {model_path.name} drifts from PyTorch: mean cosine {cosine:.4f} < {MIN_MEAN_COSINE}")
-    return {
-        "source": model_path.name,
-        "recipe": RECIPE,
-        "export_s": round(exported - started, 2),
-        "quantise_s": round(quantised - exported, 2),
-        "check_mean_cosine": round(cosine, 5),
-    }
+    fused.save_model_to_file(str(target))
+    traced.unlink()
 
 
 def _mean_cosine_to_torch(model_path: Path, onnx_path: Path) -> float:

@@ -107,7 +107,7 @@ def test_the_export_is_cached_and_the_setting_selects_it(onnx_embedder: OnnxEmbe
     (export,) = (data_dir / "models").iterdir()
     assert (export / INFO_FILE).is_file()
     started = time.perf_counter()
-    reloaded = embedder_from_settings(Settings(data_dir=data_dir, embedding_backend="onnx-int8"))
+    reloaded = embedder_from_settings(Settings(data_dir=data_dir, models_folder=data_dir / "models", embedding_backend="onnx-int8"))
     try:
         assert isinstance(reloaded, OnnxEmbedder) and reloaded.backend == "onnx-int8"
         assert list((data_dir / "models").iterdir()) == [export], "the second start reuses the export"
@@ -122,7 +122,10 @@ def test_the_service_runs_on_the_onnx_backend(onnx_embedder: OnnxEmbedder, data_
 
     from services.retrieval.main import create_app
 
-    settings = Settings(service_token="onnx-token", data_dir=data_dir, embedding_backend="onnx-int8", chroma_collection=f"onnx-{tmp_path.name}")
+    settings = Settings(
+        service_token="onnx-token", data_dir=data_dir, models_folder=data_dir / "models", embedding_backend="onnx-int8",
+        chroma_collection=f"onnx-{tmp_path.name}",
+    )
     auth = {"X-Service-Token": "onnx-token"}
     documents = {
         "backup.md": "# Backups\n\nCopy the data folder every night; restoring means copying it back while the services are stopped.",

@@ -1,11 +1,14 @@
-"""The single-text path of the PyTorch encoder gives SentenceTransformer.encode's vectors."""
+"""The single-text path of the PyTorch encoder (the model's fp32 ONNX copy) gives SentenceTransformer.encode's vectors."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
-from services.retrieval.adapters.single_text import MIN_COSINE, SingleTextEncoder
+from services.retrieval.adapters.single_text import MIN_COSINE, single_text_encoder
+from services.retrieval.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -41,25 +44,25 @@ def test_batches_still_go_through_encode(embedder: SentenceTransformerEmbedder) 
         assert float(np.dot(batched, single)) >= MIN_COSINE
 
 
-class Transformer:  # named like the sentence-transformers modules for_model inspects
-    pass
+class _Reversed:
+    """The shipped model with its vector components reversed: a copy that does not give these vectors."""
+
+    def __init__(self, model: object) -> None:
+        self._model = model
+
+    def encode(self, texts: list[str], **options: object) -> np.ndarray:
+        return self._model.encode(texts, **options)[:, ::-1]
 
 
-class Pooling:
-    def __init__(self, mode: str) -> None:
-        self.pooling_mode = mode
+def test_a_copy_that_differs_from_encode_is_not_used(embedder: SentenceTransformerEmbedder) -> None:
+    settings = Settings()
+    model = embedder.encoder._model
+    assert single_text_encoder(model, settings.model_path(), models_dir=settings.models_dir, threads=1) is not None
+    assert single_text_encoder(_Reversed(model), settings.model_path(), models_dir=settings.models_dir, threads=1) is None
 
 
-def test_other_model_shapes_keep_encode() -> None:
-    for modules in ([Transformer(), Pooling("cls")], [Transformer()], [Transformer(), Pooling("mean"), object()]):
-        assert SingleTextEncoder.for_model(_Model(modules)) is None
-    assert SingleTextEncoder.for_model(_Model([Transformer(), Pooling("mean")], prompt="query: ")) is None
-
-
-class _Model(list):
-    """Just enough of a SentenceTransformer for for_model's shape check."""
-
-    def __init__(self, modules: list[object], prompt: str = "") -> None:
-        super().__init__(modules)
-        self.prompts = {"query": prompt}
-        self.default_prompt_name = "query" if prompt else None
+def test_a_model_that_cannot_be_exported_keeps_encode(embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    assert single_text_encoder(embedder.encoder._model, broken, models_dir=tmp_path / "models", threads=1) is None

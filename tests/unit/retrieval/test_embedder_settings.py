@@ -20,9 +20,12 @@ def test_backend_and_batching_come_from_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("EMBED_BATCH_WINDOW_MS", "2.5")
     monkeypatch.setenv("EMBED_MAX_QUERY_BATCH", "1")
     monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("MODELS_DIR", raising=False)
     settings = Settings()
     assert (settings.embedding_backend, settings.embed_batch_window_ms, settings.embed_max_query_batch) == ("onnx-int8", 2.5, 1)
     assert settings.models_dir == tmp_path / "models"
+    monkeypatch.setenv("MODELS_DIR", str(tmp_path / "shared"))
+    assert Settings().models_dir == tmp_path / "shared"
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
