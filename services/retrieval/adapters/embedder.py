@@ -49,8 +49,9 @@ def _offline() -> None:
 
 
 class TorchEncoder:
-    """sentence-transformers on the CPU with `threads` intra-op threads. With `models_dir`, a lone text
-    goes through the model's fp32 ONNX copy exported there (single_text.py), a third of the time."""
+    """sentence-transformers on the CPU with `threads` intra-op threads. With `models_dir`, a call of up to
+    ONE_BY_ONE texts (queries, mostly) runs them one at a time through the model's fp32 ONNX copy exported
+    there (single_text.py), in about half the time."""
 
     backend = "torch"
 

@@ -3,9 +3,9 @@
 For one short query, PyTorch's eager execution spends more on dispatching its few hundred operators than
 on arithmetic: a 15-token SciFact query took 6.1 ms through `SentenceTransformer.encode`, 5.0 ms through
 the transformer called directly, and 2.4 ms through onnxruntime running the same fp32 weights (two
-threads each; cosine to encode's vectors 0.9999998 or more). Batches gain nothing (their matrix products
-dominate), so they stay with PyTorch. The path is used only after a check at load time that it gives
-encode's vectors; otherwise the PyTorch encoder keeps every call.
+threads each; cosine to encode's vectors 0.9999998 or more). The PyTorch encoder sends small groups of
+texts here one at a time and keeps large batches (embedder.py, ONE_BY_ONE). The path is used only after a
+check at load time that it gives encode's vectors; otherwise the PyTorch encoder keeps every call.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
+from services.retrieval.adapters.embedder import ONE_BY_ONE, SentenceTransformerEmbedder
 from services.retrieval.adapters.single_text import MIN_COSINE, single_text_encoder
 from services.retrieval.settings import Settings
 
@@ -36,12 +36,21 @@ def test_one_text_gets_encodes_vector(embedder: SentenceTransformerEmbedder, tex
     assert float(np.linalg.norm(vector)) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_batches_still_go_through_encode(embedder: SentenceTransformerEmbedder) -> None:
+def test_small_groups_go_one_by_one_and_large_batches_through_pytorch(
+    embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     encoder = embedder.encoder
-    vectors = encoder.encode(TEXTS[:3])
-    alone = [encoder.encode([text])[0] for text in TEXTS[:3]]
-    for batched, single in zip(vectors, alone):
-        assert float(np.dot(batched, single)) >= MIN_COSINE
+    calls: list[int] = []
+    copy_encode = encoder._single.encode
+    monkeypatch.setattr(encoder._single, "encode", lambda texts: calls.append(len(texts)) or copy_encode(texts))
+    texts = [f"how do I rotate the service token, take {n}?" for n in range(ONE_BY_ONE + 1)]
+    small = encoder.encode(texts[:ONE_BY_ONE])
+    assert calls == [1] * ONE_BY_ONE
+    calls.clear()
+    large = encoder.encode(texts)
+    assert calls == [], "a batch larger than ONE_BY_ONE is PyTorch's"
+    for alone, batched in zip(small, large):
+        assert float(np.dot(alone, batched)) >= MIN_COSINE
 
 
 class _Reversed:
