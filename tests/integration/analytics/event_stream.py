@@ -48,15 +48,18 @@ def as_message(event: Event) -> tuple[str, aio_pika.Message]:
 
 
 async def publish_raw(
-    amqp_url: str, *, exchange: str, queue: str, messages: list[tuple[str, aio_pika.Message]], window: int = 200
+    amqp_url: str, *, exchange: str, queue: str, messages: list[tuple[str, aio_pika.Message]], window: int = 200,
+    pause_s: float = 0.0,
 ) -> None:
-    """Publish with publisher confirms, `window` at a time, onto the topology analytics declares."""
+    """Publish with publisher confirms, `window` at a time, onto the topology analytics declares; `pause_s`
+    between windows stretches a burst so that something can happen in the middle of it on a fast machine."""
     async with await aio_pika.connect(amqp_url) as connection:
         channel = await connection.channel(publisher_confirms=True)
         events = await declare_topology(channel, exchange=exchange, queue=queue)
         for start in range(0, len(messages), window):
             batch = messages[start:start + window]
             await asyncio.gather(*(events.publish(message, routing_key=key, timeout=10) for key, message in batch))
+            await asyncio.sleep(pause_s)
 
 
 async def dead_lettered(

@@ -63,7 +63,8 @@ async def test_sigterm_in_the_middle_of_a_burst_loses_nothing_and_stores_nothing
     # Published while the consumer runs: batched commits would store a burst already queued before a stop lands.
     publishing = asyncio.create_task(
         publish_raw(
-            amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics", messages=[as_message(e) for e in events]
+            amqp_url, exchange=f"{unique}.events", queue=f"{unique}.analytics", messages=[as_message(e) for e in events],
+            window=50, pause_s=0.1,  # 2 s in all: a fast consumer stored a burst published at once before the stop landed
         )
     )
     deadline = time.monotonic() + 60
