@@ -10,6 +10,7 @@ changed model, or a changed recipe, exports again. Only the export needs torch a
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -19,6 +20,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger("cairn.retrieval.onnx_export")
@@ -102,17 +104,12 @@ def export_int8(model_path: Path, out_dir: Path) -> dict[str, object]:
     fused = out_dir / "model-fused.onnx"
     _export_fused(model_path, fused)
     exported = time.perf_counter()
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.ERROR))  # the quantiser logs a line per tensor, and advice, on the root logger
-    try:
+    with _quiet_root_logger():  # the quantiser logs a line per tensor, and advice
         quantize_dynamic(
             str(fused), str(out_dir / MODEL_FILE), weight_type=QuantType.QInt8, per_channel=True,
             # The fused ops come from onnxruntime's own domain, which ONNX shape inference cannot type.
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
-    finally:
-        root.setLevel(level)
     fused.unlink()
     quantised = time.perf_counter()
     cosine = _mean_cosine_to_torch(model_path, out_dir / MODEL_FILE)
@@ -165,11 +162,24 @@ def _export_fused(model_path: Path, target: Path) -> None:
             LastHiddenState(), example, str(traced), input_names=names, output_names=["last_hidden_state"],
             dynamic_axes=axes, opset_version=OPSET, dynamo=False,
         )
-    fused = optimize_model(
-        str(traced), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size, opt_level=1
-    )
-    fused.save_model_to_file(str(target))
+    with _quiet_root_logger():  # the optimizer logs each fusion it makes, and the saving
+        fused = optimize_model(
+            str(traced), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size, opt_level=1
+        )
+        fused.save_model_to_file(str(target))
     traced.unlink()
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """onnxruntime's tools log through loggers under the root one: only their errors reach the service's log."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def _mean_cosine_to_torch(model_path: Path, onnx_path: Path) -> float:
