@@ -84,7 +84,7 @@ def _ensure(model_path: Path, models_dir: Path, *, quantise: bool) -> Path:
         try:
             os.rename(work, target)  # atomic: a replica exporting at the same time loses the race harmlessly
         except OSError:
-            if not (target / MODEL_FILE).is_file():
+            if not (target / name).is_file():
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)

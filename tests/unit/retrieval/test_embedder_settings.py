@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from services.retrieval.adapters.onnx_embedder import OnnxEncoder, _check_mean_pooling
-from services.retrieval.adapters.onnx_export import ensure_int8_model, source_digest
+from services.retrieval.adapters import onnx_export
+from services.retrieval.adapters.onnx_export import ensure_fp32_model, ensure_int8_model, source_digest
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
 
@@ -68,6 +69,24 @@ def test_a_cached_export_is_reused_without_exporting(tmp_path: Path) -> None:
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"stand-in")  # exporting this fake model would fail: reaching it proves the cache hit
     assert ensure_int8_model(model, models_dir=tmp_path / "models") == cached
+
+
+def test_an_export_that_loses_the_race_to_another_replica_uses_the_winners_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _fake_model(tmp_path / "m")
+    winner = tmp_path / "models" / f"m-{source_digest(model, recipe=onnx_export.FP32_RECIPE)[:16]}" / onnx_export.FP32_FILE
+
+    def export_while_another_replica_finishes_first(model_path: Path, out_dir: Path) -> dict[str, object]:
+        winner.parent.mkdir(parents=True)
+        winner.write_bytes(b"the other replica's export")
+        (out_dir / onnx_export.FP32_FILE).write_bytes(b"this replica's export")
+        return {}
+
+    monkeypatch.setattr(onnx_export, "export_fp32", export_while_another_replica_finishes_first)
+    assert ensure_fp32_model(model, models_dir=tmp_path / "models") == winner
+    assert winner.read_bytes() == b"the other replica's export"
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [winner.parent.name], "the loser's work folder is removed"
 
 
 def test_only_mean_pooling_models_are_accepted(tmp_path: Path) -> None:
