@@ -57,7 +57,7 @@ class BatchingEmbedder:
         *,
         batch_size: int = 64,
         cache_size: int = 1024,
-        batch_window_ms: float = 4.0,
+        batch_window_ms: float = 0.0,
         max_query_batch: int = 32,
     ) -> None:
         if batch_size < 1 or max_query_batch < 1:

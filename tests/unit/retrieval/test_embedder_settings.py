@@ -33,7 +33,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("EMBEDDING_BACKEND", "EMBED_BATCH_WINDOW_MS", "EMBED_MAX_QUERY_BATCH"):
         monkeypatch.delenv(name, raising=False)
     settings = Settings()
-    assert (settings.embedding_backend, settings.embed_batch_window_ms, settings.embed_max_query_batch) == ("torch", 4.0, 32)
+    assert (settings.embedding_backend, settings.embed_batch_window_ms, settings.embed_max_query_batch) == ("torch", 0.0, 32)
 
 
 @pytest.mark.parametrize(
