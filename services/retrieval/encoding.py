@@ -21,8 +21,9 @@ from services.retrieval.microbatch import MicroBatcher
 # Document texts gathered for one length sort: this many encode calls' worth.
 DOCUMENT_CALLS_PER_SORT = 4
 # Most queries in one encode call. A micro-batch of 32 SciFact queries padded to its longest was 42 %
-# padding; sorted by length and encoded 16 at a time it took 22-27 % less time per query than in one
-# call (8 at a time: about the same as 16; 4: slower, the matrix products too small).
+# padding; sorted by length and encoded 16 at a time by PyTorch it took 22-27 % less time per query than
+# in one call (8 at a time: about the same as 16; 4: slower, the matrix products too small). The torch
+# backend now runs such a call one query at a time through its ONNX copy (adapters/embedder.py).
 QUERIES_PER_CALL = 16
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from services.retrieval.encoding import BatchingEmbedder
+from services.retrieval.encoding import QUERIES_PER_CALL, BatchingEmbedder
 from services.retrieval.ports import Embedder
 
 if TYPE_CHECKING:
@@ -25,10 +25,11 @@ BACKENDS: tuple[str, ...] = ("torch", "onnx-int8")
 
 log = logging.getLogger("cairn.retrieval.embedder")
 
-# Up to this many texts go one at a time through the fp32 ONNX copy rather than in one PyTorch call.
-# SciFact queries, ms per query: one at a time 2.4; in onnxruntime calls of 4 / 8 / 16 (sorted by
-# length) 2.6 / 3.1 / 3.4; in PyTorch calls of 4 / 8 / 16 3.4 / 3.2 / 3.3.
-ONE_BY_ONE = 16
+# Up to this many texts (a query micro-batch's call) go one at a time through the fp32 ONNX copy rather
+# than in one PyTorch call; ingest batches are larger. SciFact queries, ms per query: one at a time 2.4;
+# in onnxruntime calls of 4 / 8 / 16 (sorted by length) 2.6 / 3.1 / 3.4; in PyTorch calls of 4 / 8 / 16
+# 3.4 / 3.2 / 3.3.
+ONE_BY_ONE = QUERIES_PER_CALL
 
 
 def configure_thread_pools() -> None:
