@@ -1,5 +1,8 @@
 """Keep the in-memory keyword index equal to the vector store, which is the source of truth.
 
+The index may also hold the chunks' vectors; the synced store then answers unfiltered nearest-neighbour
+queries with an exact scan of them instead of asking the store (adapters/exact_dense.py).
+
 Two paths: writes through this replica go through `SyncedStore` and reach the index at once; writes
 through other replicas are found by polling the store's change feed (`VectorStore.changes`) and the
 documents they touched are read back. A full reload happens at start, after the store was
@@ -10,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from services.retrieval.filters import Filter
 from services.retrieval.ports import StoredChunk, VectorStore
 from shared.errors import DependencyUnavailable
 
@@ -35,15 +39,42 @@ class SyncableIndex(Protocol):
     def build(self) -> None: ...
 
 
+class ExactScan(Protocol):
+    """A scan over every chunk's vector (adapters.exact_dense.ExactDense)."""
+
+    @property
+    def dimensions(self) -> int: ...
+
+
+class ExactIndex(SyncableIndex, Protocol):
+    """An index that may hold the chunks' vectors."""
+
+    def exact_dense(self) -> ExactScan | None:
+        """The scan over the store's chunks as last read, or None when it cannot stand in for the store."""
+
+
+class ExactSearcher(Protocol):
+    """Runs queries over an ExactScan (adapters.exact_dense.ExactSearch)."""
+
+    async def nearest(self, dense: Any, *, embedding: Sequence[float], top_k: int) -> list[tuple[str, float]]: ...
+
+
 class KeywordSync:
     """Polls the store's change feed and applies other writers' changes to the index."""
 
     def __init__(
-        self, *, store: VectorStore, index: SyncableIndex, interval_s: float = 1.0, full_reload_s: float = 600.0
+        self,
+        *,
+        store: VectorStore,
+        index: SyncableIndex,
+        interval_s: float = 1.0,
+        full_reload_s: float = 600.0,
+        with_embeddings: bool = False,
     ) -> None:
         if interval_s <= 0 or full_reload_s <= 0:
             raise ValueError("interval_s and full_reload_s must be > 0")
         self._store, self._index = store, index
+        self._with_embeddings = with_embeddings  # read the chunks' vectors too, for an index that keeps them
         self._interval_s, self._full_reload_s = interval_s, full_reload_s
         self._cursor: object | None = None
         self._pending: set[str] = set()
@@ -64,14 +95,14 @@ class KeywordSync:
             if changed is None:
                 started = time.perf_counter()
                 self._pending.clear()
-                chunks = await self._store.get_chunks()
+                chunks = await self._store.get_chunks(with_embeddings=self._with_embeddings)
                 skipped = await asyncio.to_thread(self._index.load, chunks, doc_ids=None, since=since)
                 self._last_full = time.monotonic()
                 self._pending |= skipped
                 log.info("keyword index reloaded", extra={"chunks": len(chunks), "took_s": round(time.perf_counter() - started, 3)})
             elif wanted := sorted(changed | self._pending):
                 self._pending.difference_update(wanted)
-                chunks = await self._store.get_chunks(doc_ids=wanted)
+                chunks = await self._store.get_chunks(doc_ids=wanted, with_embeddings=self._with_embeddings)
                 self._pending |= await asyncio.to_thread(self._index.load, chunks, doc_ids=wanted, since=since)
         except DependencyUnavailable:
             self._cursor = None  # the change feed may have moved on while we could not read it
@@ -105,10 +136,13 @@ class KeywordSync:
 
 
 class SyncedStore:
-    """A VectorStore whose writes also reach the keyword index; everything else passes through."""
+    """A VectorStore whose writes also reach the keyword index, and whose unfiltered nearest-neighbour
+    queries the index's exact scan answers when it has one (`exact`); everything else passes through."""
 
-    def __init__(self, inner: VectorStore, *, index: SyncableIndex, sync: KeywordSync) -> None:
-        self._inner, self._index, self._sync = inner, index, sync
+    def __init__(
+        self, inner: VectorStore, *, index: ExactIndex, sync: KeywordSync, exact: ExactSearcher | None = None
+    ) -> None:
+        self._inner, self._index, self._sync, self._exact = inner, index, sync, exact
 
     @property
     def inner(self) -> VectorStore:
@@ -130,6 +164,14 @@ class SyncedStore:
             raise
         self._index.remove(doc_id, from_chunk_index=from_chunk_index)
         return deleted
+
+    async def nearest(
+        self, *, embedding: list[float], top_k: int, where: Filter | Mapping[str, Any] | None = None
+    ) -> list[tuple[str, float]]:
+        dense = None if where or self._exact is None else self._index.exact_dense()
+        if dense is None or len(embedding) != dense.dimensions:
+            return await self._inner.nearest(embedding=embedding, top_k=top_k, where=where)
+        return await self._exact.nearest(dense, embedding=embedding, top_k=top_k)  # type: ignore[union-attr]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

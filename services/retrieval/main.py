@@ -46,10 +46,13 @@ def create_app(
                 max_query_batch=settings.search_max_query_batch,
             )
             await chroma.open()
-        # Every write goes through the synced store, so the keyword index follows this replica's
-        # writes at once and other replicas' writes within about keyword_sync_interval_s.
+        # Every write goes through the synced store, so the keyword index (and the vectors it keeps for
+        # exact search) follows this replica's writes at once and other replicas' within about keyword_sync_interval_s.
         app.state.store, app.state.keywords, keyword_sync = keyword_indexed(
-            chroma if store is None else store, interval_s=settings.keyword_sync_interval_s
+            chroma if store is None else store,
+            interval_s=settings.keyword_sync_interval_s,
+            exact_max_chunks=settings.exact_search_max_chunks,
+            max_scan_batch=settings.search_max_query_batch,
         )
         try:
             await keyword_sync.refresh()

@@ -27,7 +27,7 @@ CACHE_LOOKUPS = Counter(
 )
 BATCH_SIZE = Histogram(
     "cairn_retrieval_batch_size",
-    "Distinct items per micro-batch, by batcher (query_encode, document_encode, and the Chroma store's)",
+    "Distinct items per micro-batch, by batcher (query_encode, document_encode, exact_scan, and the Chroma store's)",
     ["batcher"],
     buckets=BATCH_SIZE_BUCKETS,
 )

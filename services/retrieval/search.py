@@ -196,15 +196,17 @@ async def _complete(
 ) -> list[SearchHit]:
     """The first `need` of the (chunk id, score) pairs in `ordered` whose cosine passes `threshold`, as
     hits with their content and, when `vector` is given, their dense_score. Content a leg did not supply
-    comes from the keyword index, else from the store; so do the embeddings of keyword-only hits. The
+    comes from the keyword index, else from the store; so do the embeddings of keyword-only hits (the index
+    holds them when it keeps vectors for exact search). The
     store is read in one call per window, and only for the chunks that may be returned."""
     results: list[SearchHit] = []
     position = 0
     while position < len(ordered) and len(results) < need:
         window = [legs.hit(chunk_id, score) for chunk_id, score in ordered[position : position + need - len(results)]]
         position += len(window)
-        held = keywords.held(h.chunk_id for h in window if not h.doc_id) if keywords is not None else {}
-        window = [_with_content(hit, held[hit.chunk_id]) if hit.chunk_id in held else hit for hit in window]
+        lacking = [h.chunk_id for h in window if not h.doc_id or (vector is not None and h.dense_score is None)]
+        held = keywords.held(lacking) if keywords is not None and lacking else {}
+        window = [_completed(hit, held[hit.chunk_id], vector) if hit.chunk_id in held else hit for hit in window]
         missing = [h.chunk_id for h in window if not h.doc_id or (vector is not None and h.dense_score is None)]
         stored = {c.chunk_id: c for c in await store.get_chunks(ids=missing, with_embeddings=vector is not None)} if missing else {}
         for hit in window:
@@ -212,17 +214,20 @@ async def _complete(
                 chunk = stored.get(hit.chunk_id)
                 if chunk is None:
                     continue  # deleted since a leg saw it
-                if not hit.doc_id:
-                    hit = _with_content(hit, chunk)
-                if hit.dense_score is None and vector is not None:
-                    hit = replace(hit, dense_score=_dot(vector, chunk.embedding))
+                hit = _completed(hit, chunk, vector)
             if threshold is None or (hit.dense_score is not None and hit.dense_score >= threshold):
                 results.append(hit)
     return results
 
 
-def _with_content(hit: SearchHit, chunk: StoredChunk) -> SearchHit:
-    return replace(hit, doc_id=chunk.doc_id, content=chunk.content, metadata=chunk.metadata)
+def _completed(hit: SearchHit, chunk: StoredChunk, vector: list[float] | None) -> SearchHit:
+    """`hit` with the content and, when a leg lacked it, the cosine similarity of `chunk` (which may come
+    without its embedding: the keyword index keeps vectors only for exact search)."""
+    if not hit.doc_id:
+        hit = replace(hit, doc_id=chunk.doc_id, content=chunk.content, metadata=chunk.metadata)
+    if hit.dense_score is None and vector is not None and len(chunk.embedding):
+        hit = replace(hit, dense_score=_dot(vector, chunk.embedding))
+    return hit
 
 
 async def _rerank(results: list[SearchHit], *, query: str, reranker: Reranker, depth: int) -> list[SearchHit]:

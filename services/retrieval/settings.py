@@ -60,6 +60,15 @@ class Settings(CommonSettings):
         validation_alias=aliases("SEARCH_MAX_QUERY_BATCH", "search_max_query_batch"),
         description="Most concurrent searches (same top_k and filter) sent to Chroma in one call; 1 turns this off.",
     )
+    # A lone query's scan of 40,000 vectors costs about what Chroma's walk for 200 neighbours does; under
+    # concurrency the scan stays cheaper well beyond that (a batch of 32 shares one pass).
+    exact_search_max_chunks: int = Field(
+        40_000,
+        ge=0,
+        validation_alias=aliases("EXACT_SEARCH_MAX_CHUNKS", "exact_search_max_chunks"),
+        description="Up to this many chunks, unfiltered dense queries scan every vector held in memory (exact) "
+        "instead of Chroma's HNSW index; 0 keeps no vectors in memory.",
+    )
     embedding_cache: bool = Field(
         False,
         validation_alias=aliases("EMBEDDING_CACHE", "embedding_cache"),

@@ -107,10 +107,12 @@ def test_retrieval_counts_requests_stages_cache_lookups_and_batches(retrieval_ur
     lookups = "cairn_retrieval_embedding_cache_lookups_total"
     assert moved(second, after, lookups, cache="query", result="hit") == 1
     assert moved(second, after, lookups, cache="query", result="miss") == 5
-    # Five distinct queries were encoded, in one to five batches; six nearest-neighbour calls reached Chroma.
+    # Five distinct queries were encoded, in one to five batches; six nearest-neighbour queries were answered,
+    # by Chroma while this replica's ingest was not yet built into its exact scan, by the scan after that.
     assert moved(second, after, "cairn_retrieval_batch_size_sum", batcher="query_encode") == 5
     assert 1 <= moved(second, after, "cairn_retrieval_batch_size_count", batcher="query_encode") <= 5
-    assert moved(second, after, "cairn_retrieval_batch_size_sum", batcher="chroma_search") == 6
+    nearest = [moved(second, after, "cairn_retrieval_batch_size_sum", batcher=b) for b in ("chroma_search", "exact_scan")]
+    assert sum(nearest) == 6 and nearest[1] >= 1, nearest
 
 
 @pytest.fixture(scope="module")

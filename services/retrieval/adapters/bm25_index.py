@@ -1,5 +1,8 @@
 """BM25 over the stored chunks, in memory (bm25s), with English stopwords and a Snowball stemmer.
 
+The index can also keep each chunk's vector, for an exact dense scan of a collection small enough to
+scan (adapters/exact_dense.py), built with the BM25 matrix from the same rows.
+
 The BM25 matrix is rebuilt from cached token ids after changes (bm25s has no incremental update:
 document frequencies and lengths are global). A search waits for that rebuild only when this
 replica itself wrote since the last one (read your own writes); changes read from other replicas are
@@ -20,6 +23,7 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
+from services.retrieval.adapters.exact_dense import ExactDense, ExactSearch
 from services.retrieval.filters import Filter, matches
 from services.retrieval.keyword_sync import KeywordSync, SyncedStore
 from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
@@ -48,6 +52,7 @@ class _Entry:
     metadata: dict[str, MetadataValue]
     text: str  # what was tokenised (contextual prefix + content)
     terms: np.ndarray  # vocabulary ids, int32
+    vector: np.ndarray | None  # float32, kept only for the exact dense scan
 
 
 @dataclass(frozen=True)
@@ -55,13 +60,21 @@ class _Built:
     bm25: bm25s.BM25 | None
     rows: list[tuple[str, _Entry]]  # row of the score matrix -> chunk
     vocab_size: int
+    dense: ExactDense | None = None
 
 
 class Bm25Index:
-    """Implements ports.KeywordIndex. Mutations are thread-safe; `search` rebuilds first when stale."""
+    """Implements ports.KeywordIndex. Mutations are thread-safe; `search` rebuilds first when stale.
 
-    def __init__(self, *, k1: float = 1.5, b: float = 0.75) -> None:
+    `exact_max_chunks`: keep the chunks' vectors and build an exact dense scan over them while the index
+    holds at most this many chunks (0: keep no vectors).
+    """
+
+    def __init__(self, *, k1: float = 1.5, b: float = 0.75, exact_max_chunks: int = 0) -> None:
+        if exact_max_chunks < 0:
+            raise ValueError("exact_max_chunks must be >= 0")
         self._k1, self._b = k1, b
+        self.exact_max_chunks = exact_max_chunks
         self._entries: dict[str, _Entry] = {}
         self._by_doc: dict[str, set[str]] = {}
         self._vocab: dict[str, int] = {}
@@ -142,7 +155,8 @@ class Bm25Index:
                 terms = old.terms  # unchanged text: skip the stemmer
             else:
                 terms = self._term_ids(tokenize(text))
-            prepared.append((chunk.chunk_id, _Entry(chunk.doc_id, chunk.content, dict(chunk.metadata), text, terms)))
+            vector = np.asarray(chunk.embedding, dtype=np.float32) if self.exact_max_chunks and len(chunk.embedding) else None
+            prepared.append((chunk.chunk_id, _Entry(chunk.doc_id, chunk.content, dict(chunk.metadata), text, terms, vector)))
         return prepared
 
     def _term_ids(self, tokens: list[str]) -> np.ndarray:
@@ -183,7 +197,10 @@ class Bm25Index:
                     bm25 = bm25s.BM25(k1=self._k1, b=self._b)
                     corpus = [entry.terms.tolist() for _, entry in rows]
                     bm25.index((corpus, vocab), create_empty_token=False, show_progress=False)
-                self._built = _Built(bm25, rows, len(vocab))
+                dense = None
+                if len(rows) <= self.exact_max_chunks:
+                    dense = ExactDense.of([chunk_id for chunk_id, _ in rows], [entry.vector for _, entry in rows])
+                self._built = _Built(bm25, rows, len(vocab), dense)
             finally:
                 self._building_local = False
             self.last_build_s = time.perf_counter() - started
@@ -219,18 +236,34 @@ class Bm25Index:
     async def search(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
         return await asyncio.to_thread(self.search_now, query=query, top_k=top_k, where=where)
 
+    def exact_dense(self) -> ExactDense | None:
+        """The exact dense scan over every chunk of the store as this replica last read it, or None: vectors
+        not kept, more chunks than exact_max_chunks, or this replica's own writes not yet built in (the
+        store has them; a search must see them)."""
+        if not self.loaded or self._local_changes or self._building_local:
+            return None
+        return self._built.dense
+
     def held(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
         entries = self._entries  # single lookups are safe beside the writers' lock-held updates
         found = {}
         for chunk_id in chunk_ids:
             if (entry := entries.get(chunk_id)) is not None:
-                found[chunk_id] = StoredChunk(chunk_id, entry.doc_id, entry.content, [], dict(entry.metadata))
+                vector = entry.vector.tolist() if entry.vector is not None else []
+                found[chunk_id] = StoredChunk(chunk_id, entry.doc_id, entry.content, vector, dict(entry.metadata))
         return found
 
 
-def keyword_indexed(store: VectorStore, *, interval_s: float = 1.0) -> tuple[SyncedStore, Bm25Index, KeywordSync]:
+def keyword_indexed(
+    store: VectorStore, *, interval_s: float = 1.0, exact_max_chunks: int = 0, max_scan_batch: int = 32
+) -> tuple[SyncedStore, Bm25Index, KeywordSync]:
     """Wrap `store` so that its writes reach a new BM25 index; poll for other replicas' writes with
-    `KeywordSync.run` (a background task) after a first `await sync.refresh()` loads the index."""
-    index = Bm25Index()
-    sync = KeywordSync(store=store, index=index, interval_s=interval_s)
-    return SyncedStore(store, index=index, sync=sync), index, sync
+    `KeywordSync.run` (a background task) after a first `await sync.refresh()` loads the index.
+
+    With `exact_max_chunks`, the index also keeps the vectors and, while it holds at most that many
+    chunks, answers the wrapped store's unfiltered `nearest` queries by exact scan, `max_scan_batch` at a time.
+    """
+    index = Bm25Index(exact_max_chunks=exact_max_chunks)
+    sync = KeywordSync(store=store, index=index, interval_s=interval_s, with_embeddings=exact_max_chunks > 0)
+    exact = ExactSearch(max_batch=max_scan_batch) if exact_max_chunks > 0 else None
+    return SyncedStore(store, index=index, sync=sync, exact=exact), index, sync

@@ -1,5 +1,5 @@
-"""Two retrieval processes on one `chroma run` server: what one writes, the other finds by keyword
-within 5 seconds, and what one deletes, the other stops finding."""
+"""Two retrieval processes on one `chroma run` server: what one writes, the other finds by keyword (and
+by its exact dense scan) within 5 seconds, and what one deletes, the other stops finding."""
 from __future__ import annotations
 
 import os
@@ -51,7 +51,10 @@ class Replica:
             return False
 
     def keyword_hits(self, word: str) -> list[str]:
-        response = httpx.post(f"{self.url}/search", json={"query": word, "mode": "keyword"}, headers=AUTH, timeout=10)
+        return self.hits(word, mode="keyword")
+
+    def hits(self, query: str, *, mode: str) -> list[str]:
+        response = httpx.post(f"{self.url}/search", json={"query": query, "mode": mode}, headers=AUTH, timeout=10)
         assert response.status_code == 200, response.text
         return [r["doc_id"] for r in response.json()["results"]]
 
@@ -94,8 +97,12 @@ def test_keyword_index_follows_writes_made_through_the_other_replica(replicas: t
     )
     assert added.status_code == 200 and added.json()["status"] == "added"
     assert first.keyword_hits("quokkas") == ["wildlife.md"], "the writing replica sees its write at once"
+    assert first.hits("marsupials on an island", mode="dense") == ["wildlife.md"]
     took = seconds_until(lambda: second.keyword_hits("quokkas") == ["wildlife.md"])
     assert took < PROMISE_S, f"the other replica took {took:.1f}s"
+    # Dense queries are answered from the vectors each replica keeps in memory (small collection: exact scan).
+    took = seconds_until(lambda: second.hits("marsupials on an island", mode="dense") == ["wildlife.md"])
+    assert took < PROMISE_S, f"the other replica's dense search took {took:.1f}s"
 
     replaced = httpx.post(
         f"{second.url}/documents",
@@ -109,5 +116,5 @@ def test_keyword_index_follows_writes_made_through_the_other_replica(replicas: t
 
     assert httpx.delete(f"{second.url}/documents/wildlife.md", headers=AUTH, timeout=30).status_code == 200
     assert second.keyword_hits("wombats") == []
-    took = seconds_until(lambda: first.keyword_hits("wombats") == [])
+    took = seconds_until(lambda: first.keyword_hits("wombats") == [] and first.hits("wombats", mode="dense") == [])
     assert took < PROMISE_S, f"the delete took {took:.1f}s to reach the first replica"

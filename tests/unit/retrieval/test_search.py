@@ -29,10 +29,11 @@ class Indexed:
         return await search(embedder=self.embedder, store=self.store, keywords=self.index, **kwargs)
 
 
-@pytest.fixture
-async def indexed() -> Indexed:
+@pytest.fixture(params=[0, 1000], ids=["store-dense", "exact-dense"])
+async def indexed(request: pytest.FixtureRequest) -> Indexed:
+    """Every search test runs twice: the dense leg answered by the store, and by the index's exact scan."""
     embedder = FakeEmbedder()
-    store, index, sync = keyword_indexed(FakeStore())
+    store, index, sync = keyword_indexed(FakeStore(), exact_max_chunks=request.param)
     await sync.refresh()
     for source, (text, category, _) in DOCS.items():
         await ingest_document(
@@ -42,6 +43,7 @@ async def indexed() -> Indexed:
     # A numeric field to filter ranges on, written through the same store.
     for chunk in list(store.inner.chunks.values()):
         await store.upsert([type(chunk)(chunk.chunk_id, chunk.doc_id, chunk.content, chunk.embedding, chunk.metadata | {"level": DOCS[chunk.doc_id][2]})])
+    index.build()  # as the sync task does soon after writes; until then the store answers dense queries
     return Indexed(embedder, store, index)
 
 
@@ -74,7 +76,7 @@ async def test_hybrid_scores_are_reciprocal_rank_fusion_with_a_cosine_for_every_
     for hit in hits:
         expected = sum(1 / (60 + rank) for rank in (hit.dense_rank, hit.keyword_rank) if rank is not None)
         assert hit.score == pytest.approx(expected)
-        assert hit.dense_score == pytest.approx(cosine(query, hit.content), abs=1e-9)
+        assert hit.dense_score == pytest.approx(cosine(query, hit.content), abs=1e-6)  # the exact scan is float32
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert any(h.keyword_score is not None for h in hits) and any(h.dense_rank is not None for h in hits)
 
@@ -93,11 +95,16 @@ class OneNearest:
 
 
 async def test_keyword_only_hits_get_their_cosine_computed(indexed: Indexed) -> None:
-    hits = await search(query="users", top_k=3, embedder=indexed.embedder, store=OneNearest(indexed.store), keywords=indexed.index)
+    store = CountingReads(OneNearest(indexed.store))
+    hits = await search(query="users", top_k=3, embedder=indexed.embedder, store=store, keywords=indexed.index)
     keyword_only = [h for h in hits if h.dense_rank is None]
     assert keyword_only, "the test needs a chunk that only the keyword leg found"
     for hit in keyword_only:
         assert hit.dense_score == pytest.approx(cosine("users", hit.content))
+    keeps_vectors = indexed.index.exact_max_chunks > 0
+    assert sorted(store.read_ids) == ([] if keeps_vectors else sorted(h.chunk_id for h in keyword_only)), (
+        "the vectors the index keeps for exact search spare the store read"
+    )
 
 
 async def test_leg_weights_steer_the_fusion(indexed: Indexed) -> None:
@@ -179,6 +186,16 @@ async def test_rerank_reorders_the_head_by_its_scores(indexed: Indexed) -> None:
 async def test_a_keyword_hit_deleted_from_the_store_is_not_returned(indexed: Indexed) -> None:
     # The store lost the chunk behind the index's back (another replica, not yet synced).
     del indexed.store.inner.chunks["eval.md#0"]
+    hits = await indexed.search(query="measure ndcg", top_k=3)
+    if indexed.index.exact_max_chunks == 0:
+        # The store's dense leg lacks it, so its cosine is read from the store, which no longer has it.
+        assert "eval.md#0" not in {h.chunk_id for h in hits}
+    else:
+        # Both legs answer from memory until the sync reads the document back (other replicas' writes
+        # reach every mode after the same delay).
+        assert "eval.md#0" in {h.chunk_id for h in hits}
+    indexed.index.load([], doc_ids=["eval.md"], since=indexed.index.generation)  # what the sync then does
+    indexed.index.build()
     hits = await indexed.search(query="measure ndcg", top_k=3)
     assert "eval.md#0" not in {h.chunk_id for h in hits}
 
