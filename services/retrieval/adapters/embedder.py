@@ -52,7 +52,7 @@ def _offline() -> None:
 class TorchEncoder:
     """sentence-transformers on the CPU with `threads` intra-op threads. With `models_dir`, a call of up to
     ONE_BY_ONE texts (queries, mostly) runs them one at a time through the model's fp32 ONNX copy exported
-    there (single_text.py), in about half the time."""
+    there (single_text.py), in about half the time; two or more of them run side by side on two threads."""
 
     backend = "torch"
 
@@ -66,7 +66,7 @@ class TorchEncoder:
         from sentence_transformers import SentenceTransformer
         from transformers import AutoTokenizer
 
-        from services.retrieval.adapters.single_text import single_text_encoder
+        from services.retrieval.adapters.single_text import SideBySide, single_text_encoder
 
         started = time.perf_counter()
         torch.set_num_threads(threads)
@@ -80,6 +80,10 @@ class TorchEncoder:
         self._single = (
             single_text_encoder(self._model, Path(model_path), models_dir=models_dir, threads=threads) if models_dir else None
         )
+        # Several queries at once (a micro-batch) run side by side, one per thread; see SideBySide.
+        self._side_by_side = (
+            SideBySide.load(Path(model_path), models_dir=models_dir) if self._single is not None and threads >= 2 else None
+        )
         self.model_name = Path(model_path).name
         log.info("embedding model loaded", extra={"model_path": str(model_path), "backend": self.backend, "load_s": round(time.perf_counter() - started, 2)})
 
@@ -89,6 +93,8 @@ class TorchEncoder:
 
     def encode(self, texts: list[str]) -> list[list[float]]:
         if len(texts) <= ONE_BY_ONE and self._single is not None:
+            if len(texts) > 1 and self._side_by_side is not None:
+                return self._side_by_side.encode(texts)
             return [self._single.encode([text])[0] for text in texts]
         vectors = self._model.encode(
             texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False

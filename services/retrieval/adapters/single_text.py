@@ -10,6 +10,7 @@ check at load time that it gives encode's vectors; otherwise the PyTorch encoder
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,32 @@ def single_text_encoder(model: Any, model_path: Path, *, models_dir: Path, threa
         log.warning("single-text path differs from encode: not used", extra={"cosine": worst})
         return None
     return encoder
+
+
+class SideBySide:
+    """Texts one at a time through a single-threaded copy of the encoder, on two threads at once: the
+    caller's and a helper. A query is a few dozen tokens, too little work to share between threads inside
+    one run; a run per thread keeps both cores busy without the threads waiting on each other. SciFact
+    queries: 10.5 ms of CPU each this way against 13.2 through the two-threaded copy one after another,
+    1.3 times the queries per second (same vectors: the same fp32 file)."""
+
+    def __init__(self, encoder: OnnxEncoder) -> None:
+        self._encoder = encoder
+        self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-side")
+
+    @classmethod
+    def load(cls, model_path: Path, *, models_dir: Path) -> SideBySide:
+        """Over the fp32 copy `single_text_encoder` exported (or exports) into `models_dir`."""
+        onnx_path = ensure_fp32_model(model_path, models_dir=models_dir)
+        return cls(OnnxEncoder.from_file(model_path, onnx_path=onnx_path, threads=1))
+
+    def encode(self, texts: list[str]) -> list[list[float]]:
+        """Unit vectors in order; the helper takes every second text."""
+        theirs = self._helper.submit(self._one_by_one, texts[1::2])
+        mine = self._one_by_one(texts[0::2])
+        vectors: list[list[float]] = [[] for _ in texts]
+        vectors[0::2], vectors[1::2] = mine, theirs.result()
+        return vectors
+
+    def _one_by_one(self, texts: list[str]) -> list[list[float]]:
+        return [self._encoder.encode([text])[0] for text in texts]

@@ -40,15 +40,20 @@ def test_small_groups_go_one_by_one_and_large_batches_through_pytorch(
     embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encoder = embedder.encoder
-    calls: list[int] = []
-    copy_encode = encoder._single.encode
-    monkeypatch.setattr(encoder._single, "encode", lambda texts: calls.append(len(texts)) or copy_encode(texts))
+    calls: list[tuple[str, int]] = []
+    for name, copy in (("single", encoder._single), ("side", encoder._side_by_side._encoder)):
+        copy_encode = copy.encode
+        monkeypatch.setattr(copy, "encode", lambda texts, n=name, e=copy_encode: calls.append((n, len(texts))) or e(texts))
     texts = [f"how do I rotate the service token, take {n}?" for n in range(ONE_BY_ONE + 1)]
+    (lone,) = encoder.encode(texts[:1])
+    assert calls == [("single", 1)], "a lone query runs through the two-threaded copy"
+    calls.clear()
     small = encoder.encode(texts[:ONE_BY_ONE])
-    assert calls == [1] * ONE_BY_ONE
+    assert calls == [("side", 1)] * ONE_BY_ONE, "a group runs one text at a time on two threads side by side"
     calls.clear()
     large = encoder.encode(texts)
     assert calls == [], "a batch larger than ONE_BY_ONE is PyTorch's"
+    assert float(np.dot(lone, small[0])) >= MIN_COSINE
     for alone, batched in zip(small, large):
         assert float(np.dot(alone, batched)) >= MIN_COSINE
 
