@@ -4,7 +4,7 @@ Logic modules (chunking, ingestion, search) import only this; adapters/ implemen
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -34,7 +34,7 @@ class StoredChunk:
     chunk_id: str
     doc_id: str
     content: str
-    embedding: list[float]
+    embedding: Sequence[float]  # a list, or a numpy row as a store reads them back; empty when not read
     metadata: dict[str, MetadataValue]
 
 

@@ -10,6 +10,7 @@ the keyword leg found, because callers (chat's relevance threshold) and `thresho
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -64,8 +65,8 @@ def _cosine(distance: float) -> float:
     return max(-1.0, min(1.0, 1.0 - distance))
 
 
-def _dot(a: list[float], b: list[float]) -> float:
-    return max(-1.0, min(1.0, sum(x * y for x, y in zip(a, b))))
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return max(-1.0, min(1.0, float(sum(x * y for x, y in zip(a, b)))))
 
 
 async def search(

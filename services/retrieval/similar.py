@@ -3,6 +3,7 @@ their best chunk, the document itself left out."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.retrieval.filters import Condition, Filter
@@ -19,8 +20,8 @@ class SimilarDocument:
     metadata: dict[str, MetadataValue]
 
 
-def _mean_direction(vectors: list[list[float]]) -> list[float]:
-    total = [sum(column) for column in zip(*vectors)]
+def _mean_direction(vectors: list[Sequence[float]]) -> list[float]:
+    total = [float(sum(column)) for column in zip(*vectors)]
     norm = math.sqrt(sum(v * v for v in total))
     return [v / norm for v in total] if norm else total
 

@@ -155,7 +155,8 @@ class Bm25Index:
                 terms = old.terms  # unchanged text: skip the stemmer
             else:
                 terms = self._term_ids(tokenize(text))
-            vector = np.asarray(chunk.embedding, dtype=np.float32) if self.exact_max_chunks and len(chunk.embedding) else None
+            # A copy: a row read from the store would keep its whole page alive.
+            vector = np.array(chunk.embedding, dtype=np.float32) if self.exact_max_chunks and len(chunk.embedding) else None
             prepared.append((chunk.chunk_id, _Entry(chunk.doc_id, chunk.content, dict(chunk.metadata), text, terms, vector)))
         return prepared
 

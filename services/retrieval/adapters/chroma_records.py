@@ -30,13 +30,16 @@ def chunk_fields(meta: Mapping[str, Any]) -> dict[str, MetadataValue]:
 
 
 def chunks_of(page: dict[str, Any], with_embeddings: bool) -> list[StoredChunk]:
+    # Rows of one float32 matrix, not lists: a replica reading every vector (the keyword index keeps them
+    # for exact search) would otherwise build hundreds of MB of Python floats at each full reload.
     embeddings = page.get("embeddings") if with_embeddings else None
+    rows = np.asarray(embeddings, dtype=np.float32) if embeddings is not None and len(embeddings) else None
     return [
         StoredChunk(
             chunk_id=cid,
             doc_id=str(meta.get("doc_id", "")),
             content=doc or "",
-            embedding=np.asarray(embeddings[i], dtype=float).tolist() if embeddings is not None else [],
+            embedding=rows[i] if rows is not None else [],
             metadata=chunk_fields(meta),
         )
         for i, (cid, doc, meta) in enumerate(zip(page["ids"], page["documents"], page["metadatas"]))
