@@ -38,6 +38,10 @@ class SyncableIndex(Protocol):
 
     def build(self) -> None: ...
 
+    @property
+    def keeps_vectors(self) -> bool:
+        """Whether the index keeps the chunks' vectors, so the store must be read with them."""
+
 
 class ExactScan(Protocol):
     """A scan over every chunk's vector (adapters.exact_dense.ExactDense)."""
@@ -69,12 +73,10 @@ class KeywordSync:
         index: SyncableIndex,
         interval_s: float = 1.0,
         full_reload_s: float = 600.0,
-        with_embeddings: bool = False,
     ) -> None:
         if interval_s <= 0 or full_reload_s <= 0:
             raise ValueError("interval_s and full_reload_s must be > 0")
         self._store, self._index = store, index
-        self._with_embeddings = with_embeddings  # read the chunks' vectors too, for an index that keeps them
         self._interval_s, self._full_reload_s = interval_s, full_reload_s
         self._cursor: object | None = None
         self._pending: set[str] = set()
@@ -95,14 +97,14 @@ class KeywordSync:
             if changed is None:
                 started = time.perf_counter()
                 self._pending.clear()
-                chunks = await self._store.get_chunks(with_embeddings=self._with_embeddings)
+                chunks = await self._store.get_chunks(with_embeddings=self._index.keeps_vectors)
                 skipped = await asyncio.to_thread(self._index.load, chunks, doc_ids=None, since=since)
                 self._last_full = time.monotonic()
                 self._pending |= skipped
                 log.info("keyword index reloaded", extra={"chunks": len(chunks), "took_s": round(time.perf_counter() - started, 3)})
             elif wanted := sorted(changed | self._pending):
                 self._pending.difference_update(wanted)
-                chunks = await self._store.get_chunks(doc_ids=wanted, with_embeddings=self._with_embeddings)
+                chunks = await self._store.get_chunks(doc_ids=wanted, with_embeddings=self._index.keeps_vectors)
                 self._pending |= await asyncio.to_thread(self._index.load, chunks, doc_ids=wanted, since=since)
         except DependencyUnavailable:
             self._cursor = None  # the change feed may have moved on while we could not read it

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from services.retrieval import metrics
 from services.retrieval.filters import Filter, parse_filter
 from services.retrieval.fusion import reciprocal_rank_fusion
@@ -66,7 +68,7 @@ def _cosine(distance: float) -> float:
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return max(-1.0, min(1.0, float(sum(x * y for x, y in zip(a, b)))))
+    return max(-1.0, min(1.0, float(np.dot(a, b))))
 
 
 async def search(

@@ -156,7 +156,7 @@ class Bm25Index:
             else:
                 terms = self._term_ids(tokenize(text))
             # A copy: a row read from the store would keep its whole page alive.
-            vector = np.array(chunk.embedding, dtype=np.float32) if self.exact_max_chunks and len(chunk.embedding) else None
+            vector = np.array(chunk.embedding, dtype=np.float32) if self.keeps_vectors and len(chunk.embedding) else None
             prepared.append((chunk.chunk_id, _Entry(chunk.doc_id, chunk.content, dict(chunk.metadata), text, terms, vector)))
         return prepared
 
@@ -237,6 +237,10 @@ class Bm25Index:
     async def search(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
         return await asyncio.to_thread(self.search_now, query=query, top_k=top_k, where=where)
 
+    @property
+    def keeps_vectors(self) -> bool:
+        return self.exact_max_chunks > 0
+
     def exact_dense(self) -> ExactDense | None:
         """The exact dense scan over every chunk of the store as this replica last read it, or None: vectors
         not kept, more chunks than exact_max_chunks, or this replica's own writes not yet built in (the
@@ -250,7 +254,7 @@ class Bm25Index:
         found = {}
         for chunk_id in chunk_ids:
             if (entry := entries.get(chunk_id)) is not None:
-                vector = entry.vector.tolist() if entry.vector is not None else []
+                vector = entry.vector if entry.vector is not None else []
                 found[chunk_id] = StoredChunk(chunk_id, entry.doc_id, entry.content, vector, dict(entry.metadata))
         return found
 
@@ -265,6 +269,6 @@ def keyword_indexed(
     chunks, answers the wrapped store's unfiltered `nearest` queries by exact scan, `max_scan_batch` at a time.
     """
     index = Bm25Index(exact_max_chunks=exact_max_chunks)
-    sync = KeywordSync(store=store, index=index, interval_s=interval_s, with_embeddings=exact_max_chunks > 0)
+    sync = KeywordSync(store=store, index=index, interval_s=interval_s)
     exact = ExactSearch(max_batch=max_scan_batch) if exact_max_chunks > 0 else None
     return SyncedStore(store, index=index, sync=sync, exact=exact), index, sync
