@@ -1,8 +1,9 @@
 """`cairn eval DATASET_DIR`: score Cairn's retrieval on a BEIR-format dataset.
 
 The corpus goes through the service's own ingestion (chunker, embedder, Chroma with the configured
-HNSW parameters, BM25 index) into a temporary collection, the queries through the service's own
-search function with the configured fusion settings. Chunk embeddings are cached under
+HNSW parameters, BM25 index keeping the chunk vectors) into a temporary collection, the queries through
+the service's own search function with the configured fusion settings; dense lookups go where the
+service sends them (the exact scan up to EXACT_SEARCH_MAX_CHUNKS, Chroma's HNSW above). Chunk embeddings are cached under
 CAIRN_DATA_DIR, so evaluating the same corpus again encodes nothing.
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ class _Measured:
     ingest: IngestReport
     modes: list[ModeReport]
     ann: AnnReport
+    dense_lookup: str  # "exact" or "hnsw": which of the two answered the unfiltered dense lookups
 
 
 def run(
@@ -109,6 +111,8 @@ async def _evaluate(
         embeddings=embeddings,
         modes=measured.modes,
         ann=measured.ann,
+        dense_lookup=measured.dense_lookup,
+        exact_max_chunks=settings.exact_search_max_chunks,
         contextual=contextual,
         embedding={"model": str(settings.embedding_model_path or "all-MiniLM-L6-v2 (packaged)"), "backend": backend},
     )
@@ -141,7 +145,12 @@ async def _measure(
             max_neighbors=settings.hnsw_max_neighbors,
         )
         recording = RecordingStore(chroma)
-        store, keywords, keyword_sync = keyword_indexed(recording, interval_s=settings.keyword_sync_interval_s)
+        store, keywords, keyword_sync = keyword_indexed(
+            recording,
+            interval_s=settings.keyword_sync_interval_s,
+            exact_max_chunks=settings.exact_search_max_chunks,
+            max_scan_batch=settings.search_max_query_batch,
+        )
         await keyword_sync.refresh()  # loads the (empty) index; every later write goes through `store`
 
         async def ingest(document: ingestion.NewDocument) -> ingestion.IngestResult:
@@ -163,6 +172,10 @@ async def _measure(
                 count_tokens=embedder.count_tokens,
                 progress=bar.update,
             )
+        # Built before the first query, as a replica's index is once its writes settle: otherwise dense
+        # lookups would go to Chroma until some keyword search built it, and the modes would not compare.
+        await asyncio.to_thread(keywords.build)
+        dense_lookup = "exact" if keywords.exact_dense() is not None else "hnsw"
         depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents)
         results = []
         for mode in modes:
@@ -173,7 +186,7 @@ async def _measure(
         ann = await ann_recall(
             queries=list(dataset.queries.values()), embed_query=embedder.embed_query, store=chroma, embeddings=recording.embeddings
         )
-    return _Measured(ingest=ingested, modes=results, ann=ann)
+    return _Measured(ingest=ingested, modes=results, ann=ann, dense_lookup=dense_lookup)
 
 
 def _contextual_effect(without: list[ModeReport], with_prefixes: list[ModeReport], *, model: str) -> dict[str, Any]:

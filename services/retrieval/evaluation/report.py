@@ -22,6 +22,8 @@ class EvalReport:
     embeddings: dict[str, int]  # computed, reused
     modes: list[ModeReport]
     ann: AnnReport | None = None
+    dense_lookup: str = "hnsw"  # "exact": the kept vectors scanned, as the service does up to exact_max_chunks
+    exact_max_chunks: int = 0
     contextual: dict[str, Any] = field(default_factory=dict)
     embedding: dict[str, str] = field(default_factory=dict)  # model, backend
 
@@ -47,6 +49,7 @@ class EvalReport:
                 {"a": a, "b": b, "mean": round(d.mean, 4), "ci95": round(d.ci95, 4), "queries": d.queries}
                 for a, b, d in self.paired()
             ],
+            "dense_lookup": self.dense_lookup,
             "ann": None if self.ann is None else asdict(self.ann),
             "contextual": self.contextual,
         }
@@ -80,14 +83,22 @@ class EvalReport:
                 + f"{m.latency_ms['p50']:>9.1f}{m.latency_ms['p95']:>9.1f}{m.chunks_requested:>8}"
             )
         lines.append("(latency: one search call for that many chunks, query encoding included; documents ranked by best chunk)")
+        lines.append(self._dense_lookup_line())
         for a, b, d in self.paired():
             lines.append(f"paired nDCG@10 {a} − {b}: {d.mean:+.4f} ± {d.ci95:.4f} (95 % CI, {d.queries} queries)")
         if self.ann is not None:
             lines.append(
-                f"HNSW: {self.ann.recall:.4f} of the exact top-{self.ann.k} returned over {self.ann.chunks} chunks "
+                f"HNSW (filtered and larger searches): {self.ann.recall:.4f} of the exact top-{self.ann.k} returned over {self.ann.chunks} chunks "
                 f"({self.ann.queries} queries); store query p50 {self.ann.query_ms['p50']:.2f} ms, "
                 f"p95 {self.ann.query_ms['p95']:.2f} ms"
             )
         if self.contextual:
             lines.append(f"contextual chunking: {self.contextual.get('summary', 'not measured')}")
         return "\n".join(lines)
+
+    def _dense_lookup_line(self) -> str:
+        if self.dense_lookup == "exact":
+            return (f"dense lookups: an exact scan of the {self.ingest.chunks} chunk vectors, as the service answers "
+                    f"unfiltered searches up to EXACT_SEARCH_MAX_CHUNKS={self.exact_max_chunks}")
+        return (f"dense lookups: Chroma's HNSW index, as the service answers them above "
+                f"EXACT_SEARCH_MAX_CHUNKS={self.exact_max_chunks} chunks")

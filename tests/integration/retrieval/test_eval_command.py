@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Request
+from prometheus_client import REGISTRY
 
 from cairn import cli
 from cairn import eval as evaluation
@@ -64,11 +65,18 @@ def evaluate(capsys, dataset: Path, settings: Settings, embedder, **options) -> 
     return json.loads(capsys.readouterr().out)
 
 
+def exact_scans() -> float:
+    return REGISTRY.get_sample_value("cairn_retrieval_batch_size_count", {"batcher": "exact_scan"}) or 0.0
+
+
 def test_every_mode_is_scored_and_a_second_run_reuses_the_embeddings(
     capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
     settings = settings_for(tmp_path)
+    scans_before = exact_scans()
     first = evaluate(capsys, dataset, settings, embedder)
+    assert first["dense_lookup"] == "exact", "a few chunks: dense lookups scan the kept vectors, as the service does"
+    assert exact_scans() - scans_before >= 2 * len(QUERIES), "the dense and hybrid queries were answered by the scan"
     assert (first["dataset"], first["split"], first["queries"], first["documents"]) == ("tiny-beir", "test", 4, 5)
     assert first["chunks"] > 5, "24-token chunks: several per document"
     assert list(first["modes"]) == ["dense", "keyword", "hybrid"]
@@ -101,7 +109,18 @@ def test_whole_documents_are_single_chunks_and_the_table_prints(
     )
     table = capsys.readouterr().out
     assert evaluate_table == 0
-    assert "nDCG@10" in table and "\nhybrid " in table and "HNSW:" in table and "contextual chunking: not measured" in table
+    assert "nDCG@10" in table and "\nhybrid " in table and "HNSW (filtered and larger searches):" in table
+    assert "dense lookups: an exact scan of the" in table and "contextual chunking: not measured" in table
+
+
+def test_above_the_exact_search_limit_dense_lookups_are_chromas_as_in_the_service(
+    capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    scans_before = exact_scans()
+    report = evaluate(capsys, dataset, settings_for(tmp_path, exact_search_max_chunks=3), embedder, mode="dense")
+    assert report["chunks"] > 3 and report["dense_lookup"] == "hnsw"
+    assert exact_scans() == scans_before, "no lookup went to the scan"
+    assert report["modes"]["dense"]["ndcg@10"] == 1.0
 
 
 def test_a_folder_that_is_not_a_dataset_is_refused_before_loading_the_model(capsys, tmp_path: Path) -> None:
