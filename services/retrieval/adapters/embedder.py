@@ -62,13 +62,16 @@ class TorchEncoder:
         if not Path(model_path).is_dir():
             raise FileNotFoundError(f"embedding model directory not found: {model_path}")
         _offline()
+        from services.retrieval.adapters.single_text import SideBySide, fp32_copy, single_text_encoder
+
+        started = time.perf_counter()
+        # Exported (in a child process, on a first start) before this process loads PyTorch and the model,
+        # so that the two processes do not both hold them: the start's peak memory stays near the serving one.
+        onnx_path = fp32_copy(Path(model_path), models_dir=models_dir) if models_dir else None
         import torch
         from sentence_transformers import SentenceTransformer
         from transformers import AutoTokenizer
 
-        from services.retrieval.adapters.single_text import SideBySide, single_text_encoder
-
-        started = time.perf_counter()
         torch.set_num_threads(threads)
         self._model = SentenceTransformer(str(model_path), device="cpu")
         # A second tokenizer for counting: the model's own is busy on the encode thread and
@@ -78,11 +81,11 @@ class TorchEncoder:
         self._max_tokens = int(self._model.max_seq_length) - 2  # [CLS] and [SEP]
         self._batch_size = batch_size
         self._single = (
-            single_text_encoder(self._model, Path(model_path), models_dir=models_dir, threads=threads) if models_dir else None
+            single_text_encoder(self._model, Path(model_path), onnx_path=onnx_path, threads=threads) if onnx_path else None
         )
         # Several queries at once (a micro-batch) run side by side, one per thread; see SideBySide.
         self._side_by_side = (
-            SideBySide.load(Path(model_path), models_dir=models_dir) if self._single is not None and threads >= 2 else None
+            SideBySide.load(Path(model_path), onnx_path=onnx_path) if self._single is not None and threads >= 2 else None
         )
         self.model_name = Path(model_path).name
         log.info("embedding model loaded", extra={"model_path": str(model_path), "backend": self.backend, "load_s": round(time.perf_counter() - started, 2)})

@@ -6,7 +6,9 @@ fused by onnxruntime's transformer optimizer, and for int8 its weights quantised
 quantize_dynamic. Pooling and normalisation stay outside the graph (onnx_embedder.py).
 
 The result is cached under `models_dir/<model name>-<hash of the model files and the recipe>/`, so a
-changed model, or a changed recipe, exports again. Only the export needs torch and transformers.
+changed model, or a changed recipe, exports again. The export runs in a child process
+(`python -m services.retrieval.adapters.onnx_export`): tracing and optimising the graph leave ~300-400 MB
+in the heap of whatever process does it, which a service would otherwise carry for the rest of its life.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -37,6 +41,7 @@ OPSET = 17
 RECIPE = "torchscript-opset17+ort-bert-fusion+dynamic-int8-u8s8-per-channel-v1"
 FP32_RECIPE = "torchscript-opset17+ort-bert-fusion-v1"
 MIN_MEAN_COSINE = 0.985
+EXPORT_TIMEOUT_S = 900  # seconds: a few on a quiet machine, tens on a loaded one
 _CHECK_SENTENCES = [
     "Cairn answers questions from a document collection with cited, grounded answers.",
     "The retrieval service chunks documents, embeds them and stores them in Chroma.",
@@ -79,8 +84,7 @@ def _ensure(model_path: Path, models_dir: Path, *, quantise: bool) -> Path:
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=models_dir))
     work.chmod(0o755)
     try:
-        info = export_int8(model_path, work) if quantise else export_fp32(model_path, work)
-        (work / INFO_FILE).write_text(json.dumps(info, indent=2))
+        info = run_export(model_path, work, quantise=quantise)
         try:
             os.rename(work, target)  # atomic: a replica exporting at the same time loses the race harmlessly
         except OSError:
@@ -90,6 +94,32 @@ def _ensure(model_path: Path, models_dir: Path, *, quantise: bool) -> Path:
         shutil.rmtree(work, ignore_errors=True)
     log.info("onnx model exported", extra={"path": str(target), **info})
     return target / name
+
+
+def run_export(model_path: Path, out_dir: Path, *, quantise: bool) -> dict[str, object]:
+    """Export into `out_dir` in a child process (see the module docstring); what it did, from its INFO_FILE.
+
+    Raises RuntimeError with the child's last words when it fails."""
+    command = [sys.executable, "-m", __name__, str(model_path), str(out_dir)] + (["--int8"] if quantise else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RuntimeError(f"onnx export of {model_path.name} failed: {last}")
+    return json.loads((out_dir / INFO_FILE).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m services.retrieval.adapters.onnx_export MODEL_DIR OUT_DIR [--int8]`: the child's side."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("model_path", type=Path)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--int8", action="store_true")
+    args = parser.parse_args(argv)
+    info = export_int8(args.model_path, args.out_dir) if args.int8 else export_fp32(args.model_path, args.out_dir)
+    (args.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
+    return 0
 
 
 def export_int8(model_path: Path, out_dir: Path) -> dict[str, object]:
@@ -190,3 +220,7 @@ def _mean_cosine_to_torch(model_path: Path, onnx_path: Path) -> float:
     reference = SentenceTransformer(str(model_path), device="cpu").encode(_CHECK_SENTENCES, normalize_embeddings=True)
     candidate = OnnxEncoder.from_file(model_path, onnx_path=onnx_path, threads=1).encode(_CHECK_SENTENCES)
     return float(sum(sum(a * b for a, b in zip(r, c)) for r, c in zip(reference.tolist(), candidate)) / len(_CHECK_SENTENCES))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

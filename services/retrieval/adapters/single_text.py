@@ -26,17 +26,24 @@ MIN_COSINE = 0.99999
 _CHECK_TEXTS = ("What is the TTL of a session?", "retrieval " * 400)  # the second one is truncated
 
 
-def single_text_encoder(model: Any, model_path: Path, *, models_dir: Path, threads: int) -> OnnxEncoder | None:
-    """The fp32 ONNX copy of `model` (a loaded SentenceTransformer), exported into `models_dir` on first use,
-    or None when it cannot be exported or loaded, or does not reproduce `model.encode`'s unit vectors
-    (another pooling, a prompt, a Dense layer...)."""
+def fp32_copy(model_path: Path, *, models_dir: Path) -> Path | None:
+    """The model's fp32 ONNX file in `models_dir`, exported on first use; None when it cannot be exported."""
     try:
-        encoder = OnnxEncoder.from_file(
-            model_path, onnx_path=ensure_fp32_model(model_path, models_dir=models_dir), threads=threads, spinning=True
-        )
+        return ensure_fp32_model(model_path, models_dir=models_dir)
+    except Exception as exc:  # an unusual model, or onnx missing: PyTorch does every encode
+        log.warning("single-text path not used", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return None
+
+
+def single_text_encoder(model: Any, model_path: Path, *, onnx_path: Path, threads: int) -> OnnxEncoder | None:
+    """The fp32 copy at `onnx_path` (from `fp32_copy`) of `model` (a loaded SentenceTransformer), or None
+    when it cannot be loaded or does not reproduce `model.encode`'s unit vectors (another pooling, a
+    prompt, a Dense layer...)."""
+    try:
+        encoder = OnnxEncoder.from_file(model_path, onnx_path=onnx_path, threads=threads, spinning=True)
         expected = model.encode(list(_CHECK_TEXTS), normalize_embeddings=True, show_progress_bar=False)
         worst = min(float(np.dot(encoder.encode([text])[0], row)) for text, row in zip(_CHECK_TEXTS, expected))
-    except Exception as exc:  # an unusual model, or onnx missing: PyTorch does every encode
+    except Exception as exc:
         log.warning("single-text path not used", extra={"error": f"{type(exc).__name__}: {exc}"})
         return None
     if worst < MIN_COSINE:
@@ -57,9 +64,8 @@ class SideBySide:
         self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-side")
 
     @classmethod
-    def load(cls, model_path: Path, *, models_dir: Path) -> SideBySide:
-        """Over the fp32 copy `single_text_encoder` exported (or exports) into `models_dir`."""
-        onnx_path = ensure_fp32_model(model_path, models_dir=models_dir)
+    def load(cls, model_path: Path, *, onnx_path: Path) -> SideBySide:
+        """Over the fp32 copy at `onnx_path`, which `single_text_encoder` has checked."""
         return cls(OnnxEncoder.from_file(model_path, onnx_path=onnx_path, threads=1))
 
     def encode(self, texts: list[str]) -> list[list[float]]:

@@ -1,13 +1,16 @@
 """The single-text path of the PyTorch encoder (the model's fp32 ONNX copy) gives SentenceTransformer.encode's vectors."""
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from services.retrieval.adapters import onnx_export
 from services.retrieval.adapters.embedder import ONE_BY_ONE, SentenceTransformerEmbedder
-from services.retrieval.adapters.single_text import MIN_COSINE, single_text_encoder
+from services.retrieval.adapters.single_text import MIN_COSINE, fp32_copy, single_text_encoder
 from services.retrieval.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -71,12 +74,23 @@ class _Reversed:
 def test_a_copy_that_differs_from_encode_is_not_used(embedder: SentenceTransformerEmbedder) -> None:
     settings = Settings()
     model = embedder.encoder._model
-    assert single_text_encoder(model, settings.model_path(), models_dir=settings.models_dir, threads=1) is not None
-    assert single_text_encoder(_Reversed(model), settings.model_path(), models_dir=settings.models_dir, threads=1) is None
+    copy = fp32_copy(settings.model_path(), models_dir=settings.models_dir)
+    assert copy is not None
+    assert single_text_encoder(model, settings.model_path(), onnx_path=copy, threads=1) is not None
+    assert single_text_encoder(_Reversed(model), settings.model_path(), onnx_path=copy, threads=1) is None
 
 
 def test_a_model_that_cannot_be_exported_keeps_encode(embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text("{}")
-    assert single_text_encoder(embedder.encoder._model, broken, models_dir=tmp_path / "models", threads=1) is None
+    assert fp32_copy(broken, models_dir=tmp_path / "models") is None
+    assert list((tmp_path / "models").iterdir()) == [], "the failed export's work folder is removed"
+
+
+def test_the_export_runs_in_a_child_process(tmp_path: Path) -> None:
+    """Tracing and optimising the graph would leave ~300-400 MB in the service's heap for good."""
+    exported = onnx_export.ensure_fp32_model(Settings().model_path(), models_dir=tmp_path / "models")
+    info = json.loads((exported.parent / onnx_export.INFO_FILE).read_text())
+    assert exported.name == onnx_export.FP32_FILE and info["recipe"] == onnx_export.FP32_RECIPE
+    assert "onnxruntime.transformers.optimizer" not in sys.modules, "the exporter never ran in this process"

@@ -77,13 +77,13 @@ def test_an_export_that_loses_the_race_to_another_replica_uses_the_winners_file(
     model = _fake_model(tmp_path / "m")
     winner = tmp_path / "models" / f"m-{source_digest(model, recipe=onnx_export.FP32_RECIPE)[:16]}" / onnx_export.FP32_FILE
 
-    def export_while_another_replica_finishes_first(model_path: Path, out_dir: Path) -> dict[str, object]:
+    def export_while_another_replica_finishes_first(model_path: Path, out_dir: Path, *, quantise: bool) -> dict[str, object]:
         winner.parent.mkdir(parents=True)
         winner.write_bytes(b"the other replica's export")
         (out_dir / onnx_export.FP32_FILE).write_bytes(b"this replica's export")
         return {}
 
-    monkeypatch.setattr(onnx_export, "export_fp32", export_while_another_replica_finishes_first)
+    monkeypatch.setattr(onnx_export, "run_export", export_while_another_replica_finishes_first)
     assert ensure_fp32_model(model, models_dir=tmp_path / "models") == winner
     assert winner.read_bytes() == b"the other replica's export"
     assert [p.name for p in (tmp_path / "models").iterdir()] == [winner.parent.name], "the loser's work folder is removed"
