@@ -24,6 +24,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
 from services.retrieval.adapters.exact_dense import ExactDense, ExactSearch
+from services.retrieval.adapters.heap import release_free_memory
 from services.retrieval.filters import Filter, matches
 from services.retrieval.keyword_sync import KeywordSync, SyncedStore
 from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
@@ -204,6 +205,7 @@ class Bm25Index:
                 self._built = _Built(bm25, rows, len(vocab), dense)
             finally:
                 self._building_local = False
+            release_free_memory()  # the old index and the build's scratch: see heap.py
             self.last_build_s = time.perf_counter() - started
 
     def search_now(self, *, query: str, top_k: int, where: Filter | None = None) -> list[KeywordHit]:
