@@ -276,22 +276,22 @@ class ChromaStore:
         self, *, ids: list[str] | None = None, doc_ids: list[str] | None = None, with_embeddings: bool = False
     ) -> list[StoredChunk]:
         include = ["documents", "metadatas"] + (["embeddings"] if with_embeddings else [])
+        # Each page is converted as it arrives, so that only one of Chroma's raw pages is alive at a time.
+        chunks: list[StoredChunk] = []
         if ids is None and doc_ids is None:
-            pages = []
             for offset in itertools.count(0, _PAGE):
                 page = await self._run(lambda c, o=offset: c.chunks.get(include=include, limit=_PAGE, offset=o))
-                pages.append(page)
+                chunks += chunks_of(page, with_embeddings)
                 if len(page["ids"]) < _PAGE:
                     break
-        else:
-            pages = []
-            for start in range(0, len(ids or []), _IDS_PER_CALL):
-                batch = ids[start : start + _IDS_PER_CALL]
-                pages.append(await self._run(lambda c, b=batch: c.chunks.get(ids=b, include=include)))
-            for start in range(0, len(doc_ids or []), _IDS_PER_CALL):
-                where = {"doc_id": {"$in": doc_ids[start : start + _IDS_PER_CALL]}}
-                pages.append(await self._run(lambda c, w=where: c.chunks.get(where=w, include=include)))
-        return [chunk for page in pages for chunk in chunks_of(page, with_embeddings)]
+            return chunks
+        for start in range(0, len(ids or []), _IDS_PER_CALL):
+            batch = ids[start : start + _IDS_PER_CALL]
+            chunks += chunks_of(await self._run(lambda c, b=batch: c.chunks.get(ids=b, include=include)), with_embeddings)
+        for start in range(0, len(doc_ids or []), _IDS_PER_CALL):
+            where = {"doc_id": {"$in": doc_ids[start : start + _IDS_PER_CALL]}}
+            chunks += chunks_of(await self._run(lambda c, w=where: c.chunks.get(where=w, include=include)), with_embeddings)
+        return chunks
 
     async def changes(self, cursor: object | None) -> tuple[set[str] | None, object]:
         return await self._run(lambda c: self._log.read(chunks=c.chunks, changes=c.changes, cursor=cursor))

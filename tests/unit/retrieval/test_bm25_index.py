@@ -5,6 +5,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import bm25s
+import numpy as np
 import pytest
 
 from services.retrieval.adapters.bm25_index import Bm25Index, tokenize
@@ -130,3 +131,25 @@ def test_a_search_beside_the_build_of_local_writes_waits_for_it(monkeypatch: pyt
         assert not second.done()  # waiting for the build, not answering from the old matrix
         release.set()
         assert ids(first.result(5)) == ids(second.result(5)) == ["b#0"]
+
+
+def test_a_full_reload_keeps_the_entries_of_unchanged_chunks_and_replaces_changed_ones() -> None:
+    def with_vector(c: StoredChunk, vector: list[float]) -> StoredChunk:
+        return StoredChunk(c.chunk_id, c.doc_id, c.content, np.array(vector, dtype=np.float32), dict(c.metadata))
+
+    first = [with_vector(chunk("a", 0, "Vitamin D in older adults."), [1, 0]),
+             with_vector(chunk("b", 0, "Mice fed vitamins."), [0, 1]),
+             with_vector(chunk("c", 0, "Weather reports."), [0.6, 0.8])]
+    index = Bm25Index(exact_max_chunks=10)
+    index.load(first, doc_ids=None, since=index.generation)
+    before = dict(index._entries)
+    again = [with_vector(first[0], [1, 0]),  # unchanged, read anew
+             with_vector(first[1], [0.8, 0.6]),  # re-embedded
+             with_vector(chunk("c", 0, "Weather reports.", category="news"), [0.6, 0.8])]  # new metadata
+    index.load(again, doc_ids=None, since=index.generation)
+    assert index._entries["a#0"] is before["a#0"], "nothing to replace: the entry itself stays"
+    assert index._entries["b#0"] is not before["b#0"] and index._entries["b#0"].vector.tolist() == pytest.approx([0.8, 0.6])
+    assert index._entries["c#0"] is not before["c#0"] and index._entries["c#0"].metadata["category"] == "news"
+    index.build()
+    dense = index.exact_dense()
+    assert dense is not None and [hit[0] for hit in dense.nearest(np.array([[0.8, 0.6]], dtype=np.float32), 1)[0]] == ["b#0"]
