@@ -3,8 +3,8 @@
 The corpus goes through the service's own ingestion (chunker, embedder, Chroma with the configured
 HNSW parameters, BM25 index keeping the chunk vectors) into a temporary collection, the queries through
 the service's own search function with the configured fusion settings; dense lookups go where the
-service sends them (the exact scan up to EXACT_SEARCH_MAX_CHUNKS, Chroma's HNSW above). Chunk embeddings are cached under
-CAIRN_DATA_DIR, so evaluating the same corpus again encodes nothing.
+service sends them (the exact scan up to EXACT_SEARCH_MAX_CHUNKS, Chroma's HNSW above). Chunk
+embeddings are cached under CAIRN_DATA_DIR, so evaluating the same corpus again encodes nothing.
 """
 from __future__ import annotations
 

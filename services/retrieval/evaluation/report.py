@@ -88,8 +88,8 @@ class EvalReport:
             lines.append(f"paired nDCG@10 {a} − {b}: {d.mean:+.4f} ± {d.ci95:.4f} (95 % CI, {d.queries} queries)")
         if self.ann is not None:
             lines.append(
-                f"HNSW (filtered and larger searches): {self.ann.recall:.4f} of the exact top-{self.ann.k} returned over {self.ann.chunks} chunks "
-                f"({self.ann.queries} queries); store query p50 {self.ann.query_ms['p50']:.2f} ms, "
+                f"HNSW (filtered and larger searches): {self.ann.recall:.4f} of the exact top-{self.ann.k} returned "
+                f"over {self.ann.chunks} chunks ({self.ann.queries} queries); store query p50 {self.ann.query_ms['p50']:.2f} ms, "
                 f"p95 {self.ann.query_ms['p95']:.2f} ms"
             )
         if self.contextual:
