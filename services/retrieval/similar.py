@@ -2,9 +2,10 @@
 their best chunk, the document itself left out."""
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from services.retrieval.filters import Condition, Filter
 from services.retrieval.ports import MetadataValue, VectorStore
@@ -21,9 +22,9 @@ class SimilarDocument:
 
 
 def _mean_direction(vectors: list[Sequence[float]]) -> list[float]:
-    total = [float(sum(column)) for column in zip(*vectors)]
-    norm = math.sqrt(sum(v * v for v in total))
-    return [v / norm for v in total] if norm else total
+    total = np.sum(np.asarray(vectors, dtype=np.float64), axis=0)
+    norm = float(np.linalg.norm(total))
+    return (total / norm if norm else total).tolist()
 
 
 async def similar_documents(*, doc_id: str, top_k: int, store: VectorStore) -> list[SimilarDocument] | None:

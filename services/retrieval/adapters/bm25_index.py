@@ -152,18 +152,22 @@ class Bm25Index:
         for chunk in chunks:
             text = indexed_text(chunk.content, chunk.metadata)
             old = previous.get(chunk.chunk_id)
-            if old is not None and old.text == text and self._holds(old, chunk):
-                prepared.append((chunk.chunk_id, old))  # see _holds
-                continue
-            terms = old.terms if old is not None and old.text == text else self._term_ids(tokenize(text))
+            if old is not None and old.text == text:
+                if self._holds(old, chunk):
+                    prepared.append((chunk.chunk_id, old))  # see _holds
+                    continue
+                terms = old.terms  # unchanged text: skip the stemmer
+            else:
+                terms = self._term_ids(tokenize(text))
             # A copy: a row read from the store would keep its whole page alive.
             vector = np.array(chunk.embedding, dtype=np.float32) if self.keeps_vectors and len(chunk.embedding) else None
             prepared.append((chunk.chunk_id, _Entry(chunk.doc_id, chunk.content, dict(chunk.metadata), text, terms, vector)))
         return prepared
 
     def _holds(self, entry: _Entry, chunk: StoredChunk) -> bool:
-        """Whether `entry` already holds `chunk` as just read. A full reload then keeps the entry: allocating
-        every chunk anew, among the read's own short-lived objects, left the heap too fragmented to hand back."""
+        """Whether `entry`, of the same text, already holds `chunk` as just read. A full reload then keeps the
+        entry: allocating every chunk anew, among the read's own short-lived objects, left the heap too
+        fragmented to hand back."""
         if (entry.doc_id, entry.content, entry.metadata) != (chunk.doc_id, chunk.content, chunk.metadata):
             return False
         if not self.keeps_vectors or not len(chunk.embedding):
