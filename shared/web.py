@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.context import RequestUser, new_request_id, request_id_var, request_user_var, set_user_id
 from shared.errors import ErrorBody, ServiceError, Unauthorized
+from shared.json_body import StrictJsonRoute
 from shared.settings import CommonSettings
 from shared.tracing import finish_server_span, inject, server_span
 
@@ -103,8 +104,10 @@ class RequestContextMiddleware:
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errors):
-        return JSONResponse({"error": "malformed_json", "message": "request body is not valid JSON"}, status_code=400)
+    if invalid := [e for e in errors if e.get("type") == "json_invalid"]:
+        reason = (invalid[0].get("ctx") or {}).get("error")
+        message = f"request body is not valid JSON: {reason}" if reason else "request body is not valid JSON"
+        return JSONResponse({"error": "malformed_json", "message": message}, status_code=400)
     detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors]
     first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
     where = ".".join(str(p) for p in first["loc"] if p != "body")
@@ -176,6 +179,7 @@ def create_service_app(
         responses={400: {"description": "Malformed JSON"}, 422: {"description": "Invalid request"}},
         **kwargs,
     )
+    app.router.route_class = StrictJsonRoute  # the routers of each service's api.py set it too
     app.add_middleware(RequestContextMiddleware, service=service)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

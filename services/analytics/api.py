@@ -22,9 +22,10 @@ from services.analytics.reports import export, per_model, queries
 from services.analytics.reports import feedback as feedback_report
 from services.analytics.reports import summary as summary_report
 from services.analytics.reports import timeseries as timeseries_report
+from shared.json_body import StrictJsonRoute
 from shared.web import error_responses
 
-router = APIRouter(prefix="/analytics", tags=["analytics"])
+router = APIRouter(route_class=StrictJsonRoute, prefix="/analytics", tags=["analytics"])
 
 _BAD_INPUT = (
     "from or to is not an ISO 8601 date-time, from is after to, or a parameter is out of range (invalid_request)"

@@ -12,8 +12,9 @@ from pydantic import BaseModel
 from services.chat.deps import CallerDep, PipelineDep
 from services.chat.models import ChatRequest, ChatResponse, ModelsOut
 from services.chat.streaming import StreamEvent, open_stream
+from shared.json_body import StrictJsonRoute
 
-router = APIRouter(tags=["chat"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["chat"])
 
 _ERRORS = {
     401: {"description": "Missing or wrong service token"},

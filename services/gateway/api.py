@@ -29,10 +29,11 @@ from services.gateway.models import LoginRequest, LoginResponse, MeResponse, Use
 from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
 from services.gateway.settings import Settings
 from shared.errors import DependencyUnavailable
+from shared.json_body import StrictJsonRoute
 from shared.web import internal_headers
 
-auth_router = APIRouter(prefix="/auth", tags=["auth"])
-api_router = APIRouter(prefix="/api", tags=["api"])
+auth_router = APIRouter(route_class=StrictJsonRoute, prefix="/auth", tags=["auth"])
+api_router = APIRouter(route_class=StrictJsonRoute, prefix="/api", tags=["api"])
 
 
 @auth_router.post("/login", response_model=LoginResponse, responses=LOGIN)

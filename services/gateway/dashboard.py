@@ -16,6 +16,7 @@ from services.gateway.deps import SessionsDep, SettingsDep
 from services.gateway.roles import grants
 from services.gateway.web_page import CONTENT_TYPES, WEB_DIR
 from shared.errors import Forbidden
+from shared.json_body import StrictJsonRoute
 
 PAGE = "dashboard.html"
 # The chat page's policy, except that inline styles are allowed: plotly.js adds its own stylesheets as
@@ -27,7 +28,7 @@ DASHBOARD_CSP = (
 )
 _HEADERS = {"Cache-Control": "no-cache", "Content-Security-Policy": DASHBOARD_CSP}
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(route_class=StrictJsonRoute, include_in_schema=False)
 
 
 async def _refuse_non_analysts(request: Request, sessions: SessionsDep, settings: SettingsDep) -> None:

@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field, field_validator
 from services.gateway import feedback
 from services.gateway.deps import PublisherDep, RequestOwnersDep, UserSession
 from services.gateway.responses import FEEDBACK
+from shared.json_body import StrictJsonRoute
 
-router = APIRouter(prefix="/api", tags=["feedback"])
+router = APIRouter(route_class=StrictJsonRoute, prefix="/api", tags=["feedback"])
 
 
 class FeedbackRequest(BaseModel):

@@ -16,8 +16,9 @@ from services.gateway.model_offer import ModelOffer
 from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
 from services.gateway.responses import forwarded
 from shared.errors import DependencyUnavailable, ServiceError
+from shared.json_body import StrictJsonRoute
 
-router = APIRouter(prefix="/v1", tags=["openai-compatible"])
+router = APIRouter(route_class=StrictJsonRoute, prefix="/v1", tags=["openai-compatible"])
 
 
 @router.get("/models", responses=forwarded("chat"))

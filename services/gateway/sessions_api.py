@@ -7,8 +7,9 @@ from services.gateway import auth
 from services.gateway.deps import CurrentSession, SessionsDep
 from services.gateway.models import SessionOut, SessionsResponse
 from services.gateway.responses import OWN_SESSION, SIGNED_IN
+from shared.json_body import StrictJsonRoute
 
-sessions_router = APIRouter(prefix="/auth", tags=["auth"])
+sessions_router = APIRouter(route_class=StrictJsonRoute, prefix="/auth", tags=["auth"])
 
 @sessions_router.get("/sessions", response_model=SessionsResponse, responses=SIGNED_IN)
 async def list_sessions(session: CurrentSession, sessions: SessionsDep) -> SessionsResponse:

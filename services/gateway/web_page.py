@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
 from shared.errors import NotFound
+from shared.json_body import StrictJsonRoute
 
 WEB_DIR = Path(__file__).parent / "web"
 PAGE = "index.html"
@@ -28,7 +29,7 @@ CONTENT_TYPES = {
 }
 _HEADERS = {"Cache-Control": "no-cache"}
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(route_class=StrictJsonRoute, include_in_schema=False)
 
 
 def _asset_names() -> frozenset[str]:

@@ -33,6 +33,7 @@ from services.retrieval.models import (
 )
 from services.retrieval.similar import similar_documents
 from shared.errors import NotFound
+from shared.json_body import StrictJsonRoute
 from shared.web import error_responses
 
 log = logging.getLogger("cairn.retrieval")
@@ -51,6 +52,7 @@ class DocumentIdConvertor(PathConvertor):
 register_url_convertor("doc_id", DocumentIdConvertor())
 
 router = APIRouter(
+    route_class=StrictJsonRoute,
     responses=error_responses({401: "Missing or wrong service token", 503: "Chroma is unavailable (chroma_unavailable)"})
 )
 _NO_DOCUMENT = error_responses({404: "No such document"})

@@ -73,6 +73,10 @@ def test_bad_token_and_bad_input_through_the_gateway(cairn):
         auth = _login(client)
         empty = client.post("/api/chat", json={"query": "   "}, headers=auth)
         assert empty.status_code == 422 and empty.json()["error"]
+        # Not text: chat refuses it (the gateway forwards bodies as they are) before retrieval sees it.
+        lone = client.post("/api/chat", content=b'{"query": "add a \\ud800 user"}', headers=auth | {"Content-Type": "application/json"})
+        assert lone.status_code == 400 and lone.json()["error"] == "malformed_json"
+        assert client.post("/api/chat", json={"query": "How do I add a user?"}, headers=auth).status_code == 200
 
 
 def test_a_follow_up_through_the_gateway_is_resolved_against_the_first_question(cairn):

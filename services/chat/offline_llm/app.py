@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.chat.context_format import parse_context
 from services.chat.offline_llm import extractive
 from services.chat.offline_llm.settings import OfflineSettings
+from shared.json_body import StrictJsonRoute
 from shared.web import create_service_app
 
 
@@ -129,7 +130,7 @@ async def stream_events(completion: Completion, *, include_usage: bool) -> Async
 
 def create_app(settings: OfflineSettings | None = None) -> FastAPI:
     settings = settings or OfflineSettings()
-    router = APIRouter(prefix="/v1", tags=["openai-compatible"])
+    router = APIRouter(route_class=StrictJsonRoute, prefix="/v1", tags=["openai-compatible"])
 
     @router.post(
         "/chat/completions",

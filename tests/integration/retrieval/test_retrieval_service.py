@@ -115,6 +115,16 @@ def test_bad_requests_are_refused(client: TestClient) -> None:
     bad = client.post("/search", content=b"{not json", headers=AUTH | {"Content-Type": "application/json"})
     assert bad.status_code == 400 and bad.json()["error"] == "malformed_json"
     assert client.post("/documents", json={"text": "   "}, headers=AUTH).status_code == 422
+    # Text the tokenizer cannot encode (an unpaired surrogate) is refused as malformed JSON, in every mode.
+    json_type = AUTH | {"Content-Type": "application/json"}
+    for mode in ("hybrid", "dense", "keyword"):
+        lone = client.post("/search", content=b'{"query": "add a \\ud800 user", "mode": "%s"}' % mode.encode(), headers=json_type)
+        assert lone.status_code == 400, lone.text
+        assert lone.json() == {"error": "malformed_json", "message": "request body is not valid JSON: unpaired surrogate \\ud800 in a string"}
+    document = client.post("/documents", content=b'{"text": "a \\udc00 b", "source": "s.md"}', headers=json_type)
+    assert document.status_code == 400 and document.json()["error"] == "malformed_json"
+    paired = client.post("/search", content=b'{"query": "add a user \\ud83d\\ude00"}', headers=json_type)
+    assert paired.status_code == 200 and paired.json()["query"] == "add a user \U0001f600"
 
 
 def test_the_index_survives_a_restart(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:

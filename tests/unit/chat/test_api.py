@@ -97,6 +97,17 @@ async def test_malformed_json_is_400():
     assert response.status_code == 400 and response.json()["error"] == "malformed_json"
 
 
+async def test_a_query_with_an_unpaired_surrogate_is_400_before_any_work():
+    publisher, retriever = ListPublisher(), FakeRetriever()
+    async with chat_client(retriever=retriever, publisher=publisher) as client:
+        response = await client.post(
+            "/chat", content=b'{"query": "add \\ud800 user"}', headers={**HEADERS, "Content-Type": "application/json"}
+        )
+    assert response.status_code == 400 and response.json()["error"] == "malformed_json"
+    assert "unpaired surrogate" in response.json()["message"]
+    assert retriever.calls == [] and publisher.events == []
+
+
 @pytest.mark.parametrize("token", [None, "wrong-token"])
 async def test_calls_without_the_service_token_are_401(token):
     headers = {"X-Service-Token": token} if token else {}

@@ -1,0 +1,53 @@
+"""Request bodies parsed as I-JSON (RFC 7493): JSON whose strings are all valid Unicode.
+
+Python's json module accepts an unpaired surrogate escape ("\\ud800") and returns a str that cannot be
+encoded as UTF-8. Such a query passed validation and then broke wherever text is encoded: the tokenizer
+(a 500 from retrieval, which chat reported as "retrieval unavailable" and counted against its circuit
+breaker), the event outbox (the question's events were dropped). It is not text, so it is refused where
+the body is parsed, as malformed JSON (400), by every route of every service.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+# A surrogate written as an escape, or as the bytes UTF-8 would give it (json decodes bytes with
+# "surrogatepass"). Either is rare: only then is the parsed value checked.
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def loads(body: bytes) -> Any:
+    """json.loads, raising json.JSONDecodeError for a string that holds an unpaired surrogate."""
+    value = json.loads(body)
+    if _MAYBE_SURROGATE.search(body):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            found = json.dumps(exc.object[exc.start : exc.end]).strip('"')
+            text = body.decode("utf-8", "replace")
+            raise json.JSONDecodeError(f"unpaired surrogate {found} in a string", text, 0) from None
+    return value
+
+
+class StrictJsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = loads(await self.body())
+        return self._json
+
+
+class StrictJsonRoute(APIRoute):
+    """The route class of every Cairn router: FastAPI reads JSON bodies through StrictJsonRequest."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict_json_handler(request: Request) -> Response:
+            return await handler(StrictJsonRequest(request.scope, request.receive))
+
+        return strict_json_handler

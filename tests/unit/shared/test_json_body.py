@@ -1,0 +1,73 @@
+"""Request bodies are I-JSON: a string holding an unpaired surrogate is malformed JSON, in every route."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from services.analytics.main import create_app as create_analytics_app
+from services.chat.main import create_app as create_chat_app
+from services.chat.offline_llm.app import create_app as create_offline_llm_app
+from services.gateway.main import create_app as create_gateway_app
+from services.retrieval.main import create_app as create_retrieval_app
+from shared.json_body import StrictJsonRoute, loads
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("body", "value"),
+    [
+        (b'{"q": "a\\ud83d\\ude00b"}', {"q": "a\U0001f600b"}),  # a surrogate pair is one character
+        ('{"q": "a\U0001f600b"}'.encode(), {"q": "a\U0001f600b"}),
+        (b'{"q": "a\\\\ud800b"}', {"q": "a\\ud800b"}),  # an escaped backslash, then plain letters
+        (b'{"q": "caf\\u00e9", "n": [1, 2.5, null, true]}', {"q": "café", "n": [1, 2.5, None, True]}),
+    ],
+)
+def test_valid_text_is_read_as_json_reads_it(body: bytes, value: object) -> None:
+    assert loads(body) == value
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b'{"q": "a\\ud800b"}', "\\ud800"),  # a high surrogate with no low one after it
+        (b'{"q": "a\\uDC00"}', "\\udc00"),  # a low surrogate alone
+        (b'{"q": ["ok", {"deep": "\\ude00\\ud83d"}]}', "\\ude00"),  # a pair in the wrong order, nested
+        ('{"q": "a\ud800b"}'.encode("utf-8", "surrogatepass"), "\\ud800"),  # as raw bytes, not an escape
+        (b'{"a\\ud800": 1}', "\\ud800"),  # in a key
+    ],
+)
+def test_an_unpaired_surrogate_is_malformed_json(body: bytes, named: str) -> None:
+    with pytest.raises(json.JSONDecodeError, match=f"unpaired surrogate {named.replace(chr(92), chr(92) * 2)}"):
+        loads(body)
+
+
+def test_syntax_errors_stay_json_errors() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        loads(b'{"q": ')
+
+
+def _api_routes(app: FastAPI) -> list[APIRoute]:
+    """Every APIRoute of the app, those of included routers too."""
+    found, pending = [], list(app.router.routes)
+    while pending:
+        route = pending.pop()
+        if isinstance(route, APIRoute):
+            found.append(route)
+        elif (router := getattr(route, "original_router", None)) is not None:
+            pending.extend(router.routes)
+    return found
+
+
+@pytest.mark.parametrize(
+    "create_app",
+    [create_gateway_app, create_chat_app, create_retrieval_app, create_analytics_app, create_offline_llm_app],
+    ids=["gateway", "chat", "retrieval", "analytics", "offline-llm"],
+)
+def test_every_route_of_every_service_reads_strict_json(create_app) -> None:
+    routes = _api_routes(create_app())
+    assert len(routes) > 3  # /healthz, /readyz, /metrics and the service's own
+    assert [r.path for r in routes if not isinstance(r, StrictJsonRoute)] == []
