@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Connection, Insert, insert
 from sqlalchemy.dialects import postgresql, sqlite
@@ -30,6 +31,10 @@ _INSERT_NEW = {
 }
 _INSERT_CITED = insert(cited_documents)
 
+# PostgreSQL's text and jsonb cannot hold U+0000, which a question or a comment may carry: it is stored as
+# U+FFFD, on every backend so that their reports agree. Refused, the event would be lost to the reports.
+_NUL, _REPLACEMENT = "\x00", "\ufffd"
+
 
 def insert_records(
     conn: Connection, records: Sequence[EventRecord], *, received_at: datetime | None = None
@@ -43,7 +48,7 @@ def insert_records(
     received_at = received_at or datetime.now(UTC)
     new = _insert_events(conn, [_event_row(record, received_at) for record in unique])
     cited = [
-        {"event_id": record.event_id, "doc_id": doc_id, "request_id": record.request_id,
+        {"event_id": record.event_id, "doc_id": _storable(doc_id), "request_id": _storable(record.request_id),
          "occurred_at": record.occurred_at, "count": count}
         for record in unique if record.event_id in new
         for doc_id, count in record.cited_documents
@@ -59,9 +64,20 @@ def insert_record(conn: Connection, record: EventRecord, *, received_at: datetim
 
 
 def _event_row(record: EventRecord, received_at: datetime) -> dict:
-    row = {name: getattr(record, name) for name in _EVENT_COLUMNS}
+    row = {name: _storable(getattr(record, name)) for name in _EVENT_COLUMNS}
     row["received_at"] = received_at
     return row
+
+
+def _storable(value: Any) -> Any:
+    """`value` with U+0000 replaced in every string, those inside dicts and lists too."""
+    if isinstance(value, str):
+        return value.replace(_NUL, _REPLACEMENT) if _NUL in value else value
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
 
 
 def _insert_events(conn: Connection, rows: list[dict]) -> set[uuid.UUID]:

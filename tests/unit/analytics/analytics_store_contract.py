@@ -100,3 +100,23 @@ class SqlStoreContract:
             ("ResponseGenerated", 321.0, 3, "high", 15, "how do i add a user?"),
         ]
         assert rows[0].payload["event_id"] == str(question.event_id)
+
+    def test_a_nul_character_is_stored_as_a_replacement_character(self, store: SqlEventStore) -> None:
+        # PostgreSQL refuses U+0000 in text and jsonb: the events stay storable, the same on every backend.
+        question = submitted(request_id="nul", query="how do I log\x00 out")
+        answer = responded(request_id="nul", docs=["guide\x00.md"], query="how do I log\x00 out")
+        rating = feedback(rated_request_id="nul", comment="wrong\x00")
+        assert store.add_many([to_record(question), to_record(answer), to_record(rating)]) == [True, True, True]
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                select(events.c.event_type, events.c.query_text, events.c.comment, events.c.payload)
+                .order_by(events.c.event_type)
+            ).all()
+            cited = conn.execute(select(cited_documents.c.doc_id)).scalars().all()
+        assert [tuple(row[:3]) for row in rows] == [
+            ("FeedbackReceived", None, "wrong\ufffd"),
+            ("QuerySubmitted", "how do I log\ufffd out", None),
+            ("ResponseGenerated", "how do I log\ufffd out", None),
+        ]
+        assert rows[1].payload["data"]["query"] == "how do I log\ufffd out"
+        assert cited == ["guide\ufffd.md"]
