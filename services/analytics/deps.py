@@ -67,7 +67,11 @@ RangeDep = Annotated[TimeRange, Depends()]
 
 
 ModelQuery = Annotated[
-    str | None, Query(min_length=1, max_length=128, description="Only requests answered by (or asked of) this model")
+    str | None,
+    Query(
+        min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",  # PostgreSQL cannot even compare with U+0000
+        description="Only requests answered by (or asked of) this model",
+    ),
 ]
 
 
