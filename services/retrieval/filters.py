@@ -33,6 +33,7 @@ _RANGE = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": o
 _LISTS = {"$in", "$nin"}
 MAX_KEYS = 10
 MAX_VALUES = 100
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class InvalidFilter(ValueError):
@@ -101,6 +102,8 @@ def _condition(key: str, op: str, value: Any) -> Condition:
 def _scalar(value: Any, where: str) -> Scalar:
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidFilter(f"{where}: numbers must be finite")
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        raise InvalidFilter(f"{where}: whole numbers must fit in 64 bits (as Chroma stores them)")
     if isinstance(value, str | int | float | bool):
         return value
     raise InvalidFilter(f"{where}: values must be strings, numbers or booleans, got {type(value).__name__}")

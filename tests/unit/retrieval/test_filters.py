@@ -69,6 +69,9 @@ def test_matches_follows_chroma_semantics(spec: dict, expected: bool) -> None:
         ({"page": {"$gt": "soon"}}, "number or an ISO date"),
         ({"page": {"$gt": True}}, "number or an ISO date"),
         ({"page": {"$gt": float("nan")}}, "finite"),
+        ({"page": 2**63}, "fit in 64 bits"),  # Chroma refuses it: a 503 "chroma unavailable" before
+        ({"page": {"$gte": -(2**63) - 1}}, "fit in 64 bits"),
+        ({"page": {"$in": [1, 2**64]}}, "fit in 64 bits"),
         ({f"k{i}": 1 for i in range(11)}, "at most 10"),
     ],
 )
