@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from services.retrieval.contextual import Contextualizer
 
 Status = Literal["added", "unchanged", "replaced"]
+# A longer id is refused when given; one derived from a longer source is shortened (_within_doc_id_limit).
+MAX_DOC_ID_CHARS = 512
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 # Model tokens kept free for a contextual prefix, so prefix + chunk still fit what the model embeds.
 CONTEXT_TOKENS = 64
@@ -60,8 +62,15 @@ def derive_doc_id(document: NewDocument, digest: str) -> str:
     if document.doc_id:
         return document.doc_id
     if document.source:
-        return PurePosixPath(document.source.replace("\\", "/")).as_posix()
+        return _within_doc_id_limit(PurePosixPath(document.source.replace("\\", "/")).as_posix())
     return f"doc-{digest[:16]}"
+
+
+def _within_doc_id_limit(path: str) -> str:
+    """The path, or for a path over MAX_DOC_ID_CHARS its start and a hash of the whole: still stable and unique."""
+    if len(path) <= MAX_DOC_ID_CHARS:
+        return path
+    return f"{path[: MAX_DOC_ID_CHARS - 17]}~{hashlib.sha256(path.encode('utf-8')).hexdigest()[:16]}"
 
 
 def is_markdown(source: str | None) -> bool:

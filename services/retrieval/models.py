@@ -7,13 +7,14 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel, Field, WithJsonSchema, field_validator
 
 from services.retrieval.filters import KEY_PATTERN, MAX_KEYS, MAX_VALUES, InvalidFilter, parse_filter
+from services.retrieval.ingestion import MAX_DOC_ID_CHARS
 from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
 
 MAX_QUERY_CHARS = 1000
 
 
 class DocumentIn(BaseModel):
-    doc_id: str | None = Field(None, min_length=1, max_length=512, description="Stable id; default: source, else a content hash.")
+    doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
     text: str = Field(min_length=1, max_length=10_000_000, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
     source: str | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
@@ -38,7 +39,7 @@ class DocumentOut(BaseModel):
 class UploadFields(BaseModel):
     """The form fields that may accompany a `file` part in a multipart POST /documents."""
 
-    doc_id: str | None = Field(None, min_length=1, max_length=512, description="Default: the file name.")
+    doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.")
     source: str | None = Field(None, min_length=1, max_length=1000, description="Default: the file name.")
     url: str | None = Field(None, max_length=2000)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.retrieval.ingestion import NewDocument, content_hash, from_parsed, from_text, ingest_document
+from services.retrieval.ingestion import MAX_DOC_ID_CHARS, NewDocument, content_hash, from_parsed, from_text, ingest_document
 from services.retrieval.parsing import parse
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
@@ -67,6 +67,16 @@ async def test_doc_id_is_derived_from_the_source_else_the_content(embedder, stor
     from_text = await ingest(NewDocument(text="hello there"), embedder, store)
     assert from_source.doc_id == "notes/todo.txt" and from_source.title == "todo"
     assert from_text.doc_id == f"doc-{content_hash('hello there')[:16]}"
+
+
+async def test_a_doc_id_derived_from_a_long_source_keeps_to_the_id_limit(embedder, store) -> None:
+    deep = "docs/" + "a" * 700 + ".md"
+    first = await ingest(NewDocument(text="hello", source=deep), embedder, store)
+    again = await ingest(NewDocument(text="hello", source=deep), embedder, store)
+    other = await ingest(NewDocument(text="hello", source=deep.replace(".md", "b.md")), embedder, store)
+    assert len(first.doc_id) == MAX_DOC_ID_CHARS and first.doc_id.startswith("docs/aaa")
+    assert again.doc_id == first.doc_id and again.status == "unchanged"
+    assert len(other.doc_id) == MAX_DOC_ID_CHARS and other.doc_id != first.doc_id
 
 
 async def test_a_txt_source_is_plain_text(embedder, store) -> None:
