@@ -24,18 +24,20 @@ _THANKS = {
 _GOODBYES = {"bye", "goodbye", "bye bye", "see you", "see you later", "good night", "later"}
 _WELLBEING = {"how are you", "how are you doing", "how is it going", "how's it going", "what's up", "whats up"}
 _FILLERS = re.compile(r"\b(cairn|bot|assistant|there|again)\b")
-_NOT_WORDS = re.compile(r"[^a-z' ]+")
+_PUNCTUATION = re.compile(r"[^\w']+|_")  # \w: letters and digits of every script
+_SMALL_TALK_CHARACTERS = re.compile(r"[a-z' ]+")
 
 
 def _normalised(message: str) -> str:
-    text = _NOT_WORDS.sub(" ", message.lower().replace("’", "'"))
+    text = _PUNCTUATION.sub(" ", message.lower().replace("’", "'"))
     return " ".join(text.split())
 
 
 def small_talk_reply(message: str) -> str | None:
     """The reply to `message` when it is only small talk, else None."""
     text = _normalised(message)
-    if not text or len(text) > 40:
+    # A digit or a word in another script means more than small talk ("hi, как добавить пользователя?").
+    if not text or len(text) > 40 or not _SMALL_TALK_CHARACTERS.fullmatch(text):
         return None
     bare = " ".join(_FILLERS.sub(" ", text).split())
     for phrases, reply in (

@@ -15,6 +15,9 @@ pytestmark = pytest.mark.unit
         ("thank you so much", THANKS_REPLY),
         ("Bye", GOODBYE_REPLY),
         ("how are you?", WELLBEING_REPLY),
+        ("How’s it going?", WELLBEING_REPLY),
+        ("Hi!! 👋", GREETING_REPLY),
+        ("ok_thanks", THANKS_REPLY),
     ],
 )
 def test_small_talk_gets_a_short_friendly_reply(message, reply):
@@ -23,7 +26,11 @@ def test_small_talk_gets_a_short_friendly_reply(message, reply):
 
 @pytest.mark.parametrize(
     "message",
-    ["hi, how do I add a user?", "thanks, and what about the TTL?", "How do sessions expire?", "hello world program", "?"],
+    [
+        "hi, how do I add a user?", "thanks, and what about the TTL?", "How do sessions expire?", "hello world program", "?",
+        # Words of another script, or a digit, carry more than the greeting the Latin letters spell.
+        "Hi, как добавить пользователя?", "Hello! 如何添加用户？", "Hey, ユーザーを追加するには？", "ok 2+2?", "hi 123",
+    ],
 )
 def test_a_message_carrying_a_question_is_not_small_talk(message):
     assert small_talk_reply(message) is None
