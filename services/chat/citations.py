@@ -31,6 +31,8 @@ INSUFFICIENT_PHRASES = (
     "does not contain information",
     "doesn't contain information",
 )
+_ABOUT_THE_SOURCES = re.compile(r"\b(?:i|i'm|i've|we|my|our|documents?|context|passages?|sources?|provided|excerpts?)\b")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,13 @@ def snippet_of(text: str, limit: int = SNIPPET_CHARS) -> str:
 
 
 def lacks_information(answer: str) -> bool:
-    lowered = answer.lower().replace("’", "'")
-    return any(phrase in lowered for phrase in INSUFFICIENT_PHRASES)
+    """Whether the answer says the documents lack what was asked: one of its sentences has such a phrase
+    and speaks of the speaker or the sources. "Events carry no information about the password [1]" does
+    neither: it states a fact from a passage."""
+    for sentence in _SENTENCE_BREAK.split(answer.lower().replace("’", "'")):
+        if _ABOUT_THE_SOURCES.search(sentence) and any(phrase in sentence for phrase in INSUFFICIENT_PHRASES):
+            return True
+    return False
 
 
 def _numbers(content: str) -> list[int] | None:

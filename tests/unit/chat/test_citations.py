@@ -130,6 +130,7 @@ def test_markdown_links_are_not_citations():
     "There is not enough information in the documents [2, 3].",
     "I cannot find this information in [Citation 1].",
     "I don’t have enough information [1-2].",
+    "Sessions expire after a day [1]. The provided documents contain no information about renewal [2].",
 ])
 def test_insufficient_information_answer_loses_markers_and_citations(answer):
     assert lacks_information(answer)
@@ -141,6 +142,11 @@ def test_insufficient_information_answer_loses_markers_and_citations(answer):
 def test_ordinary_answer_is_not_insufficient():
     assert not lacks_information("Run the command [1].")
     assert not lacks_information("If you cannot find the file, run cairn ingest again [1].")
+    # The phrases as facts from a passage, not about the documents: the answer stands with its citations.
+    stated = "Events carry no information about the password; only its hash is stored [1]."
+    assert not lacks_information(stated)
+    assert not lacks_information("A token does not contain information about roles. Roles live in Redis [2].")
+    assert [c.number for c in resolve_citations(stated, CHUNKS).citations] == [1]
 
 
 def test_snippet_limit_is_200_characters():
