@@ -38,8 +38,14 @@ _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
 @dataclass(frozen=True)
 class Citation:
     number: int
-    chunk: RetrievedChunk
+    chunk: RetrievedChunk  # the first passage cited under this number: its id and snippet are shown
     snippet: str
+    # Every passage cited under this number (passages of one page share it); empty means just `chunk`.
+    passages: tuple[RetrievedChunk, ...] = ()
+
+    @property
+    def cited_passages(self) -> tuple[RetrievedChunk, ...]:
+        return self.passages or (self.chunk,)
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,7 @@ def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
     if lacks_information(answer):
         return CitedAnswer(answer=_strip_markers(answer, chunks), citations=[])
     by_key: dict[tuple[str, object], int] = {}
-    first_chunk: dict[int, RetrievedChunk] = {}
+    cited: dict[int, list[RetrievedChunk]] = {}
 
     def rewrite(match: re.Match[str]) -> str:
         originals = _marker_passages(match.group(1), chunks)
@@ -176,13 +182,16 @@ def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
                 continue
             chunk = chunks[original - 1]
             new = by_key.setdefault(_page_key(chunk), len(by_key) + 1)
-            first_chunk.setdefault(new, chunk)
+            same_number = cited.setdefault(new, [])
+            if chunk not in same_number:
+                same_number.append(chunk)
             if new not in numbers:
                 numbers.append(new)
         return f"[{', '.join(map(str, numbers))}]" if numbers else _DROPPED
 
     text = _without_dropped(_BRACKET.sub(rewrite, answer))
     citations = [
-        Citation(number=n, chunk=chunk, snippet=snippet_of(chunk.content)) for n, chunk in sorted(first_chunk.items())
+        Citation(number=n, chunk=chunks[0], snippet=snippet_of(chunks[0].content), passages=tuple(chunks))
+        for n, chunks in sorted(cited.items())
     ]
     return CitedAnswer(answer=text, citations=citations)

@@ -181,8 +181,10 @@ def check_grounding(
 
     `passages`: every passage given to the model, for the term weights (the cited ones are always
     included). Markers whose number is not among `citations` are ignored."""
-    by_chunk = {c.chunk_id: _Evidence.of(c.content) for c in [*passages, *(c.chunk for c in citations)]}
-    evidence = {c.number: by_chunk[c.chunk.chunk_id] for c in citations}
+    cited = [passage for c in citations for passage in c.cited_passages]
+    by_chunk = {c.chunk_id: _Evidence.of(c.content) for c in [*passages, *cited]}
+    # A number shared by several passages of one page stands for all of them.
+    evidence = {c.number: reduce(operator.or_, (by_chunk[p.chunk_id] for p in c.cited_passages)) for c in citations}
     weights = term_weights([e.terms for e in by_chunk.values()])
     unseen = 1 + math.log(len(by_chunk) + 1)
     sentences: list[SentenceSupport] = []

@@ -124,6 +124,19 @@ def test_a_citation_that_backs_nothing_in_its_sentence_is_flagged():
     assert report.summary.supported == 1 and report.summary.unsupported == 1
 
 
+def test_passages_of_one_page_share_a_number_and_back_its_sentences_together():
+    revenue = make_chunk(1, "Revenue grew by 12 percent in the third quarter, driven by exports.", doc_id="report.pdf", page=5)
+    leave = make_chunk(2, "Employees receive 25 days of paid vacation each year.", doc_id="report.pdf", page=5)
+    answer = "Revenue grew by 12 percent in the third quarter [1]. Employees receive 25 days of paid vacation [2]."
+    cited = resolve_citations(answer, [revenue, leave])
+    assert cited.answer.endswith("quarter [1]. Employees receive 25 days of paid vacation [1].")
+    (citation,) = cited.citations
+    assert citation.chunk == revenue and citation.cited_passages == (revenue, leave)
+    report = check_grounding(cited.answer, cited.citations, passages=[revenue, leave])
+    assert [s.verdict for s in report.sentences] == ["supported", "supported"]
+    assert report.citations[1].verdict == "supported"
+
+
 def test_a_citation_used_by_several_sentences_takes_its_worst():
     report = grounded(
         "A token lasts for 24 hours after its last use [1]. Tokens are signed JWTs verified with a public key [1]."
