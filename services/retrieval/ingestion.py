@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Literal
@@ -132,6 +134,30 @@ def _chunk_metadata(chunk: Chunk, prefix: str | None) -> dict[str, str | int]:
     return meta
 
 
+class DocumentLocks:
+    """A lock per doc_id being ingested. Two ingests of one document in this process then run one after
+    the other, the second replacing the first; at once, both saw no document and their chunks mixed."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._holders: Counter[str] = Counter()
+
+    @asynccontextmanager
+    async def hold(self, doc_id: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(doc_id, asyncio.Lock())
+        self._holders[doc_id] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._holders[doc_id] -= 1
+            if not self._holders[doc_id]:
+                del self._locks[doc_id], self._holders[doc_id]
+
+
+_ingesting = DocumentLocks()
+
+
 async def ingest_document(
     document: NewDocument,
     *,
@@ -152,11 +178,23 @@ async def ingest_document(
     A changed document is replaced: its old chunks are deleted once the new ones are embedded, just
     before they are written, so searches miss the document only for the time of one store write. (Not
     upsert-then-trim: Chroma's upsert merges metadata, so a field the new version lacks would survive.)
+    Ingests of one document in this process run one at a time (DocumentLocks).
     """
     if not document.text.strip():
         raise ValueError("document text is empty")
     digest = content_hash(document.text)
     doc_id = derive_doc_id(document, digest)
+    async with _ingesting.hold(doc_id):
+        return await _ingest(
+            document, doc_id=doc_id, digest=digest, embedder=embedder, store=store, chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap, contextualizer=contextualizer,
+        )
+
+
+async def _ingest(
+    document: NewDocument, *, doc_id: str, digest: str, embedder: Embedder, store: VectorStore, chunk_size: int,
+    chunk_overlap: int, contextualizer: Contextualizer | None,
+) -> IngestResult:
     markdown = is_markdown(document.source) if document.markdown is None else document.markdown
     title = document.title or document_title(document.text, fallback=_fallback_title(document, doc_id), markdown=markdown)
     fields = {

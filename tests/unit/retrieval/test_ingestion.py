@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS, NewDocument, content_hash, from_parsed, from_text, ingest_document
@@ -77,6 +79,17 @@ async def test_a_doc_id_derived_from_a_long_source_keeps_to_the_id_limit(embedde
     assert len(first.doc_id) == MAX_DOC_ID_CHARS and first.doc_id.startswith("docs/aaa")
     assert again.doc_id == first.doc_id and again.status == "unchanged"
     assert len(other.doc_id) == MAX_DOC_ID_CHARS and other.doc_id != first.doc_id
+
+
+async def test_two_ingests_of_one_new_document_at_once_leave_one_version(embedder, store) -> None:
+    long = "\n\n".join(f"## Part {n}\n\nStep {n} of the long version, with words enough to fill a chunk." for n in range(12))
+    short = "# Short\n\nThe short version."
+    first, second = await asyncio.gather(
+        ingest(NewDocument(text=long, doc_id="race.md"), embedder, store),
+        ingest(NewDocument(text=short, doc_id="race.md"), embedder, store),
+    )
+    assert first.chunks > 1 and (first.status, second.status) == ("added", "replaced")
+    assert sorted(store.chunks) == ["race.md#0"] and store.chunks["race.md#0"].content == short
 
 
 async def test_a_txt_source_is_plain_text(embedder, store) -> None:
