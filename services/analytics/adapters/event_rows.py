@@ -8,12 +8,13 @@ coercing a new statement with some thirty values for each event.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Insert, insert
+from sqlalchemy import JSON, Connection, Insert, String, insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
@@ -31,9 +32,14 @@ _INSERT_NEW = {
 }
 _INSERT_CITED = insert(cited_documents)
 
-# PostgreSQL's text and jsonb cannot hold U+0000, which a question or a comment may carry: it is stored as
-# U+FFFD, on every backend so that their reports agree. Refused, the event would be lost to the reports.
+# What PostgreSQL would refuse, and with it the whole event, is made storable, the same on every backend so
+# that their reports agree: U+0000 (which a question or a comment may carry) becomes U+FFFD, and a value
+# longer than its column (a model name an LLM endpoint reports, say) is cut to fit. The payload keeps
+# such a value whole, but for U+0000, which jsonb cannot hold either.
 _NUL, _REPLACEMENT = "\x00", "\ufffd"
+_EVENT_LIMITS = {c.name: c.type.length for c in events.columns if isinstance(c.type, String) and c.type.length}
+_TEXT_COLUMNS = tuple(c.name for c in events.columns if isinstance(c.type, String | JSON) and c.name in _EVENT_COLUMNS)
+_CITED_LIMITS = {c.name: c.type.length for c in cited_documents.columns if isinstance(c.type, String) and c.type.length}
 
 
 def insert_records(
@@ -47,12 +53,7 @@ def insert_records(
     unique = [records[place] for place in first_of.values()]
     received_at = received_at or datetime.now(UTC)
     new = _insert_events(conn, [_event_row(record, received_at) for record in unique])
-    cited = [
-        {"event_id": record.event_id, "doc_id": _storable(doc_id), "request_id": _storable(record.request_id),
-         "occurred_at": record.occurred_at, "count": count}
-        for record in unique if record.event_id in new
-        for doc_id, count in record.cited_documents
-    ]
+    cited = [row for record in unique if record.event_id in new for row in _cited_rows(record)]
     if cited:
         conn.execute(_INSERT_CITED, cited)
     return [first_of[record.event_id] == place and record.event_id in new for place, record in enumerate(records)]
@@ -64,9 +65,27 @@ def insert_record(conn: Connection, record: EventRecord, *, received_at: datetim
 
 
 def _event_row(record: EventRecord, received_at: datetime) -> dict:
-    row = {name: _storable(getattr(record, name)) for name in _EVENT_COLUMNS}
+    row = {name: getattr(record, name) for name in _EVENT_COLUMNS}
+    for name in _TEXT_COLUMNS:
+        row[name] = _fitted(_storable(row[name]), _EVENT_LIMITS.get(name))
     row["received_at"] = received_at
     return row
+
+
+def _cited_rows(record: EventRecord) -> list[dict]:
+    counts: Counter[str] = Counter()
+    for doc_id, count in record.cited_documents:
+        counts[_fitted(_storable(doc_id), _CITED_LIMITS["doc_id"])] += count  # ids cut alike count together
+    request_id = _fitted(_storable(record.request_id), _CITED_LIMITS["request_id"])
+    return [
+        {"event_id": record.event_id, "doc_id": doc_id, "request_id": request_id, "occurred_at": record.occurred_at,
+         "count": count}
+        for doc_id, count in counts.items()
+    ]
+
+
+def _fitted(value: Any, limit: int | None) -> Any:
+    return value[:limit] if limit and isinstance(value, str) and len(value) > limit else value
 
 
 def _storable(value: Any) -> Any:

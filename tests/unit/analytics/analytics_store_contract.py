@@ -120,3 +120,14 @@ class SqlStoreContract:
         ]
         assert rows[1].payload["data"]["query"] == "how do I log\ufffd out"
         assert cited == ["guide\ufffd.md"]
+
+    def test_a_value_longer_than_its_column_is_cut_to_fit_and_kept_whole_in_the_payload(self, store: SqlEventStore) -> None:
+        # PostgreSQL refuses an over-long value, and with it the event: a model name is whatever the LLM reports.
+        model = "vendor/" + "m" * 300
+        answer = responded(request_id="long", model=model, docs=["d" * 600 + "a", "d" * 600 + "b", "short.md"])
+        assert store.add_many([to_record(answer)]) == [True]
+        with store.engine.connect() as conn:
+            stored = conn.execute(select(events.c.model, events.c.payload)).one()
+            cited = conn.execute(select(cited_documents.c.doc_id, cited_documents.c.count)).all()
+        assert stored.model == model[:128] and stored.payload["data"]["model"] == model
+        assert sorted(tuple(row) for row in cited) == [("d" * 512, 2), ("short.md", 1)]
