@@ -205,6 +205,10 @@ def test_each_figure_is_written_with_its_unit_and_user_text_stays_text(gateway, 
     expect(page.get_by_test_id("feedback-item")).to_have_count(3)
     expect(page.get_by_test_id("feedback-list")).to_contain_text(MARKUP_QUERY)  # the comment, as text
     assert page.title() == "Cairn analytics" and page.locator("img[src=x]").count() == 0
+    # Questions in the charts are drawn as typed: no markup of theirs becomes a link (or any element).
+    top_queries = page.get_by_test_id("chart-top-queries")
+    expect(top_queries).to_contain_text('<a href="https://example.com/login">')
+    assert top_queries.locator("a").count() == 0
     page.screenshot(path=tmp_path / "dashboard-stand-in.png", full_page=True)
 
     queries = [query for path, query, _ in figures.seen if path == "/analytics/timeseries"]

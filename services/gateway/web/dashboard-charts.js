@@ -117,7 +117,7 @@ function confidence(summary, t) {
  * and cut to what the chart's width leaves room for (the hover text keeps it whole). */
 function ranked(items, label, traces, t, title) {
   const length = Math.min(48, Math.max(14, Math.floor(t.width / 20)));
-  const y = items.map((item, i) => `${i + 1}. ${fmt.shorten(label(item), length)}`);
+  const y = items.map((item, i) => `${i + 1}. ${fmt.plotText(fmt.shorten(label(item), length))}`);
   const largest = Math.max(...items.map((item) => traces.reduce((sum, tr) => sum + tr.value(item), 0)));
   const data = traces.map((tr) => ({
     type: "bar",
@@ -126,7 +126,7 @@ function ranked(items, label, traces, t, title) {
     y,
     x: items.map(tr.value),
     marker: { color: tr.color },
-    customdata: items.map(label),
+    customdata: items.map((item) => fmt.plotText(label(item))),
     hovertemplate: `%{customdata}<br>%{x} ${tr.name.toLowerCase()}<extra></extra>`,
   }));
   return {

@@ -36,6 +36,12 @@ export function shorten(text, length = 48) {
   return flat.length <= length ? flat : `${flat.slice(0, length - 1)}…`;
 }
 
+/** Text from users for Plotly, which draws a few HTML tags in labels and hover text (<a href>, <b>,
+ * <span style>): written with entities, so a question shows as typed and cannot become a link. */
+export function plotText(text) {
+  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
 export function dateTime(iso) {
   return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
 }

@@ -38,6 +38,7 @@ ROLES = {"ann": "user", "ana": "analyst", "ada": "admin"}
 STEPS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 # A question carrying markup: the page must show it as text, never as HTML.
 MARKUP_QUERY = '<img src=x onerror="document.title=\'pwned\'"> how do I log in?'
+LINK_QUERY = '<a href="https://example.com/login">sign in again</a> & retry'  # Plotly would draw the link
 EXPORT_CSV = "request_id,submitted_at,query,outcome\nr1,2026-01-01T10:00:00Z,how do I log in?,answered\n"
 FEEDBACK = FeedbackFigures(ratings=3, positive=2, negative=1, score=1 / 3)
 
@@ -134,6 +135,7 @@ def analytics_stand_in(state: StandInState) -> FastAPI:
             QueryCount(query="What does the gateway do with a bearer token that has expired?", count=6, answered=5, last_asked=now),
             QueryCount(query=MARKUP_QUERY, count=4, answered=2, last_asked=now),
             QueryCount(query="hello", count=2, answered=2, last_asked=now),
+            QueryCount(query=LINK_QUERY, count=1, answered=1, last_asked=now),
         ]
         return TopQueriesResponse(**_range(request), items=[] if state.empty else items[:limit])
 
