@@ -86,11 +86,13 @@ def headers_for(request: Request, session: Session, settings: Settings) -> dict[
 
 
 async def _forward(
-    upstream: Upstream, request: Request, session: Session, settings: Settings, *, path: str
+    upstream: Upstream, request: Request, session: Session, settings: Settings, *, path: str, stream: bool = False
 ) -> Response:
+    """The request passed on with its query string; `stream` relays the answer as it arrives instead of whole."""
     headers = headers_for(request, session, settings)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH") else None
-    return await upstream.forward(
+    send = upstream.forward_stream if stream else upstream.forward
+    return await send(
         method=request.method, path=path, headers=headers, body=body, params=list(request.query_params.multi_items())
     )
 
@@ -117,7 +119,7 @@ async def chat(request: Request, session: AskingSession, settings: SettingsDep, 
 )
 async def chat_stream(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     headers = headers_for(request, session, settings)
-    return await chat.forward_stream(path="/chat/stream", headers=headers, body=await request.body())
+    return await chat.forward_stream(method="POST", path="/chat/stream", headers=headers, body=await request.body())
 
 
 @api_router.post(
@@ -174,7 +176,9 @@ async def delete_document(
 async def analytics(
     report: str, request: Request, session: AnalystSession, settings: SettingsDep, analytics: AnalyticsUpstream
 ) -> Response:
-    response = await _forward(analytics, request, session, settings, path=f"/analytics/{quote(report, safe='')}")
+    # Streamed, so the CSV export starts at once however large it is, and is never held whole in memory.
+    path = f"/analytics/{quote(report, safe='')}"
+    response = await _forward(analytics, request, session, settings, path=path, stream=True)
     if response.status_code == 503:  # "database_unavailable" alone would not say whose database
         raise DependencyUnavailable("analytics", f"analytics is unavailable: {_reason(response.body)}")
     return response

@@ -70,7 +70,7 @@ async def chat_completions(
 
 
 async def _streamed(chat: Upstream, *, headers: dict[str, str], payload: bytes, model: str) -> Response:
-    upstream = await chat.open_stream(path="/chat/stream", headers=headers, body=payload)
+    upstream = await chat.open_stream(method="POST", path="/chat/stream", headers=headers, body=payload)
     if upstream.status_code != 200:
         return await chat.read_error(upstream)
     return StreamingResponse(

@@ -94,22 +94,38 @@ class Upstream:
             await upstream.aclose()
         return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
 
-    async def forward_stream(self, *, path: str, headers: dict[str, str], body: bytes) -> Response:
-        """POST and pass the answer on as it arrives (Server-Sent Events), unbuffered.
+    async def forward_stream(
+        self,
+        *,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        params: list[tuple[str, str]] | None = None,
+    ) -> Response:
+        """Send and pass the answer on as it arrives (Server-Sent Events, a CSV file), unbuffered.
 
         An error answer (not 200) is read whole and returned as is. The upstream response is closed
         when the stream ends or the client goes away, so the service behind stops its work too.
         """
-        upstream = await self.open_stream(path=path, headers=headers, body=body)
+        upstream = await self.open_stream(method=method, path=path, headers=headers, body=body, params=params)
         if upstream.status_code != 200:
             return await self.read_error(upstream)
         return StreamingResponse(
             self._relay(upstream), status_code=200, headers=_passed(upstream), background=BackgroundTask(upstream.aclose)
         )
 
-    async def open_stream(self, *, path: str, headers: dict[str, str], body: bytes) -> UpstreamStream:
-        """POST and return the response with its body unread; the caller must aclose() it."""
-        return UpstreamStream(name=self.name, response=await self._send("POST", path, headers, body, None))
+    async def open_stream(
+        self,
+        *,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        params: list[tuple[str, str]] | None = None,
+    ) -> UpstreamStream:
+        """Send and return the response with its body unread; the caller must aclose() it."""
+        return UpstreamStream(name=self.name, response=await self._send(method, path, headers, body, params))
 
     async def read_error(self, upstream: UpstreamStream) -> Response:
         """A streamed response that is not a stream (an error) passed on whole, and closed."""
@@ -124,6 +140,8 @@ class Upstream:
             async for chunk in upstream.aiter_raw():
                 yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:  # the service went away or went silent mid-stream
+            if not _is_event_stream(upstream):
+                raise  # too late for an error status: the connection is dropped, so the client sees the body cut short
             # The blank lines first end any event the service left half-sent.
             yield b"\n\n" + format_sse_event(event="error", data_str=json.dumps(_failure(self.name, exc).body()))
         finally:
@@ -152,6 +170,10 @@ class Upstream:
     async def healthy(self) -> bool:
         """Whether some replica answers /healthz."""
         return await some_replica_healthy(self._session, self.replicas, timeout_s=2)
+
+
+def _is_event_stream(upstream: UpstreamStream) -> bool:
+    return upstream.headers.get("Content-Type", "").startswith("text/event-stream")
 
 
 def _passed(upstream: UpstreamStream) -> dict[str, str]:

@@ -102,17 +102,19 @@ def test_a_report_name_cannot_leave_the_analytics_prefix(client, stand_in):
     assert stand_in.seen == []  # a report name holds no "/": no route matches, nothing is forwarded
 
 
-def test_a_503_from_analytics_is_a_503_naming_analytics(client, stand_in):
+@pytest.mark.parametrize("report", ["summary", "export.csv"])
+def test_a_503_from_analytics_is_a_503_naming_analytics(client, stand_in, report):
     ana = _auth(client, "ana")
     stand_in.unavailable = True
-    response = client.get("/api/analytics/summary", params=RANGE, headers=ana)
+    response = client.get(f"/api/analytics/{report}", params=RANGE, headers=ana)
     assert response.status_code == 503
     assert response.json() == {"error": "analytics_unavailable", "message": "analytics is unavailable: database is unavailable"}
 
 
-def test_analytics_down_is_a_503_naming_analytics(redis_url, amqp_url, unique):
+@pytest.mark.parametrize("report", ["summary", "export.csv"])
+def test_analytics_down_is_a_503_naming_analytics(redis_url, amqp_url, unique, report):
     nowhere = f"http://127.0.0.1:{free_port()}"
     with TestClient(create_app(_settings(redis_url, amqp_url, unique, nowhere))) as client:
-        response = client.get("/api/analytics/summary", params=RANGE, headers=_auth(client, "ana"))
+        response = client.get(f"/api/analytics/{report}", params=RANGE, headers=_auth(client, "ana"))
     assert response.status_code == 503
     assert response.json() == {"error": "analytics_unavailable", "message": "analytics is unavailable"}
