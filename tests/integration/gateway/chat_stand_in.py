@@ -11,6 +11,7 @@ from fastapi.responses import StreamingResponse
 from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
+from tests.support import free_port
 
 PASSWORD = "correct horse battery"
 
@@ -61,8 +62,11 @@ def chat_stand_in() -> FastAPI:
 
 
 def gateway_settings(*, redis_url: str, prefix: str, chat_url: str, **overrides) -> Settings:
-    """Settings for a gateway on its own Redis prefix, with users ann, bob (user) and ada (admin)."""
+    """Settings for a gateway on its own Redis prefix, with users ann, bob (user) and ada (admin). Retrieval
+    and analytics, unless given, are a port where nothing listens, never whatever runs on the defaults."""
     asyncio.run(_seed_users(redis_url, prefix))
+    nothing = f"http://127.0.0.1:{free_port()}"
+    overrides = {"retrieval_urls": [nothing], "analytics_url": nothing} | overrides
     return Settings(redis_url=redis_url, redis_prefix=prefix, chat_url=chat_url, **overrides)
 
 
