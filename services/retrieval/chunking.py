@@ -110,15 +110,29 @@ def _split(text: str, start: int, end: int, level: int, count: CountTokens, budg
 
 
 def _hard_split(text: str, start: int, end: int, tokens: int, count: CountTokens, budget: int) -> list[_Piece]:
-    pieces = []
+    """Cut left to right into pieces of at most `budget` tokens, placing each cut by the characters per token
+    of the piece before it and counting only the new piece: counting the remainder after each cut made a
+    long blob (an inline base64 image) cost time quadratic in its length."""
+    pieces: list[_Piece] = []
+    guessed_length = max(1, (end - start) * budget // tokens)
     while start < end:
-        stop, n = end, tokens
-        while n > budget:
-            stop = start + max(1, (stop - start) * budget // n)
-            n = count(text[start:stop])
-        pieces.append(_Piece(start, stop, n))
-        start, tokens = stop, count(text[stop:end]) if stop < end else 0
+        piece = _fitting_piece(text, start, min(end, start + guessed_length), count, budget)
+        pieces.append(piece)
+        length = piece.end - piece.start
+        # At most double, so that a piece counting (next to) no tokens cannot make the next guess huge.
+        guessed_length = max(1, min(2 * length, length * budget // max(1, piece.tokens)))
+        start = piece.end
     return pieces
+
+
+def _fitting_piece(text: str, start: int, stop: int, count: CountTokens, budget: int) -> _Piece:
+    """text[start:stop], shortened in proportion to its excess until it fits `budget` (or is one character)."""
+    tokens = count(text[start:stop])
+    while tokens > budget and stop - start > 1:
+        length = stop - start
+        stop = start + max(1, min(length - 1, length * budget // tokens))
+        tokens = count(text[start:stop])
+    return _Piece(start, stop, tokens)
 
 
 def _merge(pieces: list[_Piece], *, budget: int, overlap: int) -> list[tuple[int, int]]:

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import base64
+import random
+import re
+
 import pytest
 
 from services.retrieval.chunking import Chunk, chunk_text, document_title
@@ -97,6 +101,46 @@ def test_a_word_longer_than_the_budget_is_cut_by_characters() -> None:
     chunks = chunk_text(f"before {blob} after", count_tokens=chars, chunk_size=50, chunk_overlap=0)
     assert all(chars(c.text) <= 50 for c in chunks)
     assert "".join(c.text for c in chunks if c.text.startswith("x")).count("x") >= 1000 - 8
+
+
+_SUBWORD = re.compile(r"[A-Za-z]{1,4}|\S")
+
+
+def subwords(text: str) -> int:  # uneven like a sub-word tokenizer: up to 4 letters, or any other character, per token
+    return len(_SUBWORD.findall(text))
+
+
+class CountingSubwords:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.characters = 0
+
+    def __call__(self, text: str) -> int:
+        self.calls += 1
+        self.characters += len(text)
+        return subwords(text)
+
+
+BLOB = base64.b64encode(random.Random(0).randbytes(37_500)).decode()  # 50,000 characters, no whitespace
+
+
+@pytest.mark.parametrize("overlap", [0, 8])
+def test_a_long_span_without_whitespace_is_cut_into_full_pieces_that_fit_and_rebuild_it(overlap: int) -> None:
+    chunks = chunk_text(BLOB, count_tokens=subwords, chunk_size=50, chunk_overlap=overlap, markdown=False)
+    assert all(subwords(c.text) <= 50 for c in chunks)
+    assert chunks[0].char_start == 0 and chunks[-1].char_end == len(BLOB)
+    # Pieces of a cut word are near the budget, so no overlap fits: the chunks meet end to end.
+    assert all(before.char_end == after.char_start for before, after in zip(chunks, chunks[1:]))
+    assert "".join(c.text for c in chunks) == BLOB
+    assert len(chunks) <= 1.2 * subwords(BLOB) / 50
+
+
+def test_cutting_a_long_span_counts_each_piece_a_few_times_not_the_rest_of_the_span() -> None:
+    counter = CountingSubwords()
+    chunks = chunk_text(BLOB, count_tokens=counter, chunk_size=50, chunk_overlap=0, markdown=False)
+    assert len(chunks) > 400
+    assert counter.calls <= 3 * len(chunks) + 10
+    assert counter.characters <= 10 * len(BLOB), "counting work should grow linearly with the span"
 
 
 def test_paragraphs_are_kept_whole_when_they_fit() -> None:
