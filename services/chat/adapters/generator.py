@@ -9,11 +9,12 @@ from typing import Any
 
 import httpx2  # the HTTP library the openai SDK (>= 3) is built on
 import openai
-from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient, RequestOptions
+from openai import AsyncAPIResponse, AsyncOpenAI, AsyncStream, DefaultAioHttpClient, RequestOptions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from services.chat import metrics
+from services.chat.adapters.completion_shapes import is_chunk, is_completion, token_counts
 from services.chat.adapters.llm_retry import RetryPolicy
 from services.chat.errors import LLMUnavailable
 from services.chat.ports import Generation
@@ -21,8 +22,8 @@ from services.chat.settings import Settings
 from shared.tracing import client_span, inject, start_span
 
 OFFLINE_BASE_URL = "http://offline-llm/v1"
-# What a broken stream can raise: the SDK's errors, and ValueError for a chunk that is not JSON.
-_STREAM_FAILURES = (openai.OpenAIError, ValueError)
+COMPLETION = "a chat completion"
+STREAM = "a stream of chat completion chunks"
 
 
 class OpenAIGenerator:
@@ -58,12 +59,12 @@ class OpenAIGenerator:
             if not completion.choices:
                 raise LLMUnavailable("the model returned no choices")
             choice = completion.choices[0]
-            usage = completion.usage
+            prompt_tokens, completion_tokens = token_counts(completion.usage)
             generation = Generation(
                 text=choice.message.content or "",
                 model=completion.model or model,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
                 finish_reason=choice.finish_reason,
             )
             _record_on(span, generation)
@@ -88,7 +89,7 @@ class OpenAIGenerator:
                     chunks, head = await self._policy.run(self._open_stream, body, trace_headers)
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
-            except _STREAM_FAILURES as exc:
+            except openai.OpenAIError as exc:
                 raise _unavailable(exc) from exc
             tally = _Tally(model=model)
             try:  # closing the response is what tells the server that the reader went away
@@ -117,8 +118,17 @@ class OpenAIGenerator:
         # its typed-dict unions (every message against each message type), which cost 1.5-2 ms per call
         # for an 8-passage prompt, more than the offline generator's whole answer. Our body is plain JSON
         # the walk leaves unchanged; the request, errors and typed response are the SDK's own either way.
-        options = _options(headers)
-        return await self._client.post("/chat/completions", body=body, cast_to=ChatCompletion, options=options)
+        # Cast to AsyncAPIResponse: the SDK's own parse, with the response at hand to name what came instead.
+        response = await self._client.post(
+            "/chat/completions", body=body, cast_to=AsyncAPIResponse[ChatCompletion], options=_options(headers)
+        )
+        try:
+            completion = await response.parse()
+        except ValueError as exc:  # a JSON content type, and a body that is not JSON
+            raise _not_a(COMPLETION, response.http_response) from exc
+        if not is_completion(completion):  # the SDK returns any other body as text, any JSON object unchecked
+            raise _not_a(COMPLETION, response.http_response)
+        return completion
 
     async def _open_stream(
         self, body: dict[str, Any], headers: dict[str, str]
@@ -132,9 +142,11 @@ class OpenAIGenerator:
         head: list[ChatCompletionChunk] = []
         try:
             while not head or not _text_of(head[-1]):
-                head.append(await anext(chunks))
-        except StopAsyncIteration:
-            pass  # the whole answer came without text
+                if (chunk := await _read_chunk(chunks)) is None:
+                    break  # the whole answer came without text
+                head.append(chunk)
+            if not head:  # an HTML page or a JSON body holds no event at all: no answer, not an empty one
+                raise _not_a(STREAM, chunks.response)
         except BaseException:
             await chunks.close()
             raise
@@ -168,7 +180,7 @@ class _Tally:
         """The chunk's text ("" for none)."""
         self.model = chunk.model or self.model
         if chunk.usage:  # servers that ignore stream_options never send it
-            self.prompt_tokens, self.completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+            self.prompt_tokens, self.completion_tokens = token_counts(chunk.usage)
         if chunk.choices and chunk.choices[0].finish_reason:
             self.finish_reason = chunk.choices[0].finish_reason
         text = _text_of(chunk)
@@ -186,17 +198,39 @@ class _Tally:
 
 
 def _text_of(chunk: ChatCompletionChunk) -> str:
-    return (chunk.choices[0].delta.content or "") if chunk.choices else ""
+    delta = chunk.choices[0].delta if chunk.choices else None
+    return (delta.content or "") if delta else ""
+
+
+async def _read_chunk(chunks: AsyncStream[ChatCompletionChunk]) -> ChatCompletionChunk | None:
+    """The next chunk, None at the end. An event that is not a chunk is LLMUnavailable; the SDK's own
+    errors (a dropped connection, an error event) pass as they are, for the caller to retry or not."""
+    try:
+        chunk = await anext(chunks)
+    except StopAsyncIteration:
+        return None
+    except ValueError as exc:  # an event whose data is not JSON
+        raise _not_a(STREAM, chunks.response) from exc
+    if not is_chunk(chunk):  # the SDK builds a chunk from any JSON unchecked, and passes other JSON as is
+        raise _not_a(STREAM, chunks.response)
+    return chunk
 
 
 async def _next_chunk(chunks: AsyncStream[ChatCompletionChunk]) -> ChatCompletionChunk | None:
     """The next chunk, None at the end; a failure now is final, since the caller already has text."""
     try:
-        return await anext(chunks)
-    except StopAsyncIteration:
-        return None
-    except _STREAM_FAILURES as exc:
+        return await _read_chunk(chunks)
+    except (openai.OpenAIError, LLMUnavailable) as exc:
         raise LLMUnavailable("the model's answer broke off part way") from exc
+
+
+def _not_a(expected: str, response: httpx2.Response) -> LLMUnavailable:
+    """Raised inside the retryable call but never retried (llm_retry.is_retryable): a wrong LLM_BASE_URL,
+    a web UI or another API, gives the same answer to every attempt, and retrying only delays the error."""
+    content_type = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    return LLMUnavailable(
+        f"the model endpoint answered {response.status_code} with {content_type}, not {expected}: check LLM_BASE_URL"
+    )
 
 
 def _options(headers: dict[str, str]) -> RequestOptions:

@@ -20,8 +20,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 ANSWER = "Run `cairn user add` [1]."
 NO_CITATIONS = "Users are added from the command line."
 Mode = Literal[
-    "answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream", "broken_stream"
+    "answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream", "broken_stream",
+    "html", "wrong_json", "broken_json", "wrong_chunks",
 ]
+# What a misconfigured LLM_BASE_URL answers, streamed or not: 200 with a body that is no completion.
+HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body>Open WebUI</body></html>"
+NOT_A_COMPLETION = {
+    "html": ("text/html", HTML_PAGE),
+    "wrong_json": ("application/json", '{"foo": 1}'),
+    "broken_json": ("application/json", '{"choices": [{"message": '),
+}
 
 
 @dataclass
@@ -43,6 +51,10 @@ class Script:
     no_citations  an answer without any [n] marker
     slow_stream   `slow_chunks` chunks `slow_delay_s` apart; sets `disconnected` if the client leaves first
     broken_stream the first three words of `text`, then a chunk that is not JSON
+    html          200 text/html (a web UI's page), to plain and streamed requests alike
+    wrong_json    200 application/json `{"foo": 1}`, to both
+    broken_json   200 application/json cut off part way through, to both
+    wrong_chunks  an event stream whose events are JSON but not chat completion chunks
     """
 
     mode: Mode = "answer"
@@ -96,6 +108,11 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
     if mode == "hang":
         await _wait_or_disconnect(request, script.hang_s)
         return _error(504, "hung")
+    if mode in NOT_A_COMPLETION:
+        media_type, content = NOT_A_COMPLETION[mode]
+        return Response(content, media_type=media_type)
+    if mode == "wrong_chunks":
+        return _sse(_wrong_chunk_events())
     text = NO_CITATIONS if mode == "no_citations" else script.text
     if mode == "slow_stream":
         return _sse(_slow_events(script, body))
@@ -178,6 +195,12 @@ async def _broken_events(text: str, body: dict[str, Any]) -> AsyncIterator[str]:
     for word in words_of(text)[:3]:
         yield _chunk(body, _delta({"content": word}))
     yield "data: {this is not json\n\n"
+
+
+async def _wrong_chunk_events() -> AsyncIterator[str]:
+    for event in ({"foo": 1}, {"choices": "x"}):
+        yield f"data: {json.dumps(event)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 def _sse(events: AsyncIterator[str]) -> StreamingResponse:

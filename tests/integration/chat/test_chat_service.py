@@ -176,6 +176,42 @@ def test_a_stream_that_breaks_ends_with_an_error_event(chat, script):
     assert sse_events(response)[-1][1]["error"] == "llm_unavailable"
 
 
+# A wrong LLM_BASE_URL answers 200 with something that is not a completion: the operator must hear of it.
+MISCONFIGURED = {"html": "text/html", "wrong_json": "application/json", "broken_json": "application/json"}
+
+
+@pytest.mark.parametrize("mode", MISCONFIGURED)
+def test_an_endpoint_that_is_not_a_model_gives_502_naming_the_setting(chat, script, mode):
+    publisher = chat[1]
+    script.reset(mode=mode)
+    response = ask(chat[0])
+    assert response.status_code == 502, response.text
+    assert response.json() == {
+        "error": "llm_unavailable",
+        "message": f"the model endpoint answered 200 with {MISCONFIGURED[mode]}, not a chat completion: "
+        "check LLM_BASE_URL",
+    }
+    assert len(script.calls) == 1  # not retried: the same URL serves the same page
+    failed = publisher.events[-1]
+    assert (failed.event_type, failed.data.stage, failed.data.error) == ("QueryFailed", "generation", "llm_unavailable")
+
+
+@pytest.mark.parametrize("mode", [*MISCONFIGURED, "wrong_chunks"])
+def test_a_stream_from_an_endpoint_that_is_not_a_model_ends_with_an_error_event(chat, script, mode):
+    script.reset(mode=mode)
+    response = httpx.post(f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS, timeout=30)
+    assert response.status_code == 200  # the sources event was sent before the model was asked
+    events = sse_events(response)
+    assert [name for name, _ in events] == ["sources", "error"]
+    content_type = MISCONFIGURED.get(mode, "text/event-stream")
+    assert events[-1][1] == {
+        "error": "llm_unavailable",
+        "message": f"the model endpoint answered 200 with {content_type}, not a stream of chat completion chunks: "
+        "check LLM_BASE_URL",
+    }
+    assert len(script.calls) == 1
+
+
 def test_errors_before_the_stream_are_plain_json(chat, script):
     response = httpx.post(
         f"{chat[0]}/chat/stream", json={"query": "q", "model_id": "nope"}, headers=HEADERS, timeout=30

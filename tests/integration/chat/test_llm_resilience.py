@@ -12,8 +12,9 @@ import pytest
 
 from services.chat.adapters.generator import OpenAIGenerator, build_generator
 from services.chat.errors import LLMUnavailable
-from services.chat.ports import Generation
+from services.chat.ports import Exchange, Generation
 from services.chat.prompt import build_prompt
+from services.chat.reformulation import HeuristicReformulator, LLMReformulator
 from services.chat.settings import Settings
 from tests.integration.chat.llm_stand_in import ANSWER, NO_CITATIONS, Script, llm_stand_in, words_of
 from tests.support import serve_in_thread
@@ -161,6 +162,62 @@ async def test_a_reader_that_leaves_early_disconnects_from_the_endpoint(stand_in
     assert deltas == ["word0 ", "word1 "]
     assert disconnected and not script.finished.is_set()
     assert time.monotonic() - left < 1.0
+
+
+# What a wrong LLM_BASE_URL answers (a web UI's page, another API's JSON): the operator is told, once.
+NOT_A_COMPLETION = {"html": "text/html", "wrong_json": "application/json", "broken_json": "application/json"}
+
+
+@pytest.mark.parametrize("mode", NOT_A_COMPLETION)
+async def test_a_body_that_is_not_a_completion_is_llm_unavailable_at_once(stand_in, script, mode):
+    script.reset(mode=mode)
+    async with generator_for(stand_in, llm_max_retries=3) as generator:
+        with pytest.raises(LLMUnavailable) as caught:
+            await generate(generator)
+    assert caught.value.message == (
+        f"the model endpoint answered 200 with {NOT_A_COMPLETION[mode]}, not a chat completion: check LLM_BASE_URL"
+    )
+    assert len(script.calls) == 1  # the same URL gives the same page: no retry
+
+
+@pytest.mark.parametrize("mode", [*NOT_A_COMPLETION, "wrong_chunks"])
+async def test_a_stream_that_is_not_chunks_is_llm_unavailable_before_any_delta(stand_in, script, mode):
+    script.reset(mode=mode)
+    items = []
+    async with generator_for(stand_in, llm_max_retries=3) as generator:
+        with pytest.raises(LLMUnavailable) as caught:
+            async for item in streamed(generator):
+                items.append(item)
+    content_type = NOT_A_COMPLETION.get(mode, "text/event-stream")
+    assert caught.value.message == (
+        f"the model endpoint answered 200 with {content_type}, not a stream of chat completion chunks: "
+        "check LLM_BASE_URL"
+    )
+    assert items == [] and len(script.calls) == 1
+
+
+async def test_a_stream_broken_after_its_first_deltas_fails_without_a_retry(stand_in, script):
+    script.reset(mode="broken_stream")
+    items = []
+    async with generator_for(stand_in, llm_max_retries=3) as generator:
+        with pytest.raises(LLMUnavailable, match="broke off part way"):
+            async for item in streamed(generator):
+                items.append(item)
+    assert items == words_of(ANSWER)[:3] and len(script.calls) == 1
+
+
+@pytest.mark.parametrize("mode", [*NOT_A_COMPLETION, "error"])
+async def test_the_reformulator_falls_back_to_the_heuristic_when_the_body_is_not_a_completion(
+    stand_in, script, mode, caplog
+):
+    script.reset(mode=mode)
+    history = [Exchange(question="How are they stored?", standalone="How are login sessions stored?", answer="In Redis.")]
+    expected = await HeuristicReformulator().reformulate(query="and its TTL?", history=history, model="test-model")
+    async with generator_for(stand_in, llm_max_retries=0) as generator:
+        rewriter = LLMReformulator(generator, mode="followups")
+        assert await rewriter.reformulate(query="and its TTL?", history=history, model="test-model") == expected
+    assert expected == "What about the TTL of login sessions?" and len(script.calls) == 1
+    assert "query reformulation failed, using the heuristic" in caplog.text
 
 
 async def test_the_stand_in_answers_health_models_and_uncited_text(stand_in, script):

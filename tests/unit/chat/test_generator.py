@@ -196,6 +196,25 @@ async def test_unreachable_endpoint_becomes_llm_unavailable_and_not_ready():
         await generator.close()
 
 
+@pytest.mark.parametrize(
+    "body",
+    [[COMPLETION], "a string", {"choices": "x"}, {"choices": ["x"]}, {"choices": [{"message": {"content": 5}}]},
+     {**COMPLETION, "model": 7}],
+    ids=["list", "string", "choices-string", "choice-string", "content-number", "model-number"],
+)
+async def test_json_of_another_shape_is_llm_unavailable_without_a_retry(body):
+    generator, seen, sleeps = generator_answering(httpx2.Response(200, json=body))
+    with pytest.raises(LLMUnavailable, match="answered 200 with application/json, not a chat completion"):
+        await generate(generator)
+    assert len(seen) == 1 and sleeps == []
+
+
+async def test_usage_of_another_shape_counts_no_tokens_and_keeps_the_answer():
+    generator, _, _ = generator_answering(httpx2.Response(200, json={**COMPLETION, "usage": {"input_tokens": 9}}))
+    result = await generate(generator)
+    assert (result.text, result.prompt_tokens, result.completion_tokens) == ("Yes [1].", 0, 0)
+
+
 async def test_an_endpoint_without_a_models_route_still_counts_as_ready():
     generator, _, _ = generator_answering(httpx2.Response(404, json={"error": {"message": "no such route"}}))
     assert await generator.ping() is True
@@ -289,6 +308,27 @@ async def test_stream_failing_before_any_delta_after_every_retry_is_llm_unavaila
     with pytest.raises(LLMUnavailable, match="503"):
         await collect(generator)
     assert len(seen) == 3
+
+
+@pytest.mark.parametrize(
+    "events",
+    [[b"data: <p>not json</p>\n\n"], [b'data: ["x"]\n\n'], [b'data: {"choices": [{"delta": "x"}]}\n\n'],
+     [b"data: [DONE]\n\n"]],
+    ids=["not-json", "list", "delta-string", "done-only"],
+)
+async def test_a_stream_that_is_not_chunks_is_llm_unavailable_without_a_retry(events):
+    body = Body(events)
+    generator, seen, sleeps = generator_answering(streamed(body))
+    with pytest.raises(LLMUnavailable, match="with text/event-stream, not a stream of chat completion chunks"):
+        await collect(generator)
+    assert len(seen) == 1 and sleeps == [] and body.closed
+
+
+async def test_a_stream_chunk_without_a_delta_is_read_as_no_text():
+    last = b'data: {"choices": [{"index": 0, "finish_reason": "stop"}]}\n\n'
+    generator, _, _ = generator_answering(streamed(Body([*sse("Yes", usage=False)[:-2], last])))
+    items = await collect(generator)
+    assert items == ["Yes", Generation("Yes", "vendor-model", 0, 0, "stop")]
 
 
 async def test_closing_the_stream_early_closes_the_response():
