@@ -6,13 +6,9 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Le
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared.json_types import JSON_INTEGER
+from shared.json_types import JSON_INTEGER, trimmed_text_pattern
 
 MAX_QUERY_CHARS = 1000
-# Trimmed from a query: ASCII whitespace only, so that the schema's pattern means the same in every regex dialect.
-WHITESPACE = " \t\n\r\f\v"
-_SPACE = "[ \\t\\n\\r\\f\\v]"
-_TEXT = "[^ \\t\\n\\r\\f\\v]"
 
 
 class PastTurn(BaseModel):
@@ -28,7 +24,7 @@ class ChatRequest(BaseModel):
     query: str = Field(
         description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed.",
         # The same rule as the validator below, for clients and schema-driven tests.
-        json_schema_extra={"pattern": rf"^{_SPACE}*{_TEXT}(?:[\s\S]{{0,{MAX_QUERY_CHARS - 2}}}{_TEXT})?{_SPACE}*$"},
+        json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS)},
     )
     top_k: Annotated[int, Ge(1), Le(50), JSON_INTEGER] | None = Field(
         None, description="Passages to retrieve; default DEFAULT_TOP_K (8)."
@@ -52,7 +48,7 @@ class ChatRequest(BaseModel):
     @field_validator("query")
     @classmethod
     def _trimmed_query(cls, value: str) -> str:
-        value = value.strip(WHITESPACE)
+        value = value.strip()  # as retrieval trims it (any Unicode whitespace), which the pattern says too
         if not value:
             raise ValueError("query must not be empty")
         if len(value) > MAX_QUERY_CHARS:

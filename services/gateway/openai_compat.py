@@ -15,11 +15,10 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.gateway.model_offer import CAIRN_MODEL
-from shared.errors import BadRequest
-from shared.json_types import JsonBool
+from shared.json_types import NOT_BLANK_PATTERN, JsonBool
 
 MAX_MESSAGES = 200
 # What chat takes (services/chat/models.py): a longer question keeps its end, longer history turns their start.
@@ -27,9 +26,6 @@ MAX_QUESTION_CHARS = 1000
 MAX_PAST_QUESTION_CHARS = 4000
 MAX_PAST_ANSWER_CHARS = 20_000
 MAX_HISTORY = 10
-# Blank means ASCII whitespace only, as chat trims its query; the pattern below says the same to the schema.
-WHITESPACE = " \t\n\r\f\v"
-NOT_BLANK = "[^ \\t\\n\\r\\f\\v]"
 
 
 class ContentPart(BaseModel):
@@ -53,8 +49,8 @@ class Message(BaseModel):
 
     @property
     def asks(self) -> bool:
-        """A user message with text: a question."""
-        return self.role == "user" and bool(self.text.strip(WHITESPACE))
+        """A user message with text (not blank once trimmed, as chat trims a query): a question."""
+        return self.role == "user" and bool(self.text.strip())
 
 
 # The schema's spelling of Message.asks, so that clients and schema-driven tests know what is accepted.
@@ -65,13 +61,13 @@ _ASKS = {
         "role": {"const": "user"},
         "content": {
             "anyOf": [
-                {"type": "string", "pattern": NOT_BLANK},
+                {"type": "string", "pattern": NOT_BLANK_PATTERN},
                 {
                     "type": "array",
                     "contains": {
                         "type": "object",
                         "required": ["type", "text"],
-                        "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK}},
+                        "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK_PATTERN}},
                     },
                 },
             ]
@@ -94,6 +90,13 @@ class CompletionRequest(BaseModel):
         json_schema_extra={"contains": _ASKS},
     )
     stream: JsonBool = False
+
+    @field_validator("messages")
+    @classmethod
+    def _asks_something(cls, messages: list[Message]) -> list[Message]:
+        if not any(message.asks for message in messages):
+            raise ValueError("at least one user message must have text that is not blank")
+        return messages
 
 
 class CompletionChoice(BaseModel):
@@ -123,20 +126,17 @@ STREAM_DESCRIPTION = (
 
 def chat_body(request: CompletionRequest, *, model_id: str | None = None) -> dict[str, Any]:
     """The chat service's request for an OpenAI one: the last user message with text, the turns before it."""
-    asking = [i for i, m in enumerate(request.messages) if m.asks]
-    if not asking:  # the schema says so too (`contains`); checked here for callers that skip validation
-        raise BadRequest("no user message has text to answer", code="invalid_messages")
-    last = asking[-1]
+    last = max(i for i, m in enumerate(request.messages) if m.asks)  # one at least: CompletionRequest checks it
     history, question = [], None
     for message in request.messages[:last]:
         if message.asks:
-            question = message.text.strip(WHITESPACE)
+            question = message.text.strip()
         elif message.role == "assistant" and question is not None:  # it answers the user message before it
             history.append(
                 {"question": question[:MAX_PAST_QUESTION_CHARS], "answer": message.text[:MAX_PAST_ANSWER_CHARS]}
             )
             question = None
-    query = request.messages[last].text.strip(WHITESPACE)[-MAX_QUESTION_CHARS:].strip(WHITESPACE)
+    query = request.messages[last].text.strip()[-MAX_QUESTION_CHARS:].strip()
     body: dict[str, Any] = {"query": query, "history": history[-MAX_HISTORY:]}
     if model_id is not None:
         body["model_id"] = model_id

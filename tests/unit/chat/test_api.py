@@ -55,6 +55,7 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
     [
         ({"query": ""}, "query"),
         ({"query": "   "}, "query"),
+        ({"query": "\u00a0\u3000\u2003"}, "query"),  # blank in any script: retrieval would refuse it too
         ({"query": "x" * 1001}, "query"),
         ({"query": 42}, "query"),
         ({"query": ["a"]}, "query"),

@@ -14,7 +14,6 @@ from services.gateway.openai_compat import (
     completion,
     models_list,
 )
-from shared.errors import BadRequest
 
 pytestmark = pytest.mark.unit
 
@@ -84,8 +83,9 @@ def test_the_offer_is_fetched_once_per_ttl():
 def test_text_parts_are_read_and_a_missing_question_is_refused():
     parts = [{"type": "text", "text": "How do I"}, {"type": "image_url", "image_url": {}}, {"type": "text", "text": "add a user?"}]
     assert chat_body(CompletionRequest(messages=[{"role": "user", "content": parts}]))["query"] == "How do I add a user?"
-    with pytest.raises(BadRequest):
-        chat_body(request(("system", "q"), ("assistant", "a"), ("user", " ")))
+    for blank in (" ", "\u00a0\u3000", [{"type": "text", "text": "\t"}], None):  # blank in any script, or none
+        with pytest.raises(ValidationError, match="at least one user message must have text"):
+            CompletionRequest(messages=[{"role": "system", "content": "q"}, {"role": "user", "content": blank}])
 
 
 def test_the_request_is_strict_where_its_schema_is():
