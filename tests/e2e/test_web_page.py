@@ -177,3 +177,41 @@ def test_the_page_reads_server_sent_events_split_anywhere(browser):
         # An event the stream never finished is dropped: the page then says the answer was cut off.
         assert read("event: token\ndata: {}\n\nevent: done\ndata: {\"answer\"") == [{"event": "token", "data": "{}"}]
         page.close()
+
+
+RENDER_IN_BROWSER = """async (text) => {
+  const { renderAnswerText } = await import("/web/answer-text.js");
+  const cite = (n) => (n === 1 ? Object.assign(document.createElement("button"), { textContent: String(n) }) : null);
+  const container = document.createElement("div");
+  renderAnswerText(container, text, cite);
+  return container.innerHTML;
+}"""
+
+
+@pytest.mark.parametrize(
+    ("text", "html"),
+    [
+        # Triple backticks within a line are a code span, not a fence that swallows the line.
+        ("```cairn up``` starts every service [1].",
+         '<p><code>cairn up</code> starts every service <span class="cites"><button>1</button></span>.</p>'),
+        ("``` cairn ingest docs/ ``` `cairn ingest` shows a bar [2]",
+         "<p><code>cairn ingest docs/</code> <code>cairn ingest</code> shows a bar [2]</p>"),
+        # Only a heading's own line is the heading: the list under it is not bold.
+        ("### Starting Cairn\n1. Run `cairn up` [1].\n2. Open the URL.",
+         '<p class="heading">Starting Cairn</p><p>1. Run <code>cairn up</code> '
+         '<span class="cites"><button>1</button></span>.\n2. Open the URL.</p>'),
+        ("Intro\n```sh\nmake up\n```\nAfter **that [1]**",
+         '<p>Intro</p><pre><code>make up</code></pre><p>After <strong>that <span class="cites"><button>1</button>'
+         "</span></strong></p>"),
+        ("Run:\n```py\nprint(1)", "<p>Run:</p><pre><code>print(1)</code></pre>"),  # still streaming: code so far
+        ("<img src=x onerror=alert(1)> `[1]`", "<p>&lt;img src=x onerror=alert(1)&gt; <code>[1]</code></p>"),
+    ],
+)
+def test_answer_text_renders_code_headings_and_citations_as_written(browser, text, html):
+    app = FastAPI()
+    app.include_router(web_page_router)
+    with serve_in_thread(app) as url:
+        page = browser.new_page()
+        page.goto(url + "/")
+        assert page.evaluate(RENDER_IN_BROWSER, text) == html
+        page.close()
