@@ -61,7 +61,10 @@ class ResponseGeneratedData(_Data):
     grounding_score: float | None = Field(
         None, description="How well the cited passages support the answer, from 0 to 1; null when no model was asked."
     )
-    cited_doc_ids: list[str] = Field(default_factory=list, description="The documents the answer cites, in citation order.")
+    cited_doc_ids: list[str] = Field(
+        default_factory=list,
+        description="The document of each citation, in citation order: a document cited twice is listed twice.",
+    )
     chunks_retrieved: int = Field(0, description="How many chunks retrieval returned (the retrieval count).")
     chunks_used: int = Field(0, description="Chunks given to the model as context.")
     timings_ms: dict[str, float] = Field(

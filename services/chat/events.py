@@ -54,7 +54,7 @@ def response_generated(*, caller: Caller, response: ChatResponse) -> ResponseGen
         citation_count=len(response.citations),
         supported_citations=supported,
         grounding_score=response.grounding.score if response.grounding else None,
-        cited_doc_ids=list(dict.fromkeys(c.doc_id for c in response.citations)),
+        cited_doc_ids=[c.doc_id for c in response.citations],  # one per citation: analytics counts repeats
         chunks_retrieved=meta.chunks_retrieved,
         chunks_used=meta.chunks_used,
         timings_ms=meta.timings_ms.model_dump(),

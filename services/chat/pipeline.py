@@ -89,11 +89,12 @@ class ChatPipeline:
         return model_id
 
     def start(self, *, request: ChatRequest, caller: Caller) -> Turn:
-        """Record QuerySubmitted, then check the model choice (an unknown one fails at "validation")."""
+        """Check the model choice, then record QuerySubmitted. An unknown model is refused like any invalid
+        field, with no event: a name a client typed never becomes a model of the reports."""
         turn = Turn(
             request=request,
             caller=caller,
-            model=request.model_id or self.config.default_model,
+            model=self.resolve_model(request.model_id),
             top_k=request.top_k or self.config.default_top_k,
             conversation_id=request.conversation_id or uuid.uuid4().hex,
             query=request.query,
@@ -104,8 +105,6 @@ class ChatPipeline:
                 top_k=turn.top_k,
             )
         )
-        with self.failures_reported(turn):
-            self.resolve_model(request.model_id)
         return turn
 
     @contextmanager
