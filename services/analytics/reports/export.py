@@ -18,8 +18,9 @@ COLUMNS = (
     "supported_citations", "grounding_score", "prompt_tokens", "completion_tokens", "total_tokens",
     "failure_stage", "failure_error", "rating", "comment", "rated_at",
 )
-# Free text a user typed: a spreadsheet would run a cell starting like a formula.
-_TYPED_BY_USERS = {"query", "comment"}
+# Free text a user typed, or a model name as an LLM endpoint reported it: a spreadsheet would run a cell
+# starting like a formula.
+_TYPED_BY_USERS = {"query", "comment", "model"}
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
