@@ -14,7 +14,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Connection, Insert, String, insert
+from sqlalchemy import JSON, Connection, Insert, Integer, String, insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
@@ -39,6 +39,9 @@ _INSERT_CITED = insert(cited_documents)
 _NUL, _REPLACEMENT = "\x00", "\ufffd"
 _EVENT_LIMITS = {c.name: c.type.length for c in events.columns if isinstance(c.type, String) and c.type.length}
 _TEXT_COLUMNS = tuple(c.name for c in events.columns if isinstance(c.type, String | JSON) and c.name in _EVENT_COLUMNS)
+# Token counts come from the LLM endpoint too: a count beyond the 32-bit column is stored as its largest value.
+_INTEGER_COLUMNS = tuple(c.name for c in events.columns if isinstance(c.type, Integer) and c.name in _EVENT_COLUMNS)
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _CITED_LIMITS = {c.name: c.type.length for c in cited_documents.columns if isinstance(c.type, String) and c.type.length}
 
 
@@ -68,6 +71,9 @@ def _event_row(record: EventRecord, received_at: datetime) -> dict:
     row = {name: getattr(record, name) for name in _EVENT_COLUMNS}
     for name in _TEXT_COLUMNS:
         row[name] = _fitted(_storable(row[name]), _EVENT_LIMITS.get(name))
+    for name in _INTEGER_COLUMNS:
+        if row[name] is not None:
+            row[name] = min(max(row[name], _INT32_MIN), _INT32_MAX)
     row["received_at"] = received_at
     return row
 

@@ -131,3 +131,14 @@ class SqlStoreContract:
             cited = conn.execute(select(cited_documents.c.doc_id, cited_documents.c.count)).all()
         assert stored.model == model[:128] and stored.payload["data"]["model"] == model
         assert sorted(tuple(row) for row in cited) == [("d" * 512, 2), ("short.md", 1)]
+
+    def test_a_count_beyond_its_32_bit_column_is_stored_as_the_largest_it_holds(self, store: SqlEventStore) -> None:
+        # Token counts are what the LLM endpoint reports; PostgreSQL would refuse the event whole.
+        answer = responded(request_id="many", tokens=(3_000_000_000, 5, 3_000_000_005))
+        assert store.add_many([to_record(answer)]) == [True]
+        with store.engine.connect() as conn:
+            stored = conn.execute(
+                select(events.c.prompt_tokens, events.c.completion_tokens, events.c.total_tokens, events.c.payload)
+            ).one()
+        assert tuple(stored[:3]) == (2**31 - 1, 5, 2**31 - 1)
+        assert stored.payload["data"]["usage"]["prompt_tokens"] == 3_000_000_000
