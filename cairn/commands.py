@@ -15,7 +15,8 @@ from cairn import demo
 from cairn.engines import EngineMissing, engines_for, ensure
 from cairn.ingest import IngestError
 from cairn.settings import SERVICES, CliSettings
-from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor, pid_alive, read_state, state_file
+from cairn.run_state import read_state, state_file, still_running
+from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.domain import User
 from services.gateway.users import (
@@ -32,10 +33,15 @@ from shared.errors import DependencyUnavailable
 
 def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    state = read_state(settings)
-    if state and pid_alive(state["supervisor"]):
-        print(f"Cairn is already running (pid {state['supervisor']}); `cairn status` or `cairn down`.", file=sys.stderr)
-        return 1
+    if state := read_state(settings):
+        if still_running(state, state["supervisor"]):
+            print(f"Cairn is already running (pid {state['supervisor']}); `cairn status` or `cairn down`.", file=sys.stderr)
+            return 1
+        if left := {name: pid for name, pid in state["services"].items() if still_running(state, pid)}:
+            running = ", ".join(f"{name} (pid {pid})" for name, pid in left.items())
+            print(f"cannot start: the processes of an earlier `cairn up` whose supervisor stopped still run: "
+                  f"{running}; stop them with `cairn down` first.", file=sys.stderr)
+            return 1
     try:
         for engine in engines_for(redis_url=settings.redis_url, amqp_url=settings.amqp_url):
             ensure(engine)
@@ -97,15 +103,17 @@ def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
     if not state:
         print("Cairn is not running (no state file in the data directory).")
         return 0
-    supervisor = state["supervisor"]
-    if pid_alive(supervisor):
-        os.kill(supervisor, signal.SIGTERM)
+    supervisor, services = state["supervisor"], list(state["services"].values())
+    # The supervisor stops its services; without it, they are asked to stop themselves (and flush their outboxes).
+    for pid in [supervisor] if still_running(state, supervisor) else services:
+        if still_running(state, pid):
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    pids = [supervisor, *state["services"].values()]
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+    pids = [supervisor, *services]
+    while any(still_running(state, p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    for pid in pids:  # whatever ignored SIGTERM, or was orphaned by a killed supervisor
-        if pid_alive(pid):
+    for pid in pids:  # whatever ignored SIGTERM
+        if still_running(state, pid):
             os.kill(pid, signal.SIGKILL)
     state_file(settings).unlink(missing_ok=True)
     print("Cairn stopped.")

@@ -2,7 +2,6 @@
 restarts one that dies, stops them all together."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from cairn.run_state import state_file, write_state
 from cairn.settings import SERVICES, CliSettings
 
 MAX_RESTARTS = 5
@@ -224,43 +224,12 @@ class Supervisor:
         state_file(self.settings).unlink(missing_ok=True)
 
     def write_state(self) -> None:
-        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-        state = {
-            "supervisor": os.getpid(),
-            "services": {name: process.pid for name, process in self.processes.items()},
-            "urls": {child.name: child.url for child in self.children},
-        }
-        state_file(self.settings).write_text(json.dumps(state))
-
-
-def state_file(settings: CliSettings) -> Path:
-    return settings.run_dir / "cairn.json"
-
-
-def read_state(settings: CliSettings) -> dict | None:
-    try:
-        return json.loads(state_file(settings).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # no /proc (not Linux), or the process just went
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"  # the state follows the command name in parentheses
+        write_state(
+            self.settings,
+            supervisor=os.getpid(),
+            services={name: process.pid for name, process in self.processes.items()},
+            urls={child.name: child.url for child in self.children},
+        )
 
 
 def _answers(health_url: str) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.supervisor import pid_alive
+from cairn.run_state import pid_alive
 from shared.settings import PLACEHOLDER_SERVICE_TOKEN
 from tests.e2e.conftest import PASSWORD, Cairn, cairn_env, running_cairn
 from tests.support import free_port, wait_until

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cairn.supervisor import pid_alive
+from cairn.run_state import pid_alive
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,8 @@ import pytest
 from cairn import cli
 from cairn.commands import _status_rows
 from cairn.settings import CliSettings, parse_replicas
-from cairn.supervisor import CHROMA, StartFailed, Supervisor, plan, shared_env, state_file
+from cairn.run_state import state_file
+from cairn.supervisor import CHROMA, StartFailed, Supervisor, plan, shared_env
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,56 @@
+"""What `cairn up` records of the processes it runs (CAIRN_DATA_DIR/run/cairn.json), and which of them
+still run.
+
+A process is known by its pid and its start time: after a crash, a `kill -9` or a reboot, a recorded pid
+may name another program by the time the file is read, and `cairn down` must never signal that one.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+
+from cairn.settings import CliSettings
+
+
+def state_file(settings: CliSettings) -> Path:
+    return settings.run_dir / "cairn.json"
+
+
+def read_state(settings: CliSettings) -> dict | None:
+    try:
+        return json.loads(state_file(settings).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_state(settings: CliSettings, *, supervisor: int, services: dict[str, int], urls: dict[str, str]) -> None:
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    started = {str(pid): _start_time(pid) for pid in (supervisor, *services.values())}
+    state = {"supervisor": supervisor, "services": services, "urls": urls, "started": started}
+    state_file(settings).write_text(json.dumps(state))
+
+
+def still_running(state: dict, pid: int) -> bool:
+    """Whether the recorded process `pid` runs: that pid, started when the file says. A pid the file
+    holds no start time for (written by an older version) is never taken for Cairn's."""
+    recorded = state.get("started", {}).get(str(pid))
+    return recorded is not None and pid_alive(pid) and _start_time(pid) == recorded
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

@@ -1,0 +1,78 @@
+"""`cairn down` and `cairn up` trust a recorded process only while it is the one `cairn up` started (same pid,
+same start time), and deal with the services a killed supervisor left running."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cairn import commands
+from cairn.run_state import pid_alive, state_file, write_state
+from cairn.settings import CliSettings
+
+pytestmark = pytest.mark.unit
+
+
+def settings(tmp_path: Path) -> CliSettings:
+    return CliSettings(data_dir=tmp_path, replicas="", chroma_server=False, chroma_url=None)
+
+
+def sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def gone_pid() -> int:
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    return finished.pid
+
+
+def test_down_leaves_alone_a_program_that_now_holds_a_recorded_pid(tmp_path):
+    cairn, stranger = settings(tmp_path), sleeper()
+    try:
+        write_state(cairn, supervisor=stranger.pid, services={"chat": stranger.pid}, urls={})
+        # As after a crash and a reboot: the pid is now the stranger's, the start time the one Cairn's process had.
+        state = json.loads(state_file(cairn).read_text())
+        state["started"][str(stranger.pid)] -= 3600
+        state_file(cairn).write_text(json.dumps(state))
+        assert commands.down(cairn, timeout_s=1) == 0
+        assert stranger.poll() is None and not state_file(cairn).exists()
+        write_state(cairn, supervisor=stranger.pid, services={}, urls={})
+        assert commands.up(cairn) == 1, "the recorded supervisor really runs: Cairn is already up"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_the_services_of_a_killed_supervisor_are_asked_to_stop_and_block_a_new_up(tmp_path, capsys):
+    cairn, chat, gateway = settings(tmp_path), sleeper(), sleeper()
+    try:
+        write_state(cairn, supervisor=gone_pid(), services={"chat": chat.pid, "gateway": gateway.pid}, urls={})
+        assert commands.up(cairn) == 1
+        assert f"chat (pid {chat.pid}), gateway (pid {gateway.pid})" in capsys.readouterr().err
+        started = time.monotonic()
+        assert commands.down(cairn, timeout_s=20) == 0
+        assert time.monotonic() - started < 10, "SIGTERM, not the timeout and SIGKILL"
+        assert (chat.wait(5), gateway.wait(5)) == (-signal.SIGTERM, -signal.SIGTERM)
+        assert not state_file(cairn).exists()
+    finally:
+        for process in (chat, gateway):
+            process.kill()
+            process.wait()
+
+
+def test_a_state_file_without_start_times_names_no_process_of_cairn(tmp_path):
+    cairn, stranger = settings(tmp_path), sleeper()
+    try:
+        cairn.run_dir.mkdir(parents=True)
+        state_file(cairn).write_text(f'{{"supervisor": {stranger.pid}, "services": {{"chat": {stranger.pid}}}, "urls": {{}}}}')
+        assert commands.down(cairn, timeout_s=1) == 0
+        assert pid_alive(stranger.pid)
+    finally:
+        stranger.kill()
+        stranger.wait()
