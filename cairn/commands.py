@@ -81,18 +81,23 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     return 0
 
 
-def _print_welcome(settings: CliSettings, password: str, *, children: list[Child]) -> None:
+def _print_welcome(settings: CliSettings, password: str | None, *, children: list[Child]) -> None:
     url = settings.local_url_of("gateway")
     if len(children) > len(SERVICES):
         print("processes: " + ", ".join(f"{child.name} {child.url}" for child in children), flush=True)
+    if password is None:
+        login = f"  user: {demo.DEMO_USER} was disabled or given another password since it was created: log in as yours\n"
+    else:
+        login = (
+            f"  user: {demo.DEMO_USER}\n"
+            f"  password: {password}\n"
+            f"  ask:  cairn ask \"How do I add a user?\"\n"
+            f"  curl: curl -s {url}/auth/login -H 'Content-Type: application/json' "
+            f"-d '{{\"username\":\"{demo.DEMO_USER}\",\"password\":\"{password}\"}}'\n"
+        )
     print(
-        f"\nCairn is up at {url}\n"
-        f"  user: {demo.DEMO_USER}\n"
-        f"  password: {password}\n"
+        f"\nCairn is up at {url}\n{login}"
         f"  chat page: {url}/    dashboard (analysts): {url}/dashboard\n"
-        f"  ask:  cairn ask \"How do I add a user?\"\n"
-        f"  curl: curl -s {url}/auth/login -H 'Content-Type: application/json' "
-        f"-d '{{\"username\":\"{demo.DEMO_USER}\",\"password\":\"{password}\"}}'\n"
         f"  logs: {settings.log_dir}/    stop: Ctrl-C or `cairn down`\n",
         flush=True,
     )

@@ -10,6 +10,7 @@ import httpx
 from cairn.ingest import ingest_paths
 from cairn.settings import CliSettings
 from services.gateway.adapters.redis_store import RedisUserStore, connect
+from services.gateway.passwords import verify_password
 from services.gateway.users import ensure_user
 
 DEMO_USER = "demo"
@@ -31,19 +32,21 @@ def demo_password(settings: CliSettings) -> str:
     return password
 
 
-def create_demo_user(settings: CliSettings) -> str:
+def create_demo_user(settings: CliSettings) -> str | None:
+    """The demo user's password, the user created with it on the first run; None once the user no longer
+    logs in with it (an administrator disabled it or changed its password: that is left as it is)."""
     password = demo_password(settings)
 
-    async def upsert() -> None:
+    async def ensure() -> bool:
         redis = connect(settings.redis_url, timeout_s=5)
         try:
             users = RedisUserStore(redis, prefix=settings.redis_prefix, timeout_s=5)
-            await ensure_user(users=users, username=DEMO_USER, password=password, roles=DEMO_ROLES)
+            user = await ensure_user(users=users, username=DEMO_USER, password=password, roles=DEMO_ROLES)
         finally:
             await redis.aclose()
+        return not user.disabled and await asyncio.to_thread(verify_password, user.password_hash, password)
 
-    asyncio.run(upsert())
-    return password
+    return password if asyncio.run(ensure()) else None
 
 
 def collection_is_empty(settings: CliSettings) -> bool:

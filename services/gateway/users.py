@@ -107,11 +107,9 @@ async def set_roles(*, users: UserStore, sessions: SessionStore, username: str, 
 
 
 async def ensure_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:
-    """Create the user, or give an existing one this password and these roles (for the demo user)."""
+    """The user, created with this password and these roles if it does not exist (the demo user). An existing
+    one is left as its administrators made it: disabled, with other roles or another password."""
     existing = await users.get(username)
     if existing is None:
         return await add_user(users=users, username=username, password=password, roles=roles)
-    _check_password(password)
-    updated = replace(existing, password_hash=hash_password(password), roles=validate_roles(roles), disabled=False)
-    await users.save(updated)
-    return updated
+    return existing

@@ -102,3 +102,19 @@ def test_refusals_are_one_clear_line(cairn_user, monkeypatch):
     code, out, err = cairn_user("disable", "ann")
     assert code == 1 and out == "" and err.startswith("error: Redis (REDIS_URL) did not answer")
     assert "Traceback" not in err and "\n" == err[-1] and err.count("\n") == 1
+
+
+def test_cairn_up_creates_the_demo_user_once_and_never_undoes_what_an_admin_did(cairn_user, redis_url, unique, tmp_path):
+    from cairn import demo
+    from cairn.settings import CliSettings
+
+    settings = CliSettings(redis_url=redis_url, redis_prefix=unique, data_dir=tmp_path, demo_password=PASSWORD)
+    assert demo.create_demo_user(settings) == PASSWORD  # the first run creates it
+    assert demo.create_demo_user(settings) == PASSWORD  # later runs find it as it was
+    assert cairn_user("disable", "demo")[0] == 0
+    assert demo.create_demo_user(settings) is None, "a disabled demo user is not offered for log-in"
+    code, out, _ = cairn_user("list")
+    assert code == 0 and any(line.startswith("demo") and "disabled" in line for line in out.splitlines())
+    assert cairn_user("enable", "demo")[0] == 0
+    assert cairn_user("reset-password", "demo", "--password-stdin", stdin="another long password\n")[0] == 0
+    assert demo.create_demo_user(settings) is None, "nor one whose password an admin changed"

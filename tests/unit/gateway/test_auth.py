@@ -186,4 +186,6 @@ async def test_user_management_rules():
     changed = await set_password(users=users, username="cat", password="another one")
     assert changed.password_hash != user.password_hash and changed.id == user.id
     demo = await ensure_user(users=users, username="cat", password="third password", roles=["admin"])
-    assert demo.id == user.id and demo.roles == ("admin",)
+    assert demo == changed, "an existing user is left as it is"
+    created = await ensure_user(users=users, username="dog", password="long enough", roles=["admin"])
+    assert created.roles == ("admin",) and await users.get("dog") == created
