@@ -61,6 +61,11 @@ def source_name(path: Path, base: Path | None = None) -> str:
         return resolved.as_posix()
 
 
+def _link_name(link: Path, base: Path | None) -> str:
+    """A broken link's own name (it resolves to nothing, or forever)."""
+    return (Path(source_name(link.parent, base)) / link.name).as_posix()
+
+
 def collect_files(
     paths: Iterable[Path], base: Path | None = None
 ) -> tuple[list[Path], list[tuple[str, str]], list[str]]:
@@ -72,7 +77,12 @@ def collect_files(
     for path in paths:
         if path.is_dir():
             for found in sorted(path.rglob("*")):
-                if not found.is_file() or any(part.startswith(".") for part in found.relative_to(path).parts):
+                if any(part.startswith(".") for part in found.relative_to(path).parts):
+                    continue
+                if found.is_symlink() and not found.exists():  # dangling, or a loop
+                    refused.append((_link_name(found, base), "broken symbolic link"))
+                    continue
+                if not found.is_file():
                     continue
                 if found.suffix.lower() in SUFFIXES:
                     files.append(found)
@@ -84,6 +94,8 @@ def collect_files(
             else:
                 supported = ", ".join(sorted(SUFFIXES))
                 refused.append((source_name(path, base), f"unsupported file type {path.suffix or '(none)'}; use {supported}"))
+        elif path.is_symlink():
+            refused.append((_link_name(path, base), "broken symbolic link"))
         else:
             refused.append((source_name(path, base), "no such file or folder"))
     return list(dict.fromkeys(files)), refused, skipped

@@ -116,3 +116,14 @@ def test_every_format_goes_in_and_bad_files_are_named_without_stopping_the_rest(
 
 def test_the_command_offers_exactly_the_types_the_service_reads() -> None:
     assert SUFFIXES == SUPPORTED_SUFFIXES
+
+
+def test_broken_links_are_failures_named_as_such_and_stop_nothing(retrieval_url: str, tree: Path) -> None:
+    (tree / "loop1.md").symlink_to("loop2.md")
+    (tree / "loop2.md").symlink_to("loop1.md")
+    (tree / "gone.md").symlink_to("nowhere.md")
+    named = ingest_paths([tree / "loop1.md", tree / "intro.md"], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert (named.added, dict(named.failures)) == (1, {"notes/loop1.md": "broken symbolic link"})
+    walked = ingest_paths([Path("notes")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    broken = {name: reason for name, reason in walked.failures if reason == "broken symbolic link"}
+    assert sorted(broken) == ["notes/gone.md", "notes/loop1.md", "notes/loop2.md"] and walked.added == 1
