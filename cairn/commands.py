@@ -75,6 +75,9 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     except (StartFailed, IngestError, httpx.HTTPError, OSError) as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
+    except UserError as exc:  # the demo user: CAIRN_DEMO_PASSWORD too short, say
+        print(f"cannot start: demo user: {exc}", file=sys.stderr)
+        return 1
     finally:
         print("stopping Cairn ...", flush=True)
         supervisor.stop_all()
@@ -230,6 +233,9 @@ def _run_user_command(settings: CliSettings, action, describe) -> int:
     except DependencyUnavailable:
         print("error: Redis (REDIS_URL) did not answer; the change may be incomplete: run the command again", file=sys.stderr)
         return 1
+    except ValueError as exc:  # REDIS_URL is not a Redis URL
+        print(f"error: REDIS_URL: {exc}", file=sys.stderr)
+        return 2
     print(describe(result))
     return 0
 
@@ -246,9 +252,12 @@ async def _with_stores(settings: CliSettings, action):
 def _read_password(from_stdin: bool, *, confirm: bool = False) -> str:
     if from_stdin:
         return sys.stdin.readline().rstrip("\n")
-    password = getpass.getpass("password: ")
-    if confirm and getpass.getpass("again: ") != password:
-        raise SystemExit("error: the passwords differ")
+    try:
+        password = getpass.getpass("password: ")
+        if confirm and getpass.getpass("again: ") != password:
+            raise SystemExit("error: the passwords differ")
+    except EOFError:  # no terminal to prompt on, and nothing on standard input
+        raise SystemExit("error: no password given: type it at the prompt, or pipe it in with --password-stdin") from None
     return password
 
 

@@ -118,3 +118,15 @@ def test_cairn_up_creates_the_demo_user_once_and_never_undoes_what_an_admin_did(
     assert cairn_user("enable", "demo")[0] == 0
     assert cairn_user("reset-password", "demo", "--password-stdin", stdin="another long password\n")[0] == 0
     assert demo.create_demo_user(settings) is None, "nor one whose password an admin changed"
+
+
+def test_no_password_to_read_and_a_bad_redis_url_are_messages_not_tracebacks(cairn_user, monkeypatch, capsys):
+    def no_terminal(prompt: str = "") -> str:
+        raise EOFError  # what getpass raises with no terminal and nothing on standard input
+
+    monkeypatch.setattr(getpass, "getpass", no_terminal)
+    with pytest.raises(SystemExit, match="no password given: .* --password-stdin"):
+        cairn_user("add", "carol", "--role", "user")
+    monkeypatch.setenv("REDIS_URL", "notaurl")
+    code, _, err = cairn_user("list")
+    assert code == 2 and err.startswith("error: REDIS_URL: ")
