@@ -31,6 +31,10 @@ from services.gateway.users import (
 from shared.errors import DependencyUnavailable
 
 
+class StopRequested(Exception):
+    """Ctrl-C or `cairn down` while `cairn up` is still starting."""
+
+
 def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if state := read_state(settings):
@@ -49,11 +53,13 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
 
-    stopping = False
+    stopping = starting = False
 
     def request_stop(signum, frame) -> None:
         nonlocal stopping
         stopping = True
+        if starting:  # stop the start-up where it is: waiting for a service, adding the demo collection
+            raise StopRequested
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
@@ -65,13 +71,17 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
         return 1
     print(f"starting {supervisor.describe()} ...", flush=True)
     try:
+        starting = True
         supervisor.start_all()
         if ingest_demo and demo.collection_is_empty(settings):
             print(f"first run: adding the demo collection ({demo.DOCS_DIR.name}/) ...", flush=True)
             demo.ingest_docs(settings)
         password = demo.create_demo_user(settings)
+        starting = False
         _print_welcome(settings, password, children=supervisor.children)
         supervisor.watch(lambda: stopping)
+    except StopRequested:
+        pass
     except (StartFailed, IngestError, httpx.HTTPError, OSError) as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
@@ -79,6 +89,7 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
         print(f"cannot start: demo user: {exc}", file=sys.stderr)
         return 1
     finally:
+        starting = False
         print("stopping Cairn ...", flush=True)
         supervisor.stop_all()
     return 0

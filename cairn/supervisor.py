@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,14 +141,15 @@ class Supervisor:
     def spawn(self, child: Child) -> None:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path(child.name), "ab")
-        self.processes[child.name] = subprocess.Popen(
-            list(child.command),
-            env={**self._env, **child.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C reaches only us; we stop the children in order
-        )
+        with _stop_signals_held():  # a stop asked meanwhile waits until the child is recorded, to be stopped too
+            self.processes[child.name] = subprocess.Popen(
+                list(child.command),
+                env={**self._env, **child.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C reaches only us; we stop the children in order
+            )
         log.close()
 
     def start_all(self) -> None:
@@ -230,6 +232,15 @@ class Supervisor:
             services={name: process.pid for name, process in self.processes.items()},
             urls={child.name: child.url for child in self.children},
         )
+
+
+@contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _answers(health_url: str) -> bool:

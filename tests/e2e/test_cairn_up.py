@@ -3,11 +3,18 @@ gateway → chat → retrieval (real model, real Chroma) → offline generator t
 → RabbitMQ → analytics (SQLite), on free loopback ports with a temporary data directory."""
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+
 import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import PASSWORD
+from cairn.run_state import pid_alive
+from tests.e2e.conftest import PASSWORD, REPO, cairn_env
 from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -136,3 +143,22 @@ def test_the_openai_face_needs_a_valid_token(cairn):
     model = openai.OpenAI(base_url=f"{cairn.gateway}/v1", api_key="not-a-token", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         model.chat.completions.create(model="cairn", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_ctrl_c_while_cairn_up_is_still_starting_stops_it_at_once(tmp_path, redis_url, amqp_url):
+    env = cairn_env(tmp_path / "data", redis_url, amqp_url, name=f"e2e-interrupted-{os.getpid()}")
+    up = subprocess.Popen([sys.executable, "-m", "cairn.cli", "up"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    state = tmp_path / "data" / "run" / "cairn.json"
+    try:
+        # The services are spawned; retrieval loads its model for many seconds before it answers.
+        wait_until(lambda: state.exists() and len(json.loads(state.read_text())["services"]) == 4, timeout=60,
+                   what="cairn up to spawn the services")
+        services = json.loads(state.read_text())["services"]
+        up.send_signal(signal.SIGINT)
+        output, _ = up.communicate(timeout=30)  # before: only once every service answered, plus the demo ingest
+    finally:
+        up.kill()
+    assert up.returncode == 0 and "stopping Cairn" in output and "Cairn is up" not in output, output
+    assert not [name for name, pid in services.items() if pid_alive(pid)], services
+    assert not state.exists()
