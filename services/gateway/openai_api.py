@@ -72,7 +72,7 @@ async def chat_completions(
 async def _streamed(chat: Upstream, *, headers: dict[str, str], payload: bytes, model: str) -> Response:
     upstream = await chat.open_stream(method="POST", path="/chat/stream", headers=headers, body=payload)
     if upstream.status_code != 200:
-        return await chat.read_error(upstream)
+        return await chat.read_whole(upstream)
     return StreamingResponse(
         _chunks(upstream, ChunkWriter(model=model)),
         media_type="text/event-stream",

@@ -87,12 +87,9 @@ class Upstream:
         body: bytes | None = None,
         params: list[tuple[str, str]] | None = None,
     ) -> Response:
-        upstream = UpstreamStream(name=self.name, response=await self._send(method, path, headers, body, params))
-        try:
-            content = await upstream.aread()
-        finally:
-            await upstream.aclose()
-        return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
+        """Send and pass the answer on whole."""
+        upstream = await self.open_stream(method=method, path=path, headers=headers, body=body, params=params)
+        return await self.read_whole(upstream)
 
     async def forward_stream(
         self,
@@ -110,7 +107,7 @@ class Upstream:
         """
         upstream = await self.open_stream(method=method, path=path, headers=headers, body=body, params=params)
         if upstream.status_code != 200:
-            return await self.read_error(upstream)
+            return await self.read_whole(upstream)
         return StreamingResponse(
             self._relay(upstream), status_code=200, headers=_passed(upstream), background=BackgroundTask(upstream.aclose)
         )
@@ -127,8 +124,8 @@ class Upstream:
         """Send and return the response with its body unread; the caller must aclose() it."""
         return UpstreamStream(name=self.name, response=await self._send(method, path, headers, body, params))
 
-    async def read_error(self, upstream: UpstreamStream) -> Response:
-        """A streamed response that is not a stream (an error) passed on whole, and closed."""
+    async def read_whole(self, upstream: UpstreamStream) -> Response:
+        """The response passed on whole (an answer, or the error that came instead of a stream), and closed."""
         try:
             content = await upstream.aread()
         finally:
