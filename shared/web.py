@@ -6,7 +6,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -171,8 +171,18 @@ def narrow_schema_field(app: FastAPI, *, model: str, field: str, any_of: list[di
 
 
 def create_service_app(
-    *, service: str, title: str, lifespan: Any = None, readiness: ReadinessCheck | None = None, **kwargs: Any
+    *,
+    service: str,
+    title: str,
+    lifespan: Any = None,
+    readiness: ReadinessCheck | None = None,
+    needed: Collection[str] | None = None,
+    **kwargs: Any,
 ) -> FastAPI:
+    """`readiness` reports the dependencies; those in `needed` (default: all) make /readyz 503 when down.
+    The others are reported only: a service that answers their failure with its own JSON error stays in
+    its load balancer (in Kubernetes, a gateway leaving its Service because chat is down would take
+    every route down with it)."""
     app = FastAPI(
         title=title,
         lifespan=lifespan,
@@ -193,7 +203,7 @@ def create_service_app(
     @app.get("/readyz", tags=["ops"])
     async def readyz() -> JSONResponse:
         checks = await readiness() if readiness else {}
-        ready = all(checks.values())
+        ready = all(up for name, up in checks.items() if needed is None or name in needed)
         return JSONResponse(
             {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
         )

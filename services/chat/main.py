@@ -86,7 +86,8 @@ def create_app(
             log.warning("events broker not connected", extra={"backlog": pipeline.publisher.backlog})
         return {"retrieval": await pipeline.retriever.ping(), "llm": await pipeline.generator.ping()}
 
-    app = create_service_app(service="chat", title="Cairn chat", lifespan=lifespan, readiness=readiness)
+    # Retrieval and the model are reported, not needed: chat answers their failure with a 503 / 502 naming them.
+    app = create_service_app(service="chat", title="Cairn chat", lifespan=lifespan, readiness=readiness, needed=())
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     allowed = [{"type": "string", "enum": list(settings.chat_models)}, {"type": "null"}]
     narrow_schema_field(app, model="ChatRequest", field="model_id", any_of=allowed)

@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Cairn gateway",
         lifespan=lifespan,
         readiness=readiness,
+        needed={"redis"},  # the upstreams are reported; a down one is answered with a 503 naming it
         middleware=gateway_middleware(settings),
     )
     app.state.settings = settings

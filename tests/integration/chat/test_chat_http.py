@@ -64,7 +64,7 @@ async def test_retrieval_down_is_503_at_once():
         ready = await client.get("/readyz")
     assert response.status_code == 503 and response.json()["error"] == "retrieval_unavailable"
     assert elapsed < 2
-    assert ready.status_code == 503 and ready.json()["checks"]["retrieval"] is False
+    assert ready.status_code == 200 and ready.json()["checks"]["retrieval"] is False  # reported, not needed
 
 
 async def test_retrieval_that_hangs_is_503_within_the_timeout():

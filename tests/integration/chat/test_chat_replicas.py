@@ -58,7 +58,7 @@ async def test_every_retrieval_replica_down_is_503_retrieval_unavailable(retriev
         response = await client.post("/chat", json=QUESTION, headers=HEADERS)
         ready = await client.get("/readyz")
     assert response.status_code == 503 and response.json()["error"] == "retrieval_unavailable"
-    assert ready.status_code == 503 and ready.json()["checks"]["retrieval"] is False
+    assert ready.status_code == 200 and ready.json()["checks"]["retrieval"] is False  # reported, not needed
     assert sum(refusals(url) for url in dead) >= 2
 
 

@@ -167,7 +167,8 @@ def test_every_replica_down_is_503_naming_the_service_at_once(redis_url, unique)
     assert (chat.status_code, chat.json()["error"]) == (503, "chat_unavailable")
     assert (search.status_code, search.json()["error"]) == (503, "retrieval_unavailable")
     assert elapsed < 2, "refused connections fail fast, without waiting for a timeout"
-    assert ready.status_code == 503 and ready.json()["checks"]["chat"] is False
+    # Reported, not needed: a gateway leaving its load balancer would take every route down with chat.
+    assert ready.status_code == 200 and ready.json()["checks"]["chat"] is False
 
 
 @pytest.mark.parametrize(("mode", "status", "error"), [("fail", 500, "internal_error"), ("hang", 504, "chat_timeout")])
