@@ -28,6 +28,7 @@ from services.gateway.domain import Session
 from services.gateway.models import LoginRequest, LoginResponse, MeResponse, UserOut
 from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
 from services.gateway.settings import Settings
+from shared.context import set_user_id
 from shared.errors import DependencyUnavailable
 from shared.json_body import StrictJsonRoute
 from shared.web import internal_headers
@@ -56,6 +57,7 @@ async def login(
         max_age_s=settings.session_max_age_seconds,
     )
     await rate_limits.login_succeeded(limiter=limiter, attempt=attempt)  # only failures use up the limits
+    set_user_id(user.id)  # the request's log line names who logged in
     return LoginResponse(
         token=token, expires_at=session.expires_at, user=UserOut(id=user.id, username=user.username, roles=list(user.roles))
     )

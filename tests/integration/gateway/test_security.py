@@ -172,7 +172,8 @@ def test_no_log_line_carries_a_token_or_password(settings, caplog):
             assert http.post("/api/chat", json={"query": "q"}, headers=_bearer(token)).status_code == 401
             assert http.post("/auth/login", json={"username": "ann", "password": PASSWORD + "x"}).status_code == 401
     records = caplog.records
-    assert any(getattr(r, "route", None) == "/auth/login" for r in records)  # the request log lines were captured
+    logins = [(r.status, r.user_id) for r in records if getattr(r, "route", None) == "/auth/login"]
+    assert logins == [(200, login.json()["user"]["id"]), (401, None)]  # who logged in; a failed login names no one
     secrets = (token, _tampered(token, 3), hashlib.sha256(token.encode()).hexdigest(), PASSWORD)
     for record in records:
         everything = f"{record.getMessage()} {record.__dict__!r}"
