@@ -105,13 +105,18 @@ def create_app(
                 await app.state.contextualizer.close()
 
     async def readiness() -> dict[str, bool]:
-        current_store = getattr(app.state, "store", None)
+        current_store, keywords = getattr(app.state, "store", None), getattr(app.state, "keywords", None)
         return {
             "chroma": current_store is not None and await current_store.heartbeat(),
             "embedder": getattr(app.state, "embedder", None) is not None,
+            "index": keywords is not None and keywords.loaded,
         }
 
-    app = create_service_app(service="retrieval", title="Cairn retrieval", lifespan=lifespan, readiness=readiness)
+    # Once its index is loaded, a replica answers the searches it holds in memory while Chroma is down, and
+    # names Chroma in the 503 of the others: it stays in its load balancer. Chroma is reported.
+    app = create_service_app(
+        service="retrieval", title="Cairn retrieval", lifespan=lifespan, readiness=readiness, needed={"embedder", "index"}
+    )
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     if settings.rerank_model is None:  # rerank: true is then a 422
         narrow_schema_field(

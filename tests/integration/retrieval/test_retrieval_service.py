@@ -139,7 +139,7 @@ def test_the_index_survives_a_restart(tmp_path: Path, embedder: SentenceTransfor
     with TestClient(create_app(settings_for(tmp_path), embedder=embedder)) as again:
         assert [d["doc_id"] for d in again.get("/documents", headers=AUTH).json()["documents"]] == ["users.md"]
         assert again.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH).json()["status"] == "unchanged"
-        assert again.get("/readyz").json()["checks"] == {"chroma": True, "embedder": True}
+        assert again.get("/readyz").json()["checks"] == {"chroma": True, "embedder": True, "index": True}
 
 
 def test_chunks_respect_the_budget_in_real_model_tokens(embedder: SentenceTransformerEmbedder) -> None:
@@ -159,7 +159,8 @@ def test_chroma_server_down_gives_503_then_recovers(tmp_path: Path, embedder: Se
         down = client.post("/search", json={"query": "anything"}, headers=AUTH)
         assert time.perf_counter() - started < 5, "a refused connection must not wait for the timeout"
         assert down.status_code == 503 and down.json()["error"] == "chroma_unavailable"
-        assert client.get("/readyz").json()["checks"]["chroma"] is False
+        not_ready = client.get("/readyz")  # started without Chroma: no index to answer from yet
+        assert not_ready.status_code == 503 and not_ready.json()["checks"] == {"chroma": False, "embedder": True, "index": False}
         server.start()
         try:
             added = client.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH)
@@ -187,7 +188,9 @@ def test_chroma_server_down_gives_503_then_recovers(tmp_path: Path, embedder: Se
                 client.post("/documents", json={"text": "# More\n\nAnother page.", "source": "more.md"}, headers=AUTH),
             ):
                 assert needs_chroma.status_code == 503 and needs_chroma.json()["error"] == "chroma_unavailable"
-            assert client.get("/readyz").status_code == 503
+            # Still serving from memory: ready, with Chroma reported down.
+            ready = client.get("/readyz")
+            assert ready.status_code == 200 and ready.json()["checks"]["chroma"] is False
         finally:
             server.stop()
 
