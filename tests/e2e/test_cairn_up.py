@@ -150,6 +150,7 @@ def test_ctrl_c_while_cairn_up_is_still_starting_stops_it_at_once(tmp_path, redi
     up = subprocess.Popen([sys.executable, "-m", "cairn.cli", "up"], env=env, cwd=REPO, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     state = tmp_path / "data" / "run" / "cairn.json"
+    services: dict[str, int] = {}
     try:
         # The services are spawned; retrieval loads its model for many seconds before it answers.
         wait_until(lambda: state.exists() and len(json.loads(state.read_text())["services"]) == 4, timeout=60,
@@ -159,6 +160,9 @@ def test_ctrl_c_while_cairn_up_is_still_starting_stops_it_at_once(tmp_path, redi
         output, _ = up.communicate(timeout=30)  # before: only once every service answered, plus the demo ingest
     finally:
         up.kill()
+        for pid in services.values():  # whatever a failed run left behind
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
     assert up.returncode == 0 and "stopping Cairn" in output and "Cairn is up" not in output, output
     assert not [name for name, pid in services.items() if pid_alive(pid)], services
     assert not state.exists()
