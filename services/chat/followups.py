@@ -114,6 +114,16 @@ def rewrite_follow_up(query: str, previous_standalone: str) -> str:
 _CARRIED_TOPIC = re.compile(r"\s\(([^()]+)\)\s*$")
 
 
+def resolve_history(turns: Sequence[tuple[str, str]]) -> list[Exchange]:
+    """Earlier (question, answer) turns a client sent, each question made standalone by these rules against the
+    one before it, as a stored conversation keeps them: a chain of follow-ups then keeps its subject."""
+    history: list[Exchange] = []
+    for question, answer in turns:
+        standalone = rewrite_follow_up(question, history[-1].standalone) if is_follow_up(question, history) else question
+        history.append(Exchange(question=question, standalone=standalone, answer=answer))
+    return history
+
+
 def topic_of(question: str) -> str:
     """What a question is about: its words without the leading question frame and trailing function words."""
     words = _words(question)

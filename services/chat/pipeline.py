@@ -18,6 +18,7 @@ from services.chat import events, metrics
 from services.chat.answering import compose
 from services.chat.chunks import RetrievedChunk
 from services.chat.errors import UnknownModel
+from services.chat.followups import resolve_history
 from services.chat.models import ChatRequest, ChatResponse
 from services.chat.ports import ConversationStore, Exchange, Generation, Generator, Reformulator, Retriever
 from services.chat.prompt import build_prompt
@@ -149,8 +150,7 @@ class ChatPipeline:
 
     async def _load_history(self, turn: Turn) -> None:
         if turn.request.conversation_id is None:
-            given = turn.request.history or []
-            turn.history = [Exchange(question=t.question, standalone=t.question, answer=t.answer) for t in given]
+            turn.history = resolve_history([(t.question, t.answer) for t in turn.request.history or []])
             return
         if self.conversations is None:
             return

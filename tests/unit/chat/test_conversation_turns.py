@@ -104,3 +104,17 @@ async def test_history_given_with_the_request_resolves_a_follow_up_without_a_sto
     history = [{"question": "How are login sessions stored?", "answer": "In Redis [1]."}]
     response = await chat.answer(request=ChatRequest(query="and what about its TTL?", history=history), caller=ANN)
     assert response.metadata.reformulated_query == "What about the TTL of login sessions?"
+
+
+async def test_a_chain_of_follow_ups_in_a_given_history_keeps_its_subject_as_a_stored_one_does():
+    chat = pipeline()
+    asked = ["What is hybrid search?", "And what about its weights?", "Can they be changed?"]
+    stored = None
+    for question in asked:  # a stored conversation, as conversation_id keeps it
+        stored = await chat.answer(
+            request=ChatRequest(query=question, conversation_id=stored.conversation_id if stored else None), caller=ANN
+        )
+    history = [{"question": q, "answer": "An answer [1]."} for q in asked[:2]]  # as an OpenAI client sends it
+    given = await chat.answer(request=ChatRequest(query=asked[2], history=history), caller=ANN)
+    assert stored.metadata.reformulated_query == "Can the weights of hybrid search be changed?"
+    assert given.metadata.reformulated_query == stored.metadata.reformulated_query
