@@ -292,7 +292,7 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
     elif os.environ.get("CAIRN_PASSWORD"):
         password = os.environ["CAIRN_PASSWORD"]
     elif username == demo.DEMO_USER:
-        password = demo.demo_password(settings)
+        password, _ = demo.demo_password(settings)
     else:
         password = _read_password(False)
     url = settings.url_of("gateway")

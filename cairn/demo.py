@@ -9,42 +9,51 @@ import httpx
 
 from cairn.ingest import ingest_paths
 from cairn.settings import CliSettings
-from services.gateway.adapters.redis_store import RedisUserStore, connect
+from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.passwords import verify_password
-from services.gateway.users import ensure_user
+from services.gateway.users import ensure_user, reset_password
 
 DEMO_USER = "demo"
 DEMO_ROLES = ["user", "analyst", "admin"]
 DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
 
 
-def demo_password(settings: CliSettings) -> str:
-    """CAIRN_DEMO_PASSWORD, else the one generated on the first run and kept in the data directory."""
+def demo_password(settings: CliSettings) -> tuple[str, bool]:
+    """CAIRN_DEMO_PASSWORD, else the one generated on the first run and kept in the data directory; and
+    whether it is to be the demo user's now (configured, or generated on this run for a new data directory)."""
     if settings.demo_password:
-        return settings.demo_password
+        return settings.demo_password, True
     saved = settings.data_dir / "demo-password"
     if saved.exists():
-        return saved.read_text().strip()
+        return saved.read_text().strip(), False
     password = secrets.token_urlsafe(12)
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.touch(mode=0o600)
     saved.write_text(password + "\n")
-    return password
+    return password, True
 
 
 def create_demo_user(settings: CliSettings) -> str | None:
-    """The demo user's password, the user created with it on the first run; None once the user no longer
-    logs in with it (an administrator disabled it or changed its password: that is left as it is)."""
-    password = demo_password(settings)
+    """The demo user's password: the user is created with it when missing, and given it when it is
+    configured or new (a new data directory beside a Redis that kept the user). Otherwise the user is left
+    as an administrator made it, enabled or not, with its roles and password; None when the password
+    shown would not log in."""
+    password, owned = demo_password(settings)
 
     async def ensure() -> bool:
         redis = connect(settings.redis_url, timeout_s=5)
+        store_args = {"prefix": settings.redis_prefix, "timeout_s": 5}
         try:
-            users = RedisUserStore(redis, prefix=settings.redis_prefix, timeout_s=5)
+            users = RedisUserStore(redis, **store_args)
             user = await ensure_user(users=users, username=DEMO_USER, password=password, roles=DEMO_ROLES)
+            opens = await asyncio.to_thread(verify_password, user.password_hash, password)
+            if owned and not opens:
+                sessions = RedisSessionStore(redis, **store_args)
+                user = (await reset_password(users=users, sessions=sessions, username=DEMO_USER, password=password)).user
+                opens = True
         finally:
             await redis.aclose()
-        return not user.disabled and await asyncio.to_thread(verify_password, user.password_hash, password)
+        return opens and not user.disabled
 
     return password if asyncio.run(ensure()) else None
 

@@ -104,13 +104,14 @@ def test_refusals_are_one_clear_line(cairn_user, monkeypatch):
     assert "Traceback" not in err and "\n" == err[-1] and err.count("\n") == 1
 
 
-def test_cairn_up_creates_the_demo_user_once_and_never_undoes_what_an_admin_did(cairn_user, redis_url, unique, tmp_path):
+def test_cairn_up_keeps_the_demo_user_as_an_admin_left_it(cairn_user, redis_url, unique, tmp_path, monkeypatch):
     from cairn import demo
     from cairn.settings import CliSettings
 
-    settings = CliSettings(redis_url=redis_url, redis_prefix=unique, data_dir=tmp_path, demo_password=PASSWORD)
-    assert demo.create_demo_user(settings) == PASSWORD  # the first run creates it
-    assert demo.create_demo_user(settings) == PASSWORD  # later runs find it as it was
+    monkeypatch.delenv("CAIRN_DEMO_PASSWORD", raising=False)
+    settings = CliSettings(redis_url=redis_url, redis_prefix=unique, data_dir=tmp_path / "data")
+    first = demo.create_demo_user(settings)  # the first run creates it, with a password kept in the data directory
+    assert first and demo.create_demo_user(settings) == first  # later runs find it as it was
     assert cairn_user("disable", "demo")[0] == 0
     assert demo.create_demo_user(settings) is None, "a disabled demo user is not offered for log-in"
     code, out, _ = cairn_user("list")
@@ -118,6 +119,29 @@ def test_cairn_up_creates_the_demo_user_once_and_never_undoes_what_an_admin_did(
     assert cairn_user("enable", "demo")[0] == 0
     assert cairn_user("reset-password", "demo", "--password-stdin", stdin="another long password\n")[0] == 0
     assert demo.create_demo_user(settings) is None, "nor one whose password an admin changed"
+    # A new data directory beside a Redis that kept the user: its new password is the demo user's.
+    fresh = CliSettings(redis_url=redis_url, redis_prefix=unique, data_dir=tmp_path / "new-data")
+    password = demo.create_demo_user(fresh)
+    assert password and password != first and _login_as_demo(redis_url, unique, password)
+    configured = CliSettings(redis_url=redis_url, redis_prefix=unique, data_dir=tmp_path / "data", demo_password=PASSWORD)
+    assert demo.create_demo_user(configured) == PASSWORD and _login_as_demo(redis_url, unique, PASSWORD)
+    assert cairn_user("disable", "demo")[0] == 0
+    assert demo.create_demo_user(configured) is None, "configured or not, a disabled demo user stays disabled"
+
+
+def _login_as_demo(redis_url: str, prefix: str, password: str) -> bool:
+    async def go():
+        redis = connect(redis_url, timeout_s=2)
+        stores = {"users": RedisUserStore(redis, prefix=prefix, timeout_s=2), "sessions": RedisSessionStore(redis, prefix=prefix, timeout_s=2)}
+        try:
+            await auth.login(**stores, username="demo", password=password, ttl_s=60, max_age_s=600)
+            return True
+        except Unauthorized:
+            return False
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(go())
 
 
 def test_no_password_to_read_and_a_bad_redis_url_are_messages_not_tracebacks(cairn_user, monkeypatch, capsys):
