@@ -30,12 +30,12 @@ def cairn_user(redis_url, unique, monkeypatch, capsys):
     return run
 
 
-def _login(redis_url: str, prefix: str, password: str = PASSWORD) -> tuple[str, tuple[str, ...]]:
+def _login(redis_url: str, prefix: str, password: str = PASSWORD, username: str = "ann") -> tuple[str, tuple[str, ...]]:
     async def go():
         redis = connect(redis_url, timeout_s=2)
         stores = {"users": RedisUserStore(redis, prefix=prefix, timeout_s=2), "sessions": RedisSessionStore(redis, prefix=prefix, timeout_s=2)}
         try:
-            token, session, _ = await auth.login(**stores, username="ann", password=password, ttl_s=60, max_age_s=600)
+            token, session, _ = await auth.login(**stores, username=username, password=password, ttl_s=60, max_age_s=600)
             return token, session.roles
         finally:
             await redis.aclose()
@@ -130,18 +130,11 @@ def test_cairn_up_keeps_the_demo_user_as_an_admin_left_it(cairn_user, redis_url,
 
 
 def _login_as_demo(redis_url: str, prefix: str, password: str) -> bool:
-    async def go():
-        redis = connect(redis_url, timeout_s=2)
-        stores = {"users": RedisUserStore(redis, prefix=prefix, timeout_s=2), "sessions": RedisSessionStore(redis, prefix=prefix, timeout_s=2)}
-        try:
-            await auth.login(**stores, username="demo", password=password, ttl_s=60, max_age_s=600)
-            return True
-        except Unauthorized:
-            return False
-        finally:
-            await redis.aclose()
-
-    return asyncio.run(go())
+    try:
+        _login(redis_url, prefix, password, username="demo")
+    except Unauthorized:
+        return False
+    return True
 
 
 def test_no_password_to_read_and_a_bad_redis_url_are_messages_not_tracebacks(cairn_user, monkeypatch, capsys):
