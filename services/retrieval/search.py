@@ -136,7 +136,8 @@ async def _keyword_or_hybrid(
     keywords: KeywordIndex,
     options: SearchOptions,
 ) -> list[SearchHit]:
-    depth = max(need, options.candidates) if mode == "hybrid" else need
+    # With a threshold, keyword mode reads as deep as hybrid: hits under it leave room for those further down.
+    depth = max(need, options.candidates) if mode == "hybrid" or threshold is not None else need
     vector: list[float] | None = None
     nearest: list[tuple[str, float]] = []
 

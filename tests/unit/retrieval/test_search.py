@@ -128,6 +128,16 @@ async def test_threshold_is_a_minimum_cosine_in_every_mode(indexed: Indexed, mod
     assert all(h.dense_score >= cut for h in kept)
 
 
+async def test_keyword_mode_with_a_threshold_fills_top_k_from_further_down(indexed: Indexed) -> None:
+    query = "users add service measure accounts start"
+    everything = await indexed.search(query=query, top_k=10, mode="keyword", threshold=-1.0)
+    cut = everything[1].dense_score + 0.001  # the second keyword hit falls short, later ones pass
+    passing = [h.chunk_id for h in everything if h.dense_score >= cut]
+    assert len(passing) >= 2 and passing[1] != everything[1].chunk_id
+    kept = await indexed.search(query=query, top_k=2, mode="keyword", threshold=cut)
+    assert [h.chunk_id for h in kept] == passing[:2], "as dense and hybrid do, not fewer than top_k"
+
+
 @pytest.mark.parametrize("mode", ["hybrid", "dense", "keyword"])
 @pytest.mark.parametrize(
     ("filters", "allowed"),
