@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import Any, Literal
 
+from services.retrieval.ports import WHOLE_NUMBER_FIELDS
+
 Scalar = str | int | float | bool
 Operator = Literal["$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"]
 
@@ -81,6 +83,21 @@ def parse_filter(raw: Mapping[str, Any] | Filter | None) -> Filter:
 
 
 def _condition(key: str, op: str, value: Any) -> Condition:
+    condition = _parsed_condition(key, op, value)
+    return _as_whole_numbers(condition) if key in WHOLE_NUMBER_FIELDS else condition
+
+
+def _as_whole_numbers(condition: Condition) -> Condition:
+    """A field stored as whole numbers takes whole numbers only: Chroma cuts a fraction off before comparing
+    (page < 1.5 would find no page 1 in dense search), where keyword search would compare exactly."""
+    values = condition.value if isinstance(condition.value, tuple) else (condition.value,)
+    if fractions := [v for v in values if isinstance(v, float) and not v.is_integer()]:
+        raise InvalidFilter(f"filter {condition.key!r}: {condition.key} holds whole numbers, got {fractions[0]!r}")
+    whole = tuple(int(v) if isinstance(v, float) else v for v in values)
+    return Condition(condition.key, condition.op, whole if isinstance(condition.value, tuple) else whole[0])
+
+
+def _parsed_condition(key: str, op: str, value: Any) -> Condition:
     where = f"filter {key!r}"
     if op in ("$eq", "$ne"):
         return Condition(key, op, _scalar(value, where))

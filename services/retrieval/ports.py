@@ -18,6 +18,8 @@ MetadataValue = str | int | float | bool
 DOCUMENT_FIELDS = ("title", "source", "url", "category", "content_hash", "pages", "context_model")
 # Chunk metadata holding the model-written prefix that situates a chunk in its document (contextual chunking).
 CONTEXT_KEY = "context"
+# Metadata stored as whole numbers (ingestion writes them so).
+WHOLE_NUMBER_FIELDS = frozenset({"page", "pages", "chunk_index", "char_start", "char_end"})
 
 
 def indexed_text(content: str, metadata: Mapping[str, object]) -> str:

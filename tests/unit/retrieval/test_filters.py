@@ -37,7 +37,8 @@ def test_plain_values_mean_equality_and_operators_combine() -> None:
         ({"missing": "x"}, False),
         ({"doc_id": {"$in": ["b.md", "a.md"]}}, True),
         ({"doc_id": {"$nin": ["a.md"]}}, False),
-        ({"page": {"$in": [1, 2.5, 3]}}, True),
+        ({"page": {"$in": [1, 2.0, 3]}}, True),
+        ({"score": {"$in": [1, 0.5]}}, True),
         ({"page": {"$gt": 3}}, False),
         ({"page": {"$gte": 3, "$lte": 3}}, True),
         ({"score": {"$lt": 1}}, True),
@@ -70,6 +71,11 @@ def test_matches_follows_chroma_semantics(spec: dict, expected: bool) -> None:
         ({"page": {"$gt": True}}, "number or an ISO date"),
         ({"page": {"$gt": float("nan")}}, "finite"),
         ({"page": 2**63}, "fit in 64 bits"),  # Chroma refuses it: a 503 "chroma unavailable" before
+        # Chroma cuts the fraction off against a whole-number field; keyword search would compare exactly.
+        ({"page": 2.5}, "page holds whole numbers, got 2.5"),
+        ({"page": {"$lt": 1.5}}, "page holds whole numbers, got 1.5"),
+        ({"chunk_index": {"$in": [1, 0.5]}}, "chunk_index holds whole numbers, got 0.5"),
+        ({"pages": {"$gte": "2024-01-01T00:00:00.5"}}, "pages holds whole numbers"),
         ({"page": {"$gte": -(2**63) - 1}}, "fit in 64 bits"),
         ({"page": {"$in": [1, 2**64]}}, "fit in 64 bits"),
         ({f"k{i}": 1 for i in range(11)}, "at most 10"),
@@ -80,8 +86,15 @@ def test_invalid_filters_say_what_is_wrong(spec: dict, message: str) -> None:
         parse_filter(spec)
 
 
+def test_whole_number_fields_take_whole_floats_as_ints() -> None:
+    assert parse_filter({"page": 2.0, "chunk_index": {"$in": [1, 2.0]}}).conditions == (
+        Condition("page", "$eq", 2), Condition("chunk_index", "$in", (1, 2)),
+    )
+    assert parse_filter({"level": 2.5}).conditions == (Condition("level", "$eq", 2.5),)  # other fields as given
+
+
 def test_mixed_int_and_float_lists_become_floats_for_chroma() -> None:
-    (condition,) = parse_filter({"page": {"$in": [1, 2.5]}}).conditions
+    (condition,) = parse_filter({"score": {"$in": [1, 2.5]}}).conditions
     assert condition.value == (1.0, 2.5) and all(isinstance(v, float) for v in condition.value)
 
 
