@@ -8,6 +8,7 @@ whichever client sends it.
 from __future__ import annotations
 
 import mimetypes
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,9 +57,11 @@ def source_name(path: Path, base: Path | None = None) -> str:
     """The path relative to `base` (default: the current directory) when inside it, else absolute; posix separators."""
     resolved = path.resolve()
     try:
-        return resolved.relative_to((base or Path.cwd()).resolve()).as_posix()
+        name = resolved.relative_to((base or Path.cwd()).resolve()).as_posix()
     except ValueError:
-        return resolved.as_posix()
+        name = resolved.as_posix()
+    # A name that is not UTF-8 (Python keeps its bytes as surrogates) becomes text with U+FFFD in their place.
+    return os.fsencode(name).decode("utf-8", "replace")
 
 
 def _link_name(link: Path, base: Path | None) -> str:

@@ -1,6 +1,7 @@
 """`cairn ingest` against a live retrieval service on a real port."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,3 +128,12 @@ def test_broken_links_are_failures_named_as_such_and_stop_nothing(retrieval_url:
     walked = ingest_paths([Path("notes")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
     broken = {name: reason for name, reason in walked.failures if reason == "broken symbolic link"}
     assert sorted(broken) == ["notes/gone.md", "notes/loop1.md", "notes/loop2.md"] and walked.added == 1
+
+
+def test_a_file_name_that_is_not_utf8_is_ingested_under_a_readable_name(retrieval_url: str, tree: Path) -> None:
+    (tree / "deep").joinpath(os.fsdecode(b"caf\xe9.md")).write_text("# Cafe\n\nCoffee is served all day.\n")
+    summary = ingest_paths([tree / "deep"], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert summary.added == 2 and summary.failed_names == ["notes/deep/latin1.md"], summary.describe()  # + deeper/faq.txt
+    with httpx.Client(base_url=retrieval_url, headers={"X-Service-Token": TOKEN}) as client:
+        documents = [d["doc_id"] for d in client.get("/documents").json()["documents"]]
+    assert "notes/deep/caf\ufffd.md" in documents
