@@ -195,7 +195,9 @@ class ChatPipeline:
         if self.conversations is None:
             return
         turn.stage = "conversation"  # a streamed turn's reader leaving during the write is reported here
-        exchange = Exchange(question=turn.request.query, standalone=turn.query, answer=response.answer)
+        exchange = Exchange(
+            question=turn.request.query, standalone=turn.query, answer=response.answer, asked_at=turn.asked_at
+        )
         try:
             await self.conversations.append(conversation_id=turn.conversation_id, user_id=turn.owner, exchange=exchange)
         except Exception:  # the answer stands; only the next follow-up loses this turn

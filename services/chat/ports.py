@@ -28,6 +28,9 @@ class Exchange:
     question: str  # what the user typed
     standalone: str  # the question as sent to retrieval (rewritten when it was a follow-up)
     answer: str
+    # When the question came (epoch seconds): a conversation is read in this order, not in the order its
+    # answers finished (two questions sent at once). 0 for turns kept before it was recorded.
+    asked_at: float = 0.0
 
 
 class Retriever(Protocol):

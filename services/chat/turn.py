@@ -27,6 +27,7 @@ class Turn:
     conversation_id: str
     query: str
     started: float = field(default_factory=time.perf_counter)
+    asked_at: float = field(default_factory=time.time)
     stage: str = "validation"
     timings: Timings = field(default_factory=Timings)
     history: list[Exchange] = field(default_factory=list)

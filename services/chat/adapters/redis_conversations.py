@@ -2,7 +2,7 @@
 
 Each conversation is two keys that expire together, `conversation_ttl_s` after the last turn:
 `{prefix}{id}:owner` (the user id of whoever appended first) and `{prefix}{id}:turns` (a list of
-JSON exchanges, oldest first, capped at `max_turns`). The ownership check and the append run as one
+JSON exchanges in the order they finished, capped at `max_turns`, read back in the order they were asked). The ownership check and the append run as one
 Lua script, so two users racing on a new id cannot both own it. Any Redis failure or slowness
 becomes 503 conversation_store_unavailable.
 """
@@ -84,7 +84,7 @@ class RedisConversationStore:
             return []
         if _text(owner) != user_id:
             raise ConversationNotFound(conversation_id)
-        return [_exchange_from(turn) for turn in turns]
+        return sorted((_exchange_from(turn) for turn in turns), key=lambda exchange: exchange.asked_at)
 
     async def append(self, *, conversation_id: str, user_id: str, exchange: Exchange) -> None:
         keys = [self.owner_key(conversation_id), self.turns_key(conversation_id)]
@@ -135,4 +135,7 @@ def _text(value: str | bytes) -> str:
 
 def _exchange_from(raw: str | bytes) -> Exchange:
     fields = json.loads(raw)
-    return Exchange(question=fields["question"], standalone=fields["standalone"], answer=fields["answer"])
+    return Exchange(
+        question=fields["question"], standalone=fields["standalone"], answer=fields["answer"],
+        asked_at=fields.get("asked_at", 0.0),
+    )

@@ -1,5 +1,6 @@
 """The Redis conversation store against the real Redis: order, cap, TTL, ownership and outages."""
 import asyncio
+import json
 import time
 import uuid
 
@@ -45,6 +46,18 @@ async def test_turns_come_back_oldest_first(store, conversation_id):
     for n in (1, 2):
         await store.append(conversation_id=conversation_id, user_id="alice", exchange=turn(n))
     assert await store.history(conversation_id=conversation_id, user_id="alice") == [turn(1), turn(2)]
+
+
+async def test_turns_come_back_in_the_order_they_were_asked_not_finished(store, conversation_id, redis):
+    asked_first = Exchange(question="Slow one?", standalone="Slow one?", answer="A [1].", asked_at=100.0)
+    asked_later = Exchange(question="Quick one?", standalone="Quick one?", answer="B [1].", asked_at=101.0)
+    kept_before = json.dumps({"question": "Old?", "standalone": "Old?", "answer": "C [1]."})  # no asked_at
+    await redis.set(store.owner_key(conversation_id), "alice")
+    await redis.rpush(store.turns_key(conversation_id), kept_before)
+    for exchange in (asked_later, asked_first):  # the quick answer finished first
+        await store.append(conversation_id=conversation_id, user_id="alice", exchange=exchange)
+    history = await store.history(conversation_id=conversation_id, user_id="alice")
+    assert [e.question for e in history] == ["Old?", "Slow one?", "Quick one?"]
 
 
 async def test_only_the_last_max_turns_are_kept(store, conversation_id):

@@ -108,7 +108,7 @@ class MemoryConversations:
     async def history(self, *, conversation_id: str, user_id: str) -> list[Exchange]:
         if self.owners.get(conversation_id, user_id) != user_id:
             raise ConversationNotFound(conversation_id)
-        return list(self.turns.get(conversation_id, []))
+        return sorted(self.turns.get(conversation_id, []), key=lambda exchange: exchange.asked_at)
 
     async def append(self, *, conversation_id: str, user_id: str, exchange: Exchange) -> None:
         if self.owners.setdefault(conversation_id, user_id) != user_id:
