@@ -160,7 +160,8 @@ FILTERS = [
     {"page": 2.0},
     {"page": {"$gte": 2}},
     {"page": {"$gt": 1, "$lte": 3}},
-    {"page": {"$in": [1, 3.5]}},
+    {"page": {"$in": [1, 3.0]}},  # a whole-number field: 3.0 is read as 3
+    {"score": {"$in": [1, 0.25]}},  # ints and floats on a field of fractions
     {"score": {"$lt": 0.5}},
     {"draft": True},
     {"draft": {"$ne": True}},
