@@ -27,7 +27,7 @@ def read_state(settings: CliSettings) -> dict | None:
 
 def write_state(settings: CliSettings, *, supervisor: int, services: dict[str, int], urls: dict[str, str]) -> None:
     settings.run_dir.mkdir(parents=True, exist_ok=True)
-    started = {str(pid): _start_time(pid) for pid in (supervisor, *services.values())}
+    started = {str(pid): _running_since(pid) for pid in (supervisor, *services.values())}
     state = {"supervisor": supervisor, "services": services, "urls": urls, "started": started}
     state_file(settings).write_text(json.dumps(state))
 
@@ -36,7 +36,7 @@ def still_running(state: dict, pid: int) -> bool:
     """Whether the recorded process `pid` runs: that pid, started when the file says. A pid the file
     holds no start time for (written by an older version) is never taken for Cairn's."""
     recorded = state.get("started", {}).get(str(pid))
-    return recorded is not None and pid_alive(pid) and _start_time(pid) == recorded
+    return recorded is not None and _running_since(pid) == recorded
 
 
 def pid_alive(pid: int) -> bool:
@@ -49,8 +49,10 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def _start_time(pid: int) -> float | None:
+def _running_since(pid: int) -> float | None:
+    """The process's start time while it runs (not a zombie), else None."""
     try:
-        return psutil.Process(pid).create_time()
+        process = psutil.Process(pid)
+        return None if process.status() == psutil.STATUS_ZOMBIE else process.create_time()
     except psutil.Error:
         return None
