@@ -20,7 +20,7 @@ COLUMNS = (
 )
 # Free text a user typed, or a model name as an LLM endpoint reported it: a spreadsheet would run a cell
 # starting like a formula.
-_TYPED_BY_USERS = {"query", "comment", "model"}
+_UNTRUSTED_TEXT = {"query", "comment", "model"}
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -49,7 +49,7 @@ def _cell(name: str, value: Any) -> Any:
         return ""
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
-    if name in _TYPED_BY_USERS and isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+    if name in _UNTRUSTED_TEXT and isinstance(value, str) and value.startswith(_FORMULA_STARTS):
         return "'" + value
     return value
 

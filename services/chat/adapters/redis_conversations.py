@@ -2,9 +2,9 @@
 
 Each conversation is two keys that expire together, `conversation_ttl_s` after the last turn:
 `{prefix}{id}:owner` (the user id of whoever appended first) and `{prefix}{id}:turns` (a list of
-JSON exchanges in the order they finished, capped at `max_turns`, read back in the order they were asked). The ownership check and the append run as one
-Lua script, so two users racing on a new id cannot both own it. Any Redis failure or slowness
-becomes 503 conversation_store_unavailable.
+JSON exchanges in the order they finished, capped at `max_turns`, read back in the order they were
+asked). The ownership check and the append run as one Lua script, so two users racing on a new id
+cannot both own it. Any Redis failure or slowness becomes 503 conversation_store_unavailable.
 """
 from __future__ import annotations
 
