@@ -31,6 +31,7 @@ from services.analytics.models import (
     TopQueriesResponse,
 )
 from services.gateway.adapters.redis_store import RedisUserStore, connect
+from services.gateway.settings import Settings
 from services.gateway.users import add_user
 
 PASSWORD = "correct horse battery"
@@ -208,3 +209,16 @@ def seed_users(redis_url: str, prefix: str) -> None:
     # On a thread of its own: Playwright's sync API keeps an event loop running on the test's thread.
     with ThreadPoolExecutor(max_workers=1) as thread:
         thread.submit(asyncio.run, seed()).result()
+
+
+def gateway_settings(redis_url: str, amqp_url: str, prefix: str, analytics_url: str) -> Settings:
+    """A gateway in front of `analytics_url`, with the users of seed_users, on its own prefix, exchange and queue."""
+    seed_users(redis_url, prefix)
+    return Settings(
+        redis_url=redis_url,
+        redis_prefix=prefix,
+        analytics_url=analytics_url,
+        amqp_url=amqp_url,
+        events_exchange=f"{prefix}.events",
+        analytics_queue=f"{prefix}.analytics",
+    )

@@ -12,8 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from services.gateway.main import create_app
-from services.gateway.settings import Settings
-from tests.integration.gateway.analytics_stand_in import PASSWORD, seed_users
+from tests.integration.gateway.analytics_stand_in import PASSWORD, gateway_settings
 from tests.support import serve_in_thread, wait_until
 
 pytestmark = pytest.mark.integration
@@ -79,16 +78,8 @@ def export() -> Export:
 
 @pytest.fixture
 def gateway(redis_url, amqp_url, unique, export):
-    seed_users(redis_url, unique)
     with serve_in_thread(_analytics(export)) as analytics_url:
-        settings = Settings(
-            redis_url=redis_url,
-            redis_prefix=unique,
-            analytics_url=analytics_url,
-            amqp_url=amqp_url,
-            events_exchange=f"{unique}.events",
-            analytics_queue=f"{unique}.analytics",
-        )
+        settings = gateway_settings(redis_url, amqp_url, unique, analytics_url)
         with serve_in_thread(create_app(settings)) as url:
             yield url
     export.release.set()

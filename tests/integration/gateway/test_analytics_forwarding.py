@@ -9,8 +9,7 @@ from fastapi.testclient import TestClient
 
 from services.analytics import models
 from services.gateway.main import create_app
-from services.gateway.settings import Settings
-from tests.integration.gateway.analytics_stand_in import EXPORT_CSV, PASSWORD, StandInState, analytics_stand_in, seed_users
+from tests.integration.gateway.analytics_stand_in import EXPORT_CSV, PASSWORD, StandInState, analytics_stand_in, gateway_settings
 from tests.support import free_port, serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -38,23 +37,11 @@ def analytics_url(stand_in):
         yield url
 
 
-def _settings(redis_url: str, amqp_url: str, unique: str, analytics_url: str) -> Settings:
-    seed_users(redis_url, unique)
-    return Settings(
-        redis_url=redis_url,
-        redis_prefix=unique,
-        analytics_url=analytics_url,
-        amqp_url=amqp_url,
-        events_exchange=f"{unique}.events",
-        analytics_queue=f"{unique}.analytics",
-    )
-
-
 @pytest.fixture
 def client(redis_url, amqp_url, unique, analytics_url, stand_in):
     stand_in.seen.clear()
     stand_in.unavailable = False
-    with TestClient(create_app(_settings(redis_url, amqp_url, unique, analytics_url))) as client:
+    with TestClient(create_app(gateway_settings(redis_url, amqp_url, unique, analytics_url))) as client:
         yield client
 
 
@@ -114,7 +101,7 @@ def test_a_503_from_analytics_is_a_503_naming_analytics(client, stand_in, report
 @pytest.mark.parametrize("report", ["summary", "export.csv"])
 def test_analytics_down_is_a_503_naming_analytics(redis_url, amqp_url, unique, report):
     nowhere = f"http://127.0.0.1:{free_port()}"
-    with TestClient(create_app(_settings(redis_url, amqp_url, unique, nowhere))) as client:
+    with TestClient(create_app(gateway_settings(redis_url, amqp_url, unique, nowhere))) as client:
         response = client.get(f"/api/analytics/{report}", params=RANGE, headers=_auth(client, "ana"))
     assert response.status_code == 503
     assert response.json() == {"error": "analytics_unavailable", "message": "analytics is unavailable"}
