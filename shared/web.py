@@ -242,7 +242,13 @@ def internal_headers(settings: CommonSettings, **identity: str | None) -> dict[s
     return headers
 
 
+# How every Cairn service is served, and every test's real HTTP server, so that tests see the same.
+# uvicorn's own proxy-header handling is off: it would take any X-Forwarded-For sent from 127.0.0.1 as
+# the client's address, where the gateway trusts only its TRUSTED_PROXIES (empty: nobody's header).
+SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "access_log": False, "proxy_headers": False}
+
+
 def serve(app_path: str, settings: CommonSettings) -> None:
     import uvicorn
 
-    uvicorn.run(app_path, factory=True, host=settings.host, port=settings.port, log_config=None, access_log=False)
+    uvicorn.run(app_path, factory=True, host=settings.host, port=settings.port, **SERVER_OPTIONS)

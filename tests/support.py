@@ -14,6 +14,7 @@ import uvicorn
 
 from shared.topology import declare_topology
 from shared.events import parse_event
+from shared.web import SERVER_OPTIONS
 
 
 def free_port() -> int:
@@ -35,7 +36,7 @@ def wait_until(condition, *, timeout: float, interval: float = 0.2, what: str = 
 def serve_in_thread(app, *, port: int | None = None) -> Iterator[str]:
     """Serve an ASGI app over real HTTP on a free loopback port; yields its base URL."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", **SERVER_OPTIONS))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

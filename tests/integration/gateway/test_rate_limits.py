@@ -80,6 +80,15 @@ def test_x_forwarded_for_counts_only_from_a_trusted_proxy(settings):
         assert _bad_login(direct, "u2", headers={"X-Forwarded-For": "198.51.100.5"}).status_code == 429
 
 
+def test_x_forwarded_for_from_the_loopback_is_ignored_over_real_http_when_no_proxy_is_trusted(settings):
+    """The HTTP server itself must not trust the header either (uvicorn would, from 127.0.0.1, by default)."""
+    settings = settings.model_copy(update={"login_attempts_per_ip": 2, "trusted_proxies": ()})
+    with serve_in_thread(create_app(settings)) as url, httpx.Client(base_url=url) as client:
+        forged = [{"X-Forwarded-For": f"198.51.100.{n}"} for n in range(1, 4)]
+        statuses = [_bad_login(client, f"u{n}", headers=headers).status_code for n, headers in enumerate(forged)]
+        assert statuses == [401, 401, 429]  # all three counted against 127.0.0.1
+
+
 def test_chat_requests_per_user_are_limited_across_the_chat_routes(settings):
     settings = settings.model_copy(update={"chat_requests_per_minute": 3})
     with TestClient(create_app(settings)) as client:
