@@ -28,6 +28,7 @@ from services.retrieval.adapters.heap import release_free_memory
 from services.retrieval.filters import Filter, matches
 from services.retrieval.keyword_sync import KeywordSync, SyncedStore
 from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
+from shared.cjk import CJK_RUN, has_cjk, pairs
 from shared.errors import DependencyUnavailable
 
 __all__ = ["Bm25Index", "keyword_indexed", "tokenize"]
@@ -39,11 +40,19 @@ _local = threading.local()  # a Stemmer object must not be shared between thread
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased words, English stopwords dropped, Snowball-stemmed: the same for chunks and queries."""
+    """Lower-cased words, English stopwords dropped, Snowball-stemmed: the same for chunks and queries.
+    Chinese, Japanese and Korean text gives pairs of adjacent characters instead (shared/cjk.py)."""
     stemmer = getattr(_local, "stemmer", None)
     if stemmer is None:
         stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    return stemmer.stemWords([w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS])
+    text = text.lower()
+    if not has_cjk(text):
+        return stemmer.stemWords([w for w in _WORD.findall(text) if w not in _STOPWORDS])
+    terms: list[str] = []
+    for run in CJK_RUN.findall(text):
+        terms.extend(pairs(run))
+    words = _WORD.findall(CJK_RUN.sub(" ", text))  # the rest, with the runs taken out of "GPT模型"-like words
+    return stemmer.stemWords([w for w in words if w not in _STOPWORDS]) + terms
 
 
 @dataclass(frozen=True)

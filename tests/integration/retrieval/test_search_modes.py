@@ -76,6 +76,14 @@ def test_embeddings_find_the_answer_in_other_words_that_keywords_miss(client: Te
     assert "account/recover.md" in [r["doc_id"] for r in hybrid[:2]]
 
 
+def test_a_chinese_word_inside_an_unspaced_sentence_is_found_by_keywords(client: TestClient) -> None:
+    text = "# 备份\n\n数据库的备份每天晚上自动运行，并保留三十天。恢复备份时请先停止服务。"
+    assert client.post("/documents", json={"text": text, "source": "zh/backups.md"}, headers=AUTH).status_code == 200
+    keyword = ranked(client, "恢复备份", mode="keyword")
+    assert [r["doc_id"] for r in keyword] == ["zh/backups.md"]
+    assert ranked(client, "恢复备份")[0]["doc_id"] == "zh/backups.md"
+
+
 def test_hybrid_reports_a_real_cosine_for_every_result(client: TestClient) -> None:
     dense = {r["chunk_id"]: r["score"] for r in ranked(client, TICKET, mode="dense")}
     for result in ranked(client, TICKET):

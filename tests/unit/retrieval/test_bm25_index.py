@@ -37,6 +37,24 @@ def test_tokenizer_lowercases_drops_stopwords_and_stems() -> None:
     assert tokenize("Größe 42 café") == ["größe", "42", "café"]
 
 
+def test_chinese_japanese_and_korean_runs_become_pairs_of_characters() -> None:
+    assert tokenize("东京大学的研究") == ["东京", "京大", "大学", "学的", "的研", "研究"]
+    assert tokenize("GPT模型の学習") == ["gpt", "模型", "型の", "の学", "学習"]  # the Latin word split off
+    assert tokenize("서울에서 만나요") == ["서울", "울에", "에서", "만나", "나요"]
+    assert tokenize("猫。Running cats") == ["run", "cat", "猫"]  # a lone character is a term of its own
+
+
+def test_a_word_inside_an_unspaced_sentence_is_found() -> None:
+    index = loaded(
+        chunk("zh", 0, "本研究使用机器学习方法分析了大量的医学图像数据。"),
+        chunk("ja", 0, "東京都は日本の首都であり、多くの大学が集まっています。"),
+        chunk("en", 0, "Machine learning methods for image analysis."),
+    )
+    assert ids(index.search_now(query="机器学习", top_k=3)) == ["zh#0"]
+    assert ids(index.search_now(query="大学はどこ", top_k=3)) == ["ja#0"]
+    assert ids(index.search_now(query="machine learning", top_k=3)) == ["en#0"]
+
+
 def test_search_ranks_by_bm25_and_matches_word_forms() -> None:
     index = loaded(
         chunk("a", 0, "Mice were fed a diet rich in vitamins."),
