@@ -62,10 +62,13 @@ _CREDIT: dict[Verdict, float] = {"supported": 1.0, "weak": 0.5, "unsupported": 0
 
 _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 # A sentence ends at . ! or ? with the markers written after it ("Run it. [1]"), before whitespace
-# that is not followed by a lower-case letter (so "e.g. the flag" stays one sentence), or at the end.
-_SENTENCE_END = re.compile(r"[.!?](?:[ \t]*\[\d+(?:\s*,\s*\d+)*\])*(?=\s*$|\s+(?![a-z]))")
+# that is not followed by a lower-case letter (so "e.g. the flag" stays one sentence), or at the end;
+# or at a full-width 。！？ (Chinese, Japanese), which no space follows.
+_SENTENCE_END = re.compile(
+    r"[.!?](?:[ \t]*\[\d+(?:\s*,\s*\d+)*\])*(?=\s*$|\s+(?![a-z]))|[。！？](?:[ \t]*\[\d+(?:\s*,\s*\d+)*\])*"
+)
 _LIST_MARK = re.compile(r"^(?:[-*+>]|\d+[.)])\s+")
-_SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([.,;:!?])")
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([.,;:!?。，、；：！？])")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""Content terms of English text, shared by the offline generator and the grounding check.
+"""Content terms of text, shared by the offline generator and the grounding check.
 
-A term is a lower-cased run of letters or digits (`SESSION_TTL_SECONDS` gives session, ttl, second),
-English stopwords and contraction stubs left out, passed through a light suffix stemmer. Plain Python:
+A term is a lower-cased run of letters or digits of any script (`SESSION_TTL_SECONDS` gives session,
+ttl, second), English stopwords and contraction stubs left out, passed through a light English suffix
+stemmer; Chinese, Japanese and Korean give pairs of adjacent characters (shared/cjk.py). Plain Python:
 chat carries no stemming library, and both users need only "the same word in another form" to match.
 "up", "down", "out" and "off" are not stopwords here: they carry meaning (`cairn up`, Redis is down).
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+from shared.cjk import CJK_RUN, has_cjk, pairs
 
 STOPWORDS = frozenset(
     """a about above after again all also am an and any are as at be because been before being below between
@@ -19,7 +22,7 @@ STOPWORDS = frozenset(
     who whom why will with would you your yours
     s t d ll m re ve don doesn didn isn aren wasn weren won wouldn couldn shouldn cannot""".split()
 )
-_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")  # letters and digits of any script
 _SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "ly", "s")
 _MIN_STEM = 3
 
@@ -47,5 +50,10 @@ def _drop_final_e(word: str) -> str:
 
 
 def terms_of(text: str) -> list[str]:
-    """Stemmed content terms of `text`, in order (repeats kept)."""
-    return [stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    """Stemmed content terms of `text`, in order (repeats kept); Chinese, Japanese and Korean runs give
+    pairs of adjacent characters instead (shared/cjk.py), after the other words."""
+    text = text.lower()
+    if not has_cjk(text):
+        return [stem(w) for w in _WORD.findall(text) if w not in STOPWORDS]
+    words = [stem(w) for w in _WORD.findall(CJK_RUN.sub(" ", text)) if w not in STOPWORDS]
+    return words + [pair for run in CJK_RUN.findall(text) for pair in pairs(run)]

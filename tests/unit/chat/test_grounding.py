@@ -81,6 +81,16 @@ def test_a_sentence_about_something_else_is_unsupported(answer):
     assert sentence.verdict == "unsupported" and sentence.score < WEAK_AT
 
 
+def test_chinese_sentences_are_split_at_full_stops_and_checked_by_their_characters():
+    tokyo = make_chunk(1, "东京是日本的首都，也是日本最大的城市。东京有很多大学和博物馆。")
+    osaka = make_chunk(2, "大阪是日本第二大城市，以美食闻名。")
+    report = grounded("东京是日本的首都[1]。巴黎是法国的首都[2]！", [tokyo, osaka])
+    assert [(s.text, s.numbers, s.verdict) for s in report.sentences] == [
+        ("东京是日本的首都。", (1,), "supported"),
+        ("巴黎是法国的首都！", (2,), "unsupported"),
+    ]
+
+
 def test_a_changed_number_costs_the_sentence_its_support():
     right = only_sentence("A token lasts for 24 hours after its last use [1].")
     wrong = only_sentence("A token lasts for 12 hours after its last use [1].")

@@ -27,3 +27,8 @@ def test_short_words_and_non_plurals_keep_their_ending():
 def test_terms_drop_stopwords_and_split_identifiers():
     assert terms_of("How do I set SESSION_TTL_SECONDS?") == ["set", "session", "ttl", "second"]
     assert terms_of("Don't log out when Redis is down") == ["log", "out", "redis", "down"]
+
+
+def test_letters_of_any_script_make_words_and_cjk_runs_make_pairs():
+    assert terms_of("Größe und café") == ["größ", "und", "café"]  # not cut at the first non-ASCII letter
+    assert terms_of("東京の大学 in Tokyo") == ["tokyo", "東京", "京の", "の大", "大学"]
