@@ -128,8 +128,23 @@ class SqlEventStore:
     def _unavailable_as_503(self) -> Iterator[None]:
         try:
             yield
-        except (OperationalError, DBAPIError) as exc:
-            if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        except DBAPIError as exc:
+            if _database_unavailable(exc):
                 log.warning("database error", extra={"error": str(exc.orig or exc)[:300]})
                 raise DependencyUnavailable("database") from exc
             raise
+
+
+# SQLSTATE classes that say the database cannot take writes now, whatever the event: connection (08),
+# read-only or otherwise invalid transaction state (25: a hot standby, default_transaction_read_only),
+# serialization failures and deadlocks (40), out of disk or memory (53), locks not available (55),
+# shutdown or operator intervention (57), system errors (58). psycopg raises some of these as
+# InternalError or NotSupportedError, not OperationalError: held and retried, not dead-lettered.
+_UNAVAILABLE_SQLSTATE_CLASSES = frozenset({"08", "25", "40", "53", "55", "57", "58"})
+
+
+def _database_unavailable(exc: DBAPIError) -> bool:
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES

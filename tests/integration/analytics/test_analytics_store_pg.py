@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import psycopg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from services.analytics.adapters.schema import cited_documents, events
 from services.analytics.adapters.sql_store import SqlEventStore
+from services.analytics.domain import to_record
+from services.analytics.handler import Outcome, handle
+from shared.errors import DependencyUnavailable
+from tests.integration.analytics.pg_databases import fresh_database
+from tests.unit.analytics.analytics_events import submitted
 from tests.unit.analytics.analytics_store_contract import StoreContract
 
 pytestmark = pytest.mark.integration
@@ -30,3 +37,30 @@ def test_a_bare_postgresql_url_uses_psycopg_3(postgres_url: str) -> None:
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT 1")).scalar() == 1
     store.close()
+
+
+async def test_a_read_only_database_holds_events_for_retry_instead_of_dead_lettering_them(
+    postgres_server_url: str,
+) -> None:
+    """A hot standby or `default_transaction_read_only` refuses writes with SQLSTATE 25006, which psycopg
+    raises as InternalError: the database is unavailable, not the event bad."""
+    with fresh_database(postgres_server_url) as url:
+        SqlEventStore.from_url(url).create_schema()
+        admin = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
+        with admin:
+            database = make_url(url).database
+            admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+            read_only = SqlEventStore.from_url(url)  # new connections pick the setting up
+            try:
+                with pytest.raises(DependencyUnavailable):
+                    read_only.add(to_record(submitted()))
+                verdict = await handle(submitted(request_id="r2").model_dump_json().encode(), store=read_only)
+                assert verdict.outcome is Outcome.RETRY
+            finally:
+                read_only.close()
+            admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = off')
+        writable = SqlEventStore.from_url(url)
+        try:
+            assert writable.add(to_record(submitted())) is True
+        finally:
+            writable.close()
