@@ -15,7 +15,9 @@ SCHEMA_VERSION = 1
 
 
 class _Data(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # JSON allows 1e400, which parses to infinity: one such latency would blank every mean and percentile
+    # of its range (and PostgreSQL refuses it in a JSON column), so a non-finite number makes the event invalid.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 class Usage(_Data):
@@ -50,7 +52,7 @@ class ResponseGeneratedData(_Data):
     conversation_id: str | None = Field(None, description="The conversation the answer belongs to.")
     model: str | None = Field(None, description="The model that answered; null when no model was asked.")
     latency_ms: float | None = Field(
-        None, description="Milliseconds from receiving the question to the response, the same as timings_ms.total."
+        None, ge=0, description="Milliseconds from receiving the question to the response, the same as timings_ms.total."
     )
     confidence_level: str | None = Field(None, description="The confidence of the answer: High, Medium or Low.")
     confidence_score: float | None = Field(None, description="The confidence score of the answer, from 0 to 1.")
@@ -67,7 +69,7 @@ class ResponseGeneratedData(_Data):
     )
     chunks_retrieved: int = Field(0, description="How many chunks retrieval returned (the retrieval count).")
     chunks_used: int = Field(0, description="Chunks given to the model as context.")
-    timings_ms: dict[str, float] = Field(
+    timings_ms: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict,
         description="Milliseconds per step: reformulate, retrieval, generation, citations and total.",
     )
@@ -82,7 +84,7 @@ class QueryFailedData(_Data):
     )
     error: str = Field(description="The error code of the response, such as retrieval_unavailable.")
     error_type: str | None = Field(None, description="The name of the exception class behind the error.")
-    total_ms: float | None = Field(None, description="Milliseconds from receiving the question to the failure.")
+    total_ms: float | None = Field(None, ge=0, description="Milliseconds from receiving the question to the failure.")
 
 
 class FeedbackReceivedData(_Data):

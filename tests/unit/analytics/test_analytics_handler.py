@@ -59,6 +59,14 @@ def with_version(version: int) -> bytes:
             body_of(submitted()).replace(b'"QuerySubmitted"', b'"ResponseGenerated"'),
             "ResponseGenerated.data.answered: Field required",
         ),
+        (
+            body_of(responded()).replace(b'"latency_ms":', b'"latency_ms":1e400,"was":'),
+            "ResponseGenerated.data.latency_ms: Input should be a finite number",
+        ),
+        (
+            body_of(responded()).replace(b'"latency_ms":', b'"latency_ms":-5,"was":'),
+            "ResponseGenerated.data.latency_ms: Input should be greater than or equal to 0",
+        ),
         (with_version(2), "schema_version: 2 is not supported (1 to 1)"),
         (with_version(0), "schema_version: 0 is not supported"),
     ],
