@@ -94,6 +94,8 @@ def _as_whole_numbers(condition: Condition) -> Condition:
     if fractions := [v for v in values if isinstance(v, float) and not v.is_integer()]:
         raise InvalidFilter(f"filter {condition.key!r}: {condition.key} holds whole numbers, got {fractions[0]!r}")
     whole = tuple(int(v) if isinstance(v, float) else v for v in values)
+    for value in whole:  # 1e19 is a whole number, but not one Chroma can store
+        _scalar(value, f"filter {condition.key!r}")
     return Condition(condition.key, condition.op, whole if isinstance(condition.value, tuple) else whole[0])
 
 

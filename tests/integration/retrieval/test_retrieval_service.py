@@ -125,8 +125,9 @@ def test_bad_requests_are_refused(client: TestClient) -> None:
     assert document.status_code == 400 and document.json()["error"] == "malformed_json"
     # A whole number beyond 64 bits is refused, not sent to Chroma (which failed on it: a 503).
     for mode in ("hybrid", "dense", "keyword"):
-        huge = client.post("/search", json={"query": "add a user", "mode": mode, "filters": {"page": 2**63}}, headers=AUTH)
-        assert huge.status_code == 422 and "64 bits" in huge.json()["message"], huge.text
+        for page in (2**63, 1e19):
+            huge = client.post("/search", json={"query": "add a user", "mode": mode, "filters": {"page": page}}, headers=AUTH)
+            assert huge.status_code == 422 and "64 bits" in huge.json()["message"], huge.text
         largest = client.post("/search", json={"query": "add a user", "mode": mode, "filters": {"page": 2**63 - 1}}, headers=AUTH)
         assert largest.status_code == 200 and largest.json()["results"] == []
     paired = client.post("/search", content=b'{"query": "add a user \\ud83d\\ude00"}', headers=json_type)

@@ -78,6 +78,8 @@ def test_matches_follows_chroma_semantics(spec: dict, expected: bool) -> None:
         ({"pages": {"$gte": "2024-01-01T00:00:00.5"}}, "pages holds whole numbers"),
         ({"page": {"$gte": -(2**63) - 1}}, "fit in 64 bits"),
         ({"page": {"$in": [1, 2**64]}}, "fit in 64 bits"),
+        ({"page": {"$in": [1, 1e19]}}, "fit in 64 bits"),  # a whole float, too big once it is an int
+        ({"chunk_index": {"$gt": 1e19}}, "fit in 64 bits"),
         ({f"k{i}": 1 for i in range(11)}, "at most 10"),
     ],
 )
