@@ -191,12 +191,24 @@ async def ingest_document(
         )
 
 
+def chunking_key(*, size: int, overlap: int, section_starts: tuple[tuple[int, str], ...]) -> str:
+    """How a document is cut into chunks, stored with it so that re-ingesting the same text after
+    CHUNK_SIZE_TOKENS or CHUNK_OVERLAP_TOKENS changed (or a PDF's outline did) chunks it again."""
+    key = f"{size} tokens, {overlap} overlap"
+    if section_starts:
+        key += ", outline " + hashlib.sha256(repr(section_starts).encode()).hexdigest()[:12]
+    return key
+
+
 async def _ingest(
     document: NewDocument, *, doc_id: str, digest: str, embedder: Embedder, store: VectorStore, chunk_size: int,
     chunk_overlap: int, contextualizer: Contextualizer | None,
 ) -> IngestResult:
     markdown = is_markdown(document.source) if document.markdown is None else document.markdown
     title = document.title or document_title(document.text, fallback=_fallback_title(document, doc_id), markdown=markdown)
+    reserve = min(CONTEXT_TOKENS, embedder.max_tokens // 4) if contextualizer is not None else 0
+    size = min(chunk_size, embedder.max_tokens - reserve)
+    overlap = min(chunk_overlap, size - 1)
     fields = {
         "title": title,
         "source": document.source,
@@ -205,6 +217,7 @@ async def _ingest(
         "content_hash": digest,
         "pages": len(document.page_starts) or None,
         "context_model": contextualizer.model_name if contextualizer else None,
+        "chunking": chunking_key(size=size, overlap=overlap, section_starts=document.section_starts),
     }
     wanted = {k: v for k, v in fields.items() if v is not None}
 
@@ -213,14 +226,12 @@ async def _ingest(
         if all(existing.metadata.get(k) == wanted.get(k) for k in DOCUMENT_FIELDS):
             return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
 
-    reserve = min(CONTEXT_TOKENS, embedder.max_tokens // 4) if contextualizer is not None else 0
-    size = min(chunk_size, embedder.max_tokens - reserve)
     chunks = await asyncio.to_thread(
         chunk_text,
         document.text,
         count_tokens=embedder.count_tokens,
         chunk_size=size,
-        chunk_overlap=min(chunk_overlap, size - 1),
+        chunk_overlap=overlap,
         markdown=markdown,
         page_starts=document.page_starts,
         section_starts=document.section_starts,

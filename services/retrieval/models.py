@@ -56,6 +56,9 @@ class DocumentSummary(BaseModel):
     content_hash: str | None = Field(None, description="SHA-256 of the document's text (as extracted, for files).")
     pages: int | None = Field(None, description="Pages of a PDF.")
     context_model: str | None = Field(None, description="Model that wrote the chunks' contextual prefixes, if any.")
+    chunking: str | None = Field(
+        None, description="How the document was cut: chunk size and overlap in model tokens (and a PDF outline's digest)."
+    )
 
 
 class DocumentList(BaseModel):

@@ -15,7 +15,7 @@ MetadataValue = str | int | float | bool
 
 # Fields that describe a whole document: every chunk carries a copy, and a store returns them in
 # DocumentInfo.metadata (get_document / list_documents).
-DOCUMENT_FIELDS = ("title", "source", "url", "category", "content_hash", "pages", "context_model")
+DOCUMENT_FIELDS = ("title", "source", "url", "category", "content_hash", "pages", "context_model", "chunking")
 # Chunk metadata holding the model-written prefix that situates a chunk in its document (contextual chunking).
 CONTEXT_KEY = "context"
 # Metadata stored as whole numbers (ingestion writes them so).

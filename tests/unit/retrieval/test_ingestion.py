@@ -57,6 +57,25 @@ async def test_changed_content_replaces_every_old_chunk(embedder, store) -> None
     assert store.chunks["g#0"].content == "# Guide\n\nNow it is short."
 
 
+async def test_the_same_content_under_new_chunk_settings_is_chunked_again(embedder, store) -> None:
+    long_text = "# Guide\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 40 for i in range(5))
+    assert (await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=50)).chunks == 5
+    again = await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)
+    assert (again.status, again.chunks) == ("replaced", 3)
+    assert sorted(store.chunks) == ["g#0", "g#1", "g#2"]
+    assert store.chunks["g#0"].metadata["chunking"] == "120 tokens, 2 overlap"
+    assert (await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)).status == "unchanged"
+
+
+async def test_a_new_outline_for_the_same_text_is_chunked_again(embedder, store) -> None:
+    text = "Install it first. Then start every service."
+    outlined = NewDocument(text=text, doc_id="p", section_starts=((0, "Install"),))
+    assert (await ingest(outlined, embedder, store)).status == "added"
+    renamed = NewDocument(text=text, doc_id="p", section_starts=((0, "Installing"),))
+    assert (await ingest(renamed, embedder, store)).status == "replaced"
+    assert store.chunks["p#0"].metadata["section"] == "Installing"
+
+
 async def test_new_metadata_for_the_same_text_replaces(embedder, store) -> None:
     await ingest(NewDocument(text=GUIDE, doc_id="g", category="old"), embedder, store)
     result = await ingest(NewDocument(text=GUIDE, doc_id="g", category="new"), embedder, store)
@@ -136,8 +155,9 @@ async def test_given_fields_win_over_what_the_file_says(embedder, store) -> None
 
 def test_json_text_from_an_html_source_is_converted() -> None:
     document = from_text(text="<h1>Hi</h1><p>there</p><script>x()</script>", source="site/hi.html", category="web")
-    assert (document.title, document.markdown, document.category, document.source) == ("Hi", True, "web", "site/hi.html")
+    assert (document.title, document.category, document.source) == ("Hi", "web", "site/hi.html")
     assert document.text == "# Hi\n\nthere"
+    assert document.markdown is False, "its headings come as section starts, not read back from the text"
     kept = from_text(text="# Notes\n\n<b>raw</b>", source="notes.md")
     assert kept.text == "# Notes\n\n<b>raw</b>" and kept.markdown is None
 
