@@ -101,7 +101,10 @@ def collect_files(
             refused.append((_link_name(path, base), "broken symbolic link"))
         else:
             refused.append((source_name(path, base), "no such file or folder"))
-    return list(dict.fromkeys(files)), refused, skipped
+    by_name: dict[str, Path] = {}  # one upload per document: `dir/../dir/a.md` and `a.md` are one file
+    for file in files:
+        by_name.setdefault(source_name(file, base), file)
+    return list(by_name.values()), refused, skipped
 
 
 def ingest_paths(

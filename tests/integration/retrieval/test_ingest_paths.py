@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.ingest import SUFFIXES, IngestError, ingest_paths
+from cairn.ingest import SUFFIXES, IngestError, collect_files, ingest_paths
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
@@ -60,6 +60,14 @@ def test_folders_are_walked_and_bad_files_do_not_stop_the_rest(retrieval_url: st
         for query, expected in (("citations", []), ("confidence levels", ["notes/intro.md"])):
             hits = client.post("/search", json={"query": query, "mode": "keyword"}).json()["results"]
             assert [hit["doc_id"] for hit in hits] == expected, "the replaced version is gone from the keyword index too"
+
+
+def test_a_file_named_twice_in_different_spellings_is_uploaded_once(tree: Path) -> None:
+    (tree / "intro-link.md").symlink_to(tree / "intro.md")  # the same document as intro.md
+    spellings = [tree, tree / "intro.md", Path("notes/../notes/intro.md"), tree / "intro-link.md"]
+    files, _, _ = collect_files(spellings, None)
+    names = [f.resolve().relative_to(tree).as_posix() for f in files]
+    assert sorted(names) == ["deep/deeper/faq.txt", "deep/latin1.md", "empty.md", "intro.md"]
 
 
 def test_a_wrong_token_or_a_dead_service_stops_at_once(retrieval_url: str, tree: Path) -> None:
