@@ -10,7 +10,20 @@ from dataclasses import dataclass
 CountTokens = Callable[[str], int]
 
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
-_FENCE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+# CommonMark: a backtick fence's info string holds no backtick; a fence closes only at a run of its own
+# character at least as long, with nothing after it.
+_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}(?=[^`]*$)|~{3,})")
+_CLOSING_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*$")
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+# Lines that open a list item or a quote: a line of dashes under them is a thematic break, not a heading.
+_LIST_OR_QUOTE = re.compile(r"^ {0,3}(?:>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$))")
+_INDENTED_CODE = re.compile(r"^(?: {4}|\t)")
+# YAML front matter: only at the very start, opened by '---', its first line a key, closed by '---' or '...'.
+_FRONT_MATTER = re.compile(
+    r"\A---[ \t]*\r?\n(?P<yaml>[\w-]+:(?:[ \t].*)?\r?\n(?:.*\r?\n)*?)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)"
+)
+_YAML_TITLE = re.compile(r"^title:[ \t]*(?P<value>[^\s|>].*?)[ \t]*\r?$", re.MULTILINE)
 # Coarse to fine; a span still over budget after the last one is cut by characters.
 _SEPARATORS = (
     re.compile(r"\n[ \t]*\n\s*"),  # paragraphs
@@ -31,11 +44,13 @@ class Chunk:
 
 
 @dataclass(frozen=True)
-class _Heading:
+class Heading:
+    """A heading in a text, as the chunker finds it in markdown or a parser places it (`sections_under`)."""
+
     level: int
     title: str
-    start: int  # offset of the heading line
-    body_start: int  # offset just after the heading line
+    start: int  # offset of the heading (of its first line)
+    body_start: int  # offset just after the heading's last line
 
 
 @dataclass(frozen=True)
@@ -45,37 +60,91 @@ class _Piece:
     tokens: int
 
 
-def _headings(text: str) -> list[_Heading]:
-    found, offset, in_fence = [], 0, False
-    for line in text.splitlines(keepends=True):
-        if _FENCE.match(line):
-            in_fence = not in_fence
-        elif not in_fence and (m := _HEADING.match(line.rstrip("\r\n"))):
-            found.append(_Heading(len(m.group(1)), m.group(2).strip(), offset, offset + len(line)))
-        offset += len(line)
+def front_matter_end(text: str) -> int:
+    """Where the text after a markdown file's YAML front matter begins; 0 without front matter."""
+    front = _FRONT_MATTER.match(text)
+    return front.end() if front else 0
+
+
+def _front_matter_title(text: str) -> str | None:
+    front = _FRONT_MATTER.match(text)
+    found = _YAML_TITLE.search(front.group("yaml")) if front else None
+    if not found:
+        return None
+    value = found.group("value")
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1].strip()
+    return value or None
+
+
+def _closes(line: str, fence: str) -> bool:
+    closing = _CLOSING_FENCE.match(line)
+    return bool(closing) and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence)
+
+
+def _headings(text: str, start: int = 0) -> list[Heading]:
+    """ATX (`## x`) and setext (`x` underlined with `===` or `---`) headings outside code blocks, from `start`."""
+    found: list[Heading] = []
+    fence = ""  # the opening fence, while inside a fenced code block
+    paragraph: list[tuple[int, str]] = []  # (offset, line) of the paragraph read so far: an underline makes it a heading
+    in_list_or_quote = False  # until a blank line
+    offset = start
+    for raw in text[start:].splitlines(keepends=True):
+        line, line_start, offset = raw.rstrip("\r\n"), offset, offset + len(raw)
+        if fence:
+            fence = "" if _closes(line, fence) else fence
+        elif opening := _FENCE.match(line):
+            fence, paragraph = opening.group(1), []
+        elif not line.strip():
+            paragraph, in_list_or_quote = [], False
+        elif atx := _HEADING.match(line):
+            found.append(Heading(len(atx.group(1)), atx.group(2).strip(), line_start, offset))
+            paragraph, in_list_or_quote = [], False
+        elif paragraph and (underline := _SETEXT_UNDERLINE.match(line)):
+            title = " ".join(part.strip() for _, part in paragraph)
+            found.append(Heading(1 if underline.group(1)[0] == "=" else 2, title, paragraph[0][0], offset))
+            paragraph = []
+        elif _THEMATIC_BREAK.match(line):
+            paragraph = []
+        elif in_list_or_quote or _LIST_OR_QUOTE.match(line) or (not paragraph and _INDENTED_CODE.match(line)):
+            paragraph, in_list_or_quote = [], True
+        else:
+            paragraph.append((line_start, line))
     return found
 
 
 def document_title(text: str, *, fallback: str, markdown: bool = True) -> str:
-    """The first level-1 heading of a markdown text, else `fallback`."""
+    """A markdown text's title: the `title:` of its front matter, else its first level-1 heading, else `fallback`."""
     if markdown:
-        for heading in _headings(text):
+        if title := _front_matter_title(text):
+            return title
+        for heading in _headings(text, front_matter_end(text)):
             if heading.level == 1:
                 return heading.title
     return fallback
 
 
-def _sections(text: str, *, markdown: bool) -> list[tuple[str, int, int]]:
-    """(heading path, start, end) spans covering the text; the title heading is left out of paths.
+def sections_under(text: str, headings: list[Heading]) -> tuple[tuple[int, str], ...]:
+    """For a parser that knows where its headings are in `text`: the `section_starts` giving the sections
+    these headings would give if the chunker read them as markdown."""
+    return tuple((start, path) for path, start, _ in _sections(text, headings) if start or path)
+
+
+def _markdown_sections(text: str) -> list[tuple[str, int, int]]:
+    body_start = front_matter_end(text)
+    return _sections(text, _headings(text, body_start), start=body_start)
+
+
+def _sections(text: str, headings: list[Heading], *, start: int = 0) -> list[tuple[str, int, int]]:
+    """(heading path, start, end) spans covering the text from `start`; the title heading is left out of paths.
 
     A heading with nothing under it but sub-headings opens the same span as its first sub-heading,
     so it never becomes a chunk of its own.
     """
-    headings = _headings(text) if markdown else []
     title_heading = next((h for h in headings if h.level == 1), None)
     spans: list[tuple[str, int, int]] = []
-    stack: list[_Heading] = []
-    start, body_from, path = 0, 0, ""
+    stack: list[Heading] = []
+    body_from, path = start, ""
     for heading in headings:
         if text[body_from : heading.start].strip():
             spans.append((path, start, heading.start))
@@ -182,7 +251,8 @@ def chunk_text(
     section_starts: tuple[tuple[int, str], ...] = (),
 ) -> list[Chunk]:
     """Chunks of at most `chunk_size` tokens (as counted by `count_tokens`), consecutive chunks of a
-    section sharing up to `chunk_overlap` tokens; markdown headings start new sections.
+    section sharing up to `chunk_overlap` tokens; markdown headings start new sections, and markdown
+    front matter is left out.
 
     With `page_starts` (the offset where each page begins, ascending), chunks never cross a page
     boundary and each carries its 1-based `page`; overlap does not reach back into the previous page.
@@ -193,7 +263,10 @@ def chunk_text(
         raise ValueError("need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size")
     if list(page_starts) != sorted(page_starts) or [o for o, _ in section_starts] != sorted(o for o, _ in section_starts):
         raise ValueError("page_starts and section_starts must be ascending")
-    spans = _given_sections(text, section_starts) if section_starts else _sections(text, markdown=markdown)
+    if section_starts:
+        spans = _given_sections(text, section_starts)
+    else:
+        spans = _markdown_sections(text) if markdown else _sections(text, [])
     if page_starts:
         spans = _by_page(spans, page_starts)
     chunks: list[Chunk] = []

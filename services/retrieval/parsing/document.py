@@ -13,8 +13,9 @@ class ParsedDocument:
 
     `markdown`: lines written as `# heading` structure the text into sections.
     `page_starts`: the offset in `text` where each page begins (page 1 first); empty for formats without pages.
-    `section_starts`: (offset, heading path) where each section begins, for formats whose structure is
-    not written as markdown headings (a PDF's outline); empty otherwise.
+    `section_starts`: (offset, heading path) where each section begins, for formats whose structure the
+    parser knows rather than the chunker reading it from markdown headings (a PDF's outline, an HTML
+    page's headings); empty otherwise.
     """
 
     text: str

@@ -1,5 +1,6 @@
-"""HTML to markdown-like text: headings become `#` lines so the chunker sees sections; page furniture
-(scripts, styles, navigation) is dropped. Character spans of chunks refer to this text, not the HTML."""
+"""HTML to markdown-like text: headings are written as `#` lines and given to the chunker as section starts;
+page furniture (scripts, styles, navigation) and the head's metadata are dropped. Character spans of chunks
+refer to this text, not the HTML."""
 from __future__ import annotations
 
 import re
@@ -7,25 +8,35 @@ import re
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
+from services.retrieval.chunking import Heading, sections_under
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
 
-_DROP = {"script", "style", "nav", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
+# Not the head itself: with its end tag left out (valid HTML5), html.parser keeps the whole page inside it.
+_DROP = {
+    "script", "style", "nav", "noscript", "template", "svg", "canvas", "iframe", "object",
+    "title", "meta", "link", "base",
+}
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _BLOCKS = {
     "address", "article", "aside", "blockquote", "body", "caption", "dd", "details", "div", "dl", "dt",
-    "fieldset", "figcaption", "figure", "footer", "form", "header", "hr", "html", "li", "main", "ol", "p",
+    "fieldset", "figcaption", "figure", "footer", "form", "head", "header", "hr", "html", "li", "main", "ol", "p",
     "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "ul",
 }
 _SPACE = re.compile(r"[ \t\r\n\f\v\u00a0]+")
-# A paragraph that happens to start like a markdown heading must not open a section.
-_LOOKS_LIKE_HEADING = re.compile(r"^(#{1,6})(?=[ \t])", re.MULTILINE)
 _SKIPPED = (Comment, Declaration, Doctype, ProcessingInstruction)
 
 
 class _Writer:
+    """Blocks of text joined by blank lines, remembering where the heading blocks are: only those open
+    sections, so a paragraph or table row that starts with '#' stays text (and is kept as written)."""
+
+    SEPARATOR = "\n\n"
+
     def __init__(self) -> None:
         self.blocks: list[str] = []
+        self.headings: list[Heading] = []
+        self._length = 0
         self._line: list[str] = []
 
     def text(self, value: str) -> None:
@@ -35,13 +46,27 @@ class _Writer:
         lines = [_SPACE.sub(" ", line).strip() for line in "".join(self._line).split("\n")]
         body = "\n".join(line for line in lines if line)
         if body:
-            self.blocks.append(prefix + _LOOKS_LIKE_HEADING.sub(r"\\\1", body))
+            self._append(prefix + body)
         self._line = []
 
     def block(self, value: str) -> None:
         self.flush()
         if value.strip():
-            self.blocks.append(value)
+            self._append(value)
+
+    def heading(self, level: int, title: str) -> None:
+        self.flush()
+        start = self._append("#" * level + " " + title)
+        self.headings.append(Heading(level, title, start, self._length))
+
+    def joined(self) -> str:
+        return self.SEPARATOR.join(self.blocks)
+
+    def _append(self, block: str) -> int:
+        start = self._length + len(self.SEPARATOR) if self.blocks else 0
+        self.blocks.append(block)
+        self._length = start + len(block)
+        return start
 
 
 def _walk(node: Tag, out: _Writer) -> None:
@@ -56,12 +81,10 @@ def _walk(node: Tag, out: _Writer) -> None:
         name = child.name
         if name in _HEADINGS:
             out.flush()
-            heading = _SPACE.sub(" ", child.get_text(" ")).strip()
-            if heading:
-                out.block("#" * _HEADINGS[name] + " " + heading)
+            if heading := _SPACE.sub(" ", child.get_text(" ")).strip():
+                out.heading(_HEADINGS[name], heading)
         elif name == "pre":
-            # Fenced, so '#' lines in code are not taken for headings.
-            out.block("```\n" + child.get_text().strip("\n") + "\n```")
+            out.block(_fenced(child.get_text().strip("\n")))
         elif name == "br":
             out.text("\n")
         elif name == "li":
@@ -79,18 +102,31 @@ def _walk(node: Tag, out: _Writer) -> None:
             _walk(child, out)
 
 
+def _fenced(code: str) -> str:
+    """Code in a fence longer than any run of backticks inside it, so the fence holds it whole."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{code}\n{fence}"
+
+
+def _title(soup: BeautifulSoup) -> str:
+    """The page's <title> (not an SVG image's), else its first <h1>."""
+    for tag in [*soup.find_all("title"), *soup.find_all("h1")]:
+        if not tag.find_parent("svg") and (title := _SPACE.sub(" ", tag.get_text(" ")).strip()):
+            return title
+    return ""
+
+
 def parse_html(filename: str, data: bytes) -> ParsedDocument:
     if not data.strip():
         raise UnprocessableDocument(f"{filename}: the file is empty")
     soup = BeautifulSoup(data, "html.parser")
-    title_tag = soup.find("title")
-    title = _SPACE.sub(" ", title_tag.get_text(" ")).strip() if title_tag else ""
-    if not title and (h1 := soup.find("h1")):
-        title = _SPACE.sub(" ", h1.get_text(" ")).strip()
     out = _Writer()
-    _walk(soup.body or soup, out)
+    _walk(soup, out)  # the whole document: text after </body>, or in a head never closed, is still page text
     out.flush()
-    text = "\n\n".join(out.blocks)
+    text = out.joined()
     if not text.strip():
         raise UnprocessableDocument(f"{filename}: no text found in the HTML")
-    return ParsedDocument(text=text, format="html", title=title or None, markdown=True)
+    return ParsedDocument(
+        text=text, format="html", title=_title(soup) or None, section_starts=sections_under(text, out.headings)
+    )

@@ -1,7 +1,7 @@
 """Markdown and plain text: UTF-8 bytes, taken as they are."""
 from __future__ import annotations
 
-from services.retrieval.chunking import document_title
+from services.retrieval.chunking import document_title, front_matter_end
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
 
@@ -21,6 +21,8 @@ def decode(filename: str, data: bytes) -> str:
 
 def parse_markdown(filename: str, data: bytes) -> ParsedDocument:
     text = decode(filename, data)
+    if not text[front_matter_end(text) :].strip():
+        raise UnprocessableDocument(f"{filename}: no text after its front matter")
     title = document_title(text, fallback="") or None
     return ParsedDocument(text=text, format="markdown", title=title, markdown=True)
 

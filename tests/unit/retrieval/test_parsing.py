@@ -2,11 +2,23 @@ from __future__ import annotations
 
 import pytest
 
+from services.retrieval.chunking import chunk_text, document_title
 from services.retrieval.errors import UnprocessableDocument, UnsupportedMediaType
-from services.retrieval.parsing import format_of, parse
+from services.retrieval.parsing import ParsedDocument, format_of, parse
 from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
 
 pytestmark = pytest.mark.unit
+
+
+def sections(parsed: ParsedDocument) -> list[tuple[str, str]]:
+    """(section, text) of each chunk the parsed document gives, checking each chunk's span."""
+    chunks = chunk_text(
+        parsed.text, count_tokens=lambda text: len(text.split()), chunk_size=500, chunk_overlap=0,
+        markdown=parsed.markdown, page_starts=parsed.page_starts, section_starts=parsed.section_starts,
+    )
+    for chunk in chunks:
+        assert parsed.text[chunk.char_start : chunk.char_end] == chunk.text
+    return [(c.section, c.text) for c in chunks]
 
 
 def test_markdown_keeps_its_text_and_takes_the_first_heading_as_title() -> None:
@@ -22,7 +34,7 @@ def test_plain_text_is_not_markdown() -> None:
 
 def test_html_keeps_headings_as_sections_and_drops_page_furniture() -> None:
     parsed = parse("site/pump.html", GUIDE_HTML)
-    assert (parsed.format, parsed.markdown, parsed.title) == ("html", True, "Pump guide")
+    assert (parsed.format, parsed.title) == ("html", "Pump guide")
     text = parsed.text
     assert "## Installation" in text and "### Wiring" in text and "## Maintenance" in text
     assert "The pump moves water from the well to the tank." in text
@@ -30,6 +42,41 @@ def test_html_keeps_headings_as_sections_and_drops_page_furniture() -> None:
     assert "```\n# keep this comment\npump --start\n```" in text, "code is fenced so '#' lines are no headings"
     for dropped in ("secret-script-text", "navigation-only-words", "color: red"):
         assert dropped not in text
+    assert text.startswith("# Pump guide"), "the <title> names the page but is not its text"
+    assert [section for section, _ in sections(parsed)] == ["", "Installation", "Installation > Wiring", "Maintenance"]
+
+
+def test_an_html5_page_whose_head_is_never_closed_keeps_its_body() -> None:
+    page = b'<html><head><meta charset="utf-8"><title>Unclosed head</title><h1>Hello</h1><p>Body text here.</p></html>'
+    parsed = parse("page.html", page)
+    assert (parsed.title, parsed.text) == ("Unclosed head", "# Hello\n\nBody text here.")
+
+
+def test_text_after_the_body_is_kept() -> None:
+    parsed = parse("page.html", b"<html><body><p>Inside.</p></body><p>After the body.</p></html>")
+    assert parsed.text == "Inside.\n\nAfter the body."
+
+
+def test_the_title_of_a_fragment_names_it_but_is_not_its_text() -> None:
+    parsed = parse("part.html", b"<title>Pump notes</title><p>Prime the pump.</p><svg><title>icon</title></svg>")
+    assert (parsed.title, parsed.text) == ("Pump notes", "Prime the pump.")
+
+
+def test_a_code_block_with_backtick_fences_inside_is_fenced_whole() -> None:
+    parsed = parse("code.html", b"<pre>```\nnot the end\n```</pre>")
+    assert parsed.text == "````\n```\nnot the end\n```\n````"
+
+
+def test_a_table_row_starting_with_a_hash_is_kept_as_written_and_opens_no_section() -> None:
+    page = b"<h1>Guide</h1><h2>Steps</h2><table><tr><th>#</th><th>Step</th></tr><tr><td>1</td><td>Unpack</td></tr></table>"
+    parsed = parse("steps.html", page)
+    assert sections(parsed) == [("Steps", "# Guide\n\n## Steps\n\n# | Step\n\n1 | Unpack")]
+
+
+def test_a_page_without_a_title_or_h1_takes_none_from_text_that_looks_like_a_heading() -> None:
+    parsed = parse("steps.html", b"<table><tr><th>#</th><th>Step</th></tr></table><p># 1 rule</p>")
+    assert parsed.title is None
+    assert document_title(parsed.text, fallback="steps", markdown=parsed.markdown) == "steps"
 
 
 def test_html_title_falls_back_to_the_first_h1_and_honours_the_declared_charset() -> None:
@@ -39,9 +86,15 @@ def test_html_title_falls_back_to_the_first_h1_and_honours_the_declared_charset(
     assert "crème brûlée" in parsed.text
 
 
-def test_a_paragraph_starting_with_a_hash_does_not_become_a_heading() -> None:
-    parsed = parse("x.html", b"<h1>T</h1><p># 1 rule: be kind</p>")
-    assert "\\# 1 rule: be kind" in parsed.text
+def test_a_paragraph_starting_with_a_hash_does_not_become_a_heading_and_is_kept_as_written() -> None:
+    parsed = parse("x.html", b"<h1>T</h1><h2>Rules</h2><p># 1 rule: be kind</p><p>## 2 rule: be brief</p>")
+    assert sections(parsed) == [("Rules", "# T\n\n## Rules\n\n# 1 rule: be kind\n\n## 2 rule: be brief")]
+
+
+def test_markdown_front_matter_gives_the_title_and_is_not_indexed() -> None:
+    parsed = parse("notes.md", b"---\ntitle: Pump notes\n---\n# Pumps\n\nPrime it first.\n")
+    assert parsed.title == "Pump notes"
+    assert sections(parsed) == [("", "# Pumps\n\nPrime it first.")]
 
 
 def test_pdf_gives_one_text_per_page_with_its_start_offset() -> None:
@@ -80,6 +133,7 @@ def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
         ("scan.pdf", make_pdf(["", ""]), "no extractable text"),
         ("empty.pdf", b"", "empty"),
         ("empty.md", b"  \n\t", "empty"),
+        ("front-matter-only.md", b"---\ntitle: Draft\n---\n\n", "no text after its front matter"),
         ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
         ("binary.md", b"abc\x00def", "binary"),
         ("empty.html", b"<html><head><title>t</title><script>x()</script></head><body> </body></html>", "no text"),

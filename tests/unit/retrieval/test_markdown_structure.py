@@ -1,0 +1,86 @@
+"""How the chunker reads markdown structure: code fences, setext headings and YAML front matter."""
+from __future__ import annotations
+
+import pytest
+
+from services.retrieval.chunking import chunk_text, document_title
+
+pytestmark = pytest.mark.unit
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    chunks = chunk_text(text, count_tokens=words, chunk_size=200, chunk_overlap=0)
+    for chunk in chunks:
+        assert text[chunk.char_start : chunk.char_end] == chunk.text
+    return [(c.section, c.text) for c in chunks]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "````md\n```\n# inside code\n```\n````",
+        "~~~\n```\n# inside code\n~~~",
+        "```\n# inside code\n``` not a closing fence\n# still code\n```",
+        "````\n# inside code\n```\n# still code\n````",
+        "```\n# inside code\n~~~\n# still code\n```",
+    ],
+)
+def test_a_code_block_ends_only_at_a_matching_fence(code: str) -> None:
+    text = f"# T\n\n## Setup\n\n{code}\n\nAfter the code.\n"
+    assert sections(text) == [("Setup", text.strip())]
+
+
+def test_an_unclosed_code_block_runs_to_the_end() -> None:
+    text = "## Setup\n\n```\n# inside code\n"
+    assert [section for section, _ in sections(text)] == ["Setup"]
+
+
+def test_underlined_headings_start_sections_like_hash_headings() -> None:
+    text = "Pump guide\n==========\n\nIntro.\n\nInstallation\n------------\n\nMount it.\n\nWiring\n---\n\nBrown is live.\n"
+    assert document_title(text, fallback="x") == "Pump guide"
+    assert sections(text) == [
+        ("", "Pump guide\n==========\n\nIntro."),
+        ("Installation", "Installation\n------------\n\nMount it."),
+        ("Wiring", "Wiring\n---\n\nBrown is live."),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Intro.\n\n---\n\nMore text.\n",  # a rule after a blank line
+        "---\n\nIntro.\n",  # a rule at the start, not front matter
+        "- an item\n---\n",  # under a list item, a rule
+        "> quoted\n---\n",  # under a quote, a rule
+        "    indented code\n---\n",
+        "Intro.\n***\n===\n",  # '***' ends the paragraph, so the '===' has none above it
+        "```\nIn code\n---\n```\n",
+    ],
+)
+def test_a_line_of_dashes_without_a_paragraph_above_is_no_heading(text: str) -> None:
+    assert [section for section, _ in sections(text)] == [""]
+    assert document_title(text, fallback="none") == "none"
+
+
+def test_front_matter_is_left_out_and_gives_the_title() -> None:
+    front_matter = '---\ntitle: "Pump notes"\n# a YAML comment, not a heading\ntags: [pumps]\n---\n'
+    text = front_matter + "# Guide\n\nIntro.\n\n## Care\n\nDust it.\n"
+    assert document_title(text, fallback="x") == "Pump notes"
+    assert sections(text) == [("", "# Guide\n\nIntro."), ("Care", "## Care\n\nDust it.")]
+
+
+def test_front_matter_without_a_title_leaves_the_title_to_the_first_heading() -> None:
+    text = "---\ndate: 2024-05-01\n...\nTeam notes\n==========\n\nWe met.\n"
+    assert document_title(text, fallback="x") == "Team notes"
+    assert [body for _, body in sections(text)] == ["Team notes\n==========\n\nWe met."]
+
+
+def test_front_matter_is_only_read_in_markdown() -> None:
+    text = "---\ntitle: Not here\n---\nplain words\n"
+    chunks = chunk_text(text, count_tokens=words, chunk_size=200, chunk_overlap=0, markdown=False)
+    assert [c.text for c in chunks] == [text.strip()]
+    assert document_title(text, fallback="notes", markdown=False) == "notes"
