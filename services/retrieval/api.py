@@ -102,7 +102,7 @@ async def add_document(
 async def list_documents(store: StoreDep) -> DocumentList:
     documents = await store.list_documents()
     return DocumentList(
-        documents=[DocumentSummary(doc_id=d.doc_id, chunks=d.chunks, **d.metadata) for d in documents]
+        documents=[DocumentSummary.of(d) for d in documents]
     )
 
 
@@ -165,7 +165,7 @@ async def search(
                 dense_rank=hit.dense_rank,
                 keyword_rank=hit.keyword_rank,
                 rerank_score=hit.rerank_score,
-                metadata=ChunkMetadata.model_validate(hit.metadata),
+                metadata=ChunkMetadata.of(hit.metadata),
             )
             for hit in hits
         ],
@@ -201,5 +201,5 @@ async def get_document(doc_id: str, store: StoreDep) -> DocumentSummary:
     document = await store.get_document(doc_id)
     if document is None:
         raise NotFound(f"no document {doc_id!r}")
-    return DocumentSummary(doc_id=document.doc_id, chunks=document.chunks, **document.metadata)
+    return DocumentSummary.of(document)
 

@@ -9,6 +9,11 @@ from dataclasses import dataclass
 
 CountTokens = Callable[[str], int]
 
+# Raised whenever a change here cuts the same text differently (2: CommonMark fences, setext headings,
+# front matter left out). Documents keep the version they were cut with, so re-ingesting them after an
+# upgrade cuts them again rather than reporting them unchanged.
+CHUNKER_VERSION = 2
+
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 # CommonMark: a backtick fence's info string holds no backtick; a fence closes only at a run of its own
 # character at least as long, with nothing after it.

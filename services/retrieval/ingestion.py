@@ -8,15 +8,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from services.retrieval import parsing
-from services.retrieval.chunking import Chunk, chunk_text, document_title
-from services.retrieval.ports import CONTEXT_KEY, DOCUMENT_FIELDS, Embedder, StoredChunk, VectorStore, indexed_text
+from services.retrieval.chunking import CHUNKER_VERSION, Chunk, chunk_text, document_title
+from services.retrieval.ports import CONTEXT_KEY, Embedder, MetadataValue, StoredChunk, VectorStore, indexed_text
 
 if TYPE_CHECKING:
     from services.retrieval.contextual import Contextualizer
@@ -46,6 +46,7 @@ class NewDocument:
     markdown: bool | None = None
     page_starts: tuple[int, ...] = ()
     section_starts: tuple[tuple[int, str], ...] = ()
+    metadata: Mapping[str, MetadataValue] = field(default_factory=dict)  # the user's own fields, checked
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,9 @@ def is_markdown(source: str | None) -> bool:
     return source is None or PurePosixPath(source.replace("\\", "/")).suffix.lower() != ".txt"
 
 
-def from_parsed(parsed: parsing.ParsedDocument, **fields: str | None) -> NewDocument:
-    """A NewDocument from parsed file content; `fields` (doc_id, title, source, url, category) win over parsed ones."""
+def from_parsed(parsed: parsing.ParsedDocument, **fields: Any) -> NewDocument:
+    """A NewDocument from parsed file content; `fields` (doc_id, title, source, url, category, metadata) win over
+    parsed ones."""
     title = fields.pop("title", None) or parsed.title
     return NewDocument(
         text=parsed.text,
@@ -93,7 +95,7 @@ def from_parsed(parsed: parsing.ParsedDocument, **fields: str | None) -> NewDocu
     )
 
 
-def from_text(*, text: str, source: str | None = None, **fields: str | None) -> NewDocument:
+def from_text(*, text: str, source: str | None = None, **fields: Any) -> NewDocument:
     """A NewDocument from text sent as JSON: HTML (by the source's suffix) is converted, anything else kept as is."""
     if source and parsing.format_of(source) == "html":
         return from_parsed(parsing.parse(source, text.encode("utf-8")), source=source, **fields)
@@ -193,8 +195,8 @@ async def ingest_document(
 
 def chunking_key(*, size: int, overlap: int, section_starts: tuple[tuple[int, str], ...]) -> str:
     """How a document is cut into chunks, stored with it so that re-ingesting the same text after
-    CHUNK_SIZE_TOKENS or CHUNK_OVERLAP_TOKENS changed (or a PDF's outline did) chunks it again."""
-    key = f"{size} tokens, {overlap} overlap"
+    CHUNK_SIZE_TOKENS or CHUNK_OVERLAP_TOKENS changed (or a PDF's outline, or the chunker) chunks it again."""
+    key = f"{size} tokens, {overlap} overlap, chunker {CHUNKER_VERSION}"
     if section_starts:
         key += ", outline " + hashlib.sha256(repr(section_starts).encode()).hexdigest()[:12]
     return key
@@ -219,12 +221,11 @@ async def _ingest(
         "context_model": contextualizer.model_name if contextualizer else None,
         "chunking": chunking_key(size=size, overlap=overlap, section_starts=document.section_starts),
     }
-    wanted = {k: v for k, v in fields.items() if v is not None}
+    wanted = {k: v for k, v in fields.items() if v is not None} | dict(document.metadata)
 
     existing = await store.get_document(doc_id)
-    if existing is not None and existing.content_hashes == {digest}:
-        if all(existing.metadata.get(k) == wanted.get(k) for k in DOCUMENT_FIELDS):
-            return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
+    if existing is not None and existing.content_hashes == {digest} and existing.metadata == wanted:
+        return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
 
     chunks = await asyncio.to_thread(
         chunk_text,

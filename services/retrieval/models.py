@@ -1,25 +1,73 @@
 """Request and response bodies of the retrieval API."""
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
-from services.retrieval.filters import KEY_PATTERN, MAX_KEYS, MAX_VALUES, InvalidFilter, parse_filter
+from services.retrieval.document_metadata import MAX_FIELDS, MAX_TEXT_CHARS, RESERVED_KEYS, own_fields, user_metadata
+from services.retrieval.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, MAX_KEYS, MAX_VALUES, InvalidFilter, parse_filter
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS
+from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
 
 MAX_QUERY_CHARS = 1000
 
 
+_METADATA_DESCRIPTION = (
+    "The document's own fields, stored on each of its chunks for filters and results: names of letters, digits "
+    "and _ that Cairn does not use itself; values text, numbers or booleans; dates as seconds since 1970 (UTC)."
+)
+# What user_metadata accepts, as far as JSON Schema can say it. The values are checked by user_metadata,
+# whose messages name the field (a union type's would not).
+METADATA_SCHEMA = {
+    "type": "object",
+    "maxProperties": MAX_FIELDS,
+    "propertyNames": {"pattern": KEY_PATTERN, "not": {"enum": sorted(RESERVED_KEYS)}},
+    "additionalProperties": {
+        "anyOf": [
+            {"type": "string", "maxLength": MAX_TEXT_CHARS},
+            {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
+            {"type": "number", "not": {"type": "integer"}},
+            {"type": "boolean"},
+        ]
+    },
+}
+MetadataIn = Annotated[dict[str, Any], WithJsonSchema(METADATA_SCHEMA)]
+
+
+def _checked_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else user_metadata(value)
+
+
+def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
+    """The `metadata` form field of an upload: a JSON object, checked like DocumentIn.metadata."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"metadata must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError("metadata must be a JSON object of fields")
+    return user_metadata(value)
+
+
 class DocumentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
     text: str = Field(min_length=1, max_length=10_000_000, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
     source: str | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
+    metadata: MetadataIn | None = Field(None, description=_METADATA_DESCRIPTION, examples=[{"team": "ops", "published": 1714521600}])
+
+    _valid_metadata = field_validator("metadata")(_checked_metadata)
 
     @field_validator("text")
     @classmethod
@@ -39,11 +87,18 @@ class DocumentOut(BaseModel):
 class UploadFields(BaseModel):
     """The form fields that may accompany a `file` part in a multipart POST /documents."""
 
+    model_config = ConfigDict(extra="forbid")
+
     doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.")
     source: str | None = Field(None, min_length=1, max_length=1000, description="Default: the file name.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
+    metadata: Annotated[
+        dict[str, Any] | None,
+        BeforeValidator(_metadata_form_field),
+        WithJsonSchema({"anyOf": [METADATA_SCHEMA, {"type": "null"}]}),
+    ] = Field(None, description='A JSON object, such as {"team": "ops"}. ' + _METADATA_DESCRIPTION)
 
 
 class DocumentSummary(BaseModel):
@@ -59,6 +114,12 @@ class DocumentSummary(BaseModel):
     chunking: str | None = Field(
         None, description="How the document was cut: chunk size and overlap in model tokens (and a PDF outline's digest)."
     )
+    metadata: dict[str, str | int | float | bool] = Field(default_factory=dict, description="The document's own fields.")
+
+    @classmethod
+    def of(cls, document: DocumentInfo) -> DocumentSummary:
+        built_in = {k: v for k, v in document.metadata.items() if k in DOCUMENT_FIELDS}
+        return cls(doc_id=document.doc_id, chunks=document.chunks, **built_in, metadata=own_fields(document.metadata))
 
 
 class DocumentList(BaseModel):
@@ -147,6 +208,10 @@ class SearchRequest(BaseModel):
 
 
 class ChunkMetadata(BaseModel):
+    """The built-in fields of a chunk, then its document's own fields (DocumentIn.metadata), side by side."""
+
+    model_config = ConfigDict(extra="allow")
+
     title: str | None = None
     section: str | None = None
     url: str | None = None
@@ -156,6 +221,13 @@ class ChunkMetadata(BaseModel):
     char_start: int
     char_end: int
     page: int | None = None
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, Any]) -> ChunkMetadata:
+        """From a stored chunk's metadata, without the fields Cairn keeps for itself (content_hash...)."""
+        return cls.model_validate(
+            {k: v for k, v in metadata.items() if k in cls.model_fields or k not in RESERVED_KEYS}
+        )
 
 
 class SearchResult(BaseModel):

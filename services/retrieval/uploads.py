@@ -103,16 +103,19 @@ async def document_from_request(request: Request, *, limit: int) -> ingestion.Ne
         fields = upload.fields.model_dump()
         fields["doc_id"] = fields["doc_id"] or upload.filename
         fields["source"] = fields["source"] or upload.filename
+        fields["metadata"] = fields["metadata"] or {}
         return ingestion.from_parsed(parsed, **fields)
-    document = json_document(body)
-    return await asyncio.to_thread(lambda: ingestion.from_text(**document.model_dump()))
+    document = json_document(body).model_dump()
+    document["metadata"] = document["metadata"] or {}
+    return await asyncio.to_thread(lambda: ingestion.from_text(**document))
 
 
 def _form_schema() -> dict:
     schema = UploadFields.model_json_schema()
     for name, field in schema["properties"].items():
-        # A form field is a string, never null; an unfilled one ("") counts as absent, so the default applies.
-        text = next(choice for choice in field.pop("anyOf") if choice["type"] == "string")
+        # A form field is a string (metadata: a JSON object, see OPENAPI_BODY's encoding), never null; an
+        # unfilled one ("") counts as absent, so the default applies.
+        text = next(choice for choice in field.pop("anyOf") if choice["type"] in ("string", "object"))
         text.pop("minLength", None)
         field.pop("default", None)
         schema["properties"][name] = {**text, **field}
@@ -135,7 +138,10 @@ OPENAPI_BODY = {
             "application/json": {"schema": DocumentIn.model_json_schema()},
             "multipart/form-data": {
                 "schema": _form_schema(),
-                "encoding": {"file": {"contentType": ", ".join(parsing.SUPPORTED_MEDIA_TYPES)}},
+                "encoding": {
+                    "file": {"contentType": ", ".join(parsing.SUPPORTED_MEDIA_TYPES)},
+                    "metadata": {"contentType": "application/json"},
+                },
             },
         },
     }

@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from services.retrieval.document_metadata import document_fields
 from services.retrieval.filters import Filter, parse_filter
-from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo, MetadataValue, StoredChunk
+from services.retrieval.ports import DocumentInfo, MetadataValue, StoredChunk
 
 
 def to_where(where: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -58,7 +59,7 @@ def group(metadatas: list[dict[str, Any]]) -> list[DocumentInfo]:
                 doc_id=doc_id,
                 chunks=len(chunks),
                 content_hashes=frozenset(str(m.get("content_hash", "")) for m in chunks),
-                metadata={k: chunks[0][k] for k in DOCUMENT_FIELDS if k in chunks[0]},
+                metadata=document_fields(chunks[0]),
             )
         )
     return documents

@@ -6,6 +6,7 @@ match, and a question in other words than its answer, which only the embeddings 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,20 @@ def test_a_chinese_word_inside_an_unspaced_sentence_is_found_by_keywords(client:
     keyword = ranked(client, "恢复备份", mode="keyword")
     assert [r["doc_id"] for r in keyword] == ["zh/backups.md"]
     assert ranked(client, "恢复备份")[0]["doc_id"] == "zh/backups.md"
+
+
+def test_a_documents_own_date_field_filters_every_mode_and_shows_in_results(client: TestClient) -> None:
+    for doc_id, published in (("news/2023.md", "2023-06-01"), ("news/2024.md", "2024-06-01")):
+        epoch = int(datetime.fromisoformat(published).replace(tzinfo=UTC).timestamp())
+        body = {"doc_id": doc_id, "text": f"# Release news\n\nThe backup tool was released on {published}.",
+                "metadata": {"published": epoch, "team": "ops"}}
+        assert client.post("/documents", json=body, headers=AUTH).status_code == 200
+    since_2024 = {"published": {"$gte": "2024-01-01"}, "team": "ops"}
+    for mode in ("hybrid", "dense", "keyword"):
+        found = ranked(client, "backup tool release", mode=mode, filters=since_2024)
+        assert [r["doc_id"] for r in found] == ["news/2024.md"], mode
+        assert found[0]["metadata"]["team"] == "ops" and found[0]["metadata"]["published"] == 1717200000
+        assert "content_hash" not in found[0]["metadata"] and "chunking" not in found[0]["metadata"]
 
 
 def test_hybrid_reports_a_real_cosine_for_every_result(client: TestClient) -> None:

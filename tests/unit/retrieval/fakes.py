@@ -7,7 +7,8 @@ import re
 from dataclasses import replace
 
 from services.retrieval.filters import Filter, matches, parse_filter
-from services.retrieval.ports import DOCUMENT_FIELDS, ChunkHit, DocumentInfo, StoredChunk
+from services.retrieval.document_metadata import document_fields
+from services.retrieval.ports import ChunkHit, DocumentInfo, StoredChunk
 from shared.errors import DependencyUnavailable
 
 _WORD = re.compile(r"\w+")
@@ -123,7 +124,7 @@ class FakeStore:
                     doc_id=doc_id,
                     chunks=len(by_doc[doc_id]),
                     content_hashes=frozenset(str(c.metadata["content_hash"]) for c in by_doc[doc_id]),
-                    metadata={k: first.metadata[k] for k in DOCUMENT_FIELDS if k in first.metadata},
+                    metadata=document_fields(first.metadata),
                 )
             )
         return documents

@@ -54,6 +54,8 @@ def test_a_pdf_upload_is_stored_with_pages_under_its_file_name(client: TestClien
         "content_hash": store.chunks["manual.pdf#0"].metadata["content_hash"],
         "pages": 2,
         "context_model": None,
+        "chunking": "256 tokens, 32 overlap, chunker 2",
+        "metadata": {},
     }
     again = upload(client, "manual.pdf", data, "application/pdf", category="manuals")
     assert again.json()["status"] == "unchanged"
@@ -163,3 +165,48 @@ def test_an_unfilled_form_field_is_taken_as_absent(client: TestClient) -> None:
 def test_a_file_without_a_suffix_is_read_by_its_content_type(client: TestClient) -> None:
     files = {"file": ("notes", b"Plain words.", "text/plain")}
     assert client.post("/documents", files=files, headers=AUTH).json()["doc_id"] == "notes"
+
+
+def test_a_documents_own_metadata_is_kept_shown_and_compared_on_re_ingest(client: TestClient) -> None:
+    body = {"doc_id": "release", "text": "# Release\n\nVersion 2 ships.", "metadata": {"team": "ops", "published": 1714521600, "draft": False}}
+    assert client.post("/documents", json=body, headers=AUTH).json()["status"] == "added"
+    shown = client.get("/documents/release", headers=AUTH).json()
+    assert shown["metadata"] == {"team": "ops", "published": 1714521600, "draft": False}
+    assert client.post("/documents", json=body, headers=AUTH).json()["status"] == "unchanged"
+    retitled = body | {"metadata": {"team": "platform", "published": 1714521600}}
+    assert client.post("/documents", json=retitled, headers=AUTH).json()["status"] == "replaced"
+    assert client.get("/documents/release", headers=AUTH).json()["metadata"] == {"team": "platform", "published": 1714521600}
+    listed = client.get("/documents", headers=AUTH).json()["documents"]
+    assert [d["metadata"] for d in listed] == [{"team": "platform", "published": 1714521600}]
+
+
+def test_an_upload_takes_its_metadata_as_a_json_form_field(client: TestClient) -> None:
+    added = upload(client, "notes.md", b"# Notes\n\nSome notes.", metadata='{"team": "ops", "year": 2024}')
+    assert added.status_code == 200, added.text
+    assert client.get("/documents/notes.md", headers=AUTH).json()["metadata"] == {"team": "ops", "year": 2024}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"page": 3}, "metadata field 'page' is set by Cairn"),
+        ({"tags": ["a", "b"]}, "metadata field 'tags': a value must be text, a number or a boolean, not a list"),
+        ({"owner": None}, "not null"),
+        ({"bad key": 1}, "must be a plain field name"),
+        ({f"k{i}": i for i in range(33)}, "at most 32 metadata fields"),
+        ({"note": "x" * 1001}, "at most 1000 characters"),
+        ({"big": 2**63}, "fit in 64 bits"),
+    ],
+)
+def test_metadata_that_cannot_be_stored_is_refused_naming_the_field(client: TestClient, metadata: dict, message: str) -> None:
+    refused = client.post("/documents", json={"text": "Some text.", "metadata": metadata}, headers=AUTH)
+    assert refused.status_code == 422 and message in refused.json()["message"], refused.text
+
+
+def test_unknown_fields_and_unreadable_form_metadata_are_refused(client: TestClient) -> None:
+    unknown = client.post("/documents", json={"text": "Some text.", "published": 1714521600}, headers=AUTH)
+    assert unknown.status_code == 422 and unknown.json()["message"].startswith("published: Extra inputs"), unknown.text
+    for form_value, message in (("[1, 2]", "a JSON object of fields"), ("{team: ops}", "must be a JSON object")):
+        refused = upload(client, "notes.md", b"# Notes\n\ntext", metadata=form_value)
+        assert refused.status_code == 422 and message in refused.json()["message"], refused.text
+    assert upload(client, "notes.md", b"# Notes\n\ntext", colour="red").status_code == 422
