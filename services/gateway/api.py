@@ -27,6 +27,7 @@ from services.gateway.deps import (
 from services.gateway.domain import Session
 from services.gateway.models import LoginRequest, LoginResponse, MeResponse, UserOut
 from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
+from services.gateway.routing import QuestionRoute
 from services.gateway.settings import Settings
 from shared.context import set_user_id
 from shared.errors import DependencyUnavailable
@@ -34,7 +35,7 @@ from shared.json_body import StrictJsonRoute
 from shared.web import internal_headers
 
 auth_router = APIRouter(route_class=StrictJsonRoute, prefix="/auth", tags=["auth"])
-api_router = APIRouter(route_class=StrictJsonRoute, prefix="/api", tags=["api"])
+api_router = APIRouter(route_class=QuestionRoute, prefix="/api", tags=["api"])
 
 
 @auth_router.post("/login", response_model=LoginResponse, responses=LOGIN)

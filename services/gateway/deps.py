@@ -8,9 +8,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from services.gateway.adapters.upstream import Upstream
+from services.gateway.asking import admit_question
 from services.gateway.auth import authenticate
 from services.gateway.domain import Session
-from services.gateway.feedback import RequestOwners, remember_request
+from services.gateway.feedback import RequestOwners
 from services.gateway.model_offer import OfferedModels
 from services.gateway.rate_limits import (
     IPNetwork,
@@ -18,7 +19,6 @@ from services.gateway.rate_limits import (
     LoginLimits,
     RateLimiter,
     client_address,
-    count_chat_request,
     parse_networks,
 )
 from services.gateway.roles import grants
@@ -122,14 +122,18 @@ ClientAddress = Annotated[str, Depends(_client_address)]
 
 
 async def _asking_session(
-    session: UserSession, limiter: RateLimiterDep, owners: RequestOwnersDep, settings: SettingsDep
+    request: Request, session: UserSession, limiter: RateLimiterDep, owners: RequestOwnersDep, settings: SettingsDep
 ) -> Session:
     """The caller of a question: counted against CHAT_REQUESTS_PER_MINUTE (429), then remembered as the
-    one who asked this request id, so that only they may rate the answer (409 if the id is another's)."""
-    limit = Limit(settings.chat_requests_per_minute, window_s=60)
-    await count_chat_request(limiter=limiter, limit=limit, user_id=session.user_id)
-    await remember_request(
-        owners=owners, request_id=request_id_var.get(), user_id=session.user_id, ttl_s=settings.feedback_window_s
+    one who asked this request id, so that only they may rate the answer (409 if the id was used before).
+    The admitted question is left on the request for QuestionRoute, which withdraws it if it is refused."""
+    request.state.admitted_question = await admit_question(
+        limiter=limiter,
+        owners=owners,
+        limit=Limit(settings.chat_requests_per_minute, window_s=60),
+        user_id=session.user_id,
+        request_id=request_id_var.get(),
+        ttl_s=settings.feedback_window_s,
     )
     return session
 

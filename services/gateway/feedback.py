@@ -37,6 +37,9 @@ class RequestOwners(Protocol):
     async def owner(self, request_id: str) -> str | None:
         """The user who asked `request_id`, or None when unknown or forgotten."""
 
+    async def release(self, request_id: str) -> None:
+        """Forget who asked `request_id`, so that the id may be claimed again."""
+
 
 class RequestIdTaken(ServiceError):
     status_code = 409

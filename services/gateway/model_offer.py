@@ -17,11 +17,11 @@ class ModelOffer:
     default: str
     models: tuple[str, ...]
 
-    def pick(self, requested: str) -> str | None:
+    def pick(self, requested: str | None) -> str | None:
         """The model_id to send chat for a requested name: None (chat's default) unless chat offers it."""
         return requested if requested != CAIRN_MODEL and requested in self.models else None
 
-    def used(self, requested: str) -> str:
+    def used(self, requested: str | None) -> str:
         return self.pick(requested) or self.default
 
 

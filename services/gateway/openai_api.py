@@ -14,14 +14,20 @@ from services.gateway.api import headers_for
 from services.gateway.deps import AskingSession, ChatUpstream, OfferedModelsDep, SettingsDep, UserSession
 from services.gateway.model_offer import ModelOffer
 from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
+from services.gateway.openai_errors import OpenAIRoute, in_openai_shape
 from services.gateway.responses import forwarded
-from shared.errors import DependencyUnavailable, ServiceError
-from shared.json_body import StrictJsonRoute
+from shared.errors import DependencyUnavailable, NotFound, ServiceError
 
-router = APIRouter(route_class=StrictJsonRoute, prefix="/v1", tags=["openai-compatible"])
+router = APIRouter(route_class=OpenAIRoute, prefix="/v1", tags=["openai-compatible"])
+
+_INVALID = {400: "Malformed JSON, or an invalid request: no question, a field of the wrong type, n over 1 "
+            "(invalid_request_error)"}
+_NO_MODEL = {404: "Chat offers no model of this name (not_found_error, model_not_found)"}
+# Where a stream that ends without chat's `done` or `error` event stops: chat went away mid-answer.
+_CUT_OFF = {"error": "chat_unavailable", "message": "the chat service stopped before the answer was complete"}
 
 
-@router.get("/models", responses=forwarded("chat"))
+@router.get("/models", responses=in_openai_shape(forwarded("chat")))
 async def models(request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     """`cairn` (chat's default model) and every model chat lets a request choose."""
     answer = await chat.forward(method="GET", path="/models", headers=headers_for(request, session, settings))
@@ -30,12 +36,26 @@ async def models(request: Request, session: UserSession, settings: SettingsDep, 
     return JSONResponse(openai_compat.models_list(json.loads(answer.body)["models"]))
 
 
+@router.get("/models/{model:path}", responses=in_openai_shape(forwarded("chat", _NO_MODEL)))
+async def one_model(
+    model: str, request: Request, session: UserSession, settings: SettingsDep, chat: ChatUpstream
+) -> Response:
+    """One model of GET /v1/models."""
+    answer = await chat.forward(method="GET", path="/models", headers=headers_for(request, session, settings))
+    if answer.status_code != 200:
+        return answer
+    for listed in openai_compat.models_list(json.loads(answer.body)["models"])["data"]:
+        if listed["id"] == model:
+            return JSONResponse(listed)
+    raise NotFound(f"there is no model {model!r}; GET /v1/models lists them", code="model_not_found")
+
+
 @router.post(
     "/chat/completions",
     response_model=None,
     responses={
         200: {"model": Completion, "description": STREAM_DESCRIPTION, "content": {"text/event-stream": {}}},
-        **forwarded("chat", asking=True),
+        **in_openai_shape(forwarded("chat", _INVALID, asking=True)),
     },
 )
 async def chat_completions(
@@ -83,19 +103,29 @@ async def _streamed(chat: Upstream, *, headers: dict[str, str], payload: bytes, 
 
 async def _chunks(upstream: UpstreamStream, writer: ChunkWriter) -> AsyncIterator[str]:
     yield writer.first()
+    ended = False  # by chat's `done` or `error` event
     try:
         async for event in upstream.events():
-            data = json.loads(event.data)
-            if event.event == "sources":
-                writer.sources(data)
-            elif event.event == "token":
-                yield writer.token(data)
-            elif event.event == "done":
-                yield writer.done(data)
-            elif event.event == "error":
-                yield writer.error(data)
+            if chunk := _chunk_for(event.event, json.loads(event.data), writer):
+                yield chunk
+            ended = ended or event.event in ("done", "error")
     except ServiceError:  # chat went away or silent mid-stream
         yield writer.error({"error": "chat_unavailable", "message": "the chat service stopped answering"})
+        ended = True
     finally:
         await upstream.aclose()
+    if not ended:
+        yield writer.error(_CUT_OFF)
     yield openai_compat.DONE
+
+
+def _chunk_for(event: str, data: dict, writer: ChunkWriter) -> str | None:
+    if event == "sources":
+        writer.sources(data)
+    elif event == "token":
+        return writer.token(data)
+    elif event == "done":
+        return writer.done(data)
+    elif event == "error":
+        return writer.error(data)
+    return None

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.gateway.model_offer import CAIRN_MODEL
-from shared.json_types import NOT_BLANK_PATTERN, JsonBool
+from shared.json_types import NOT_BLANK_PATTERN, JsonBool, JsonInt
 
 MAX_MESSAGES = 200
 # What chat takes (services/chat/models.py): a longer question keeps its end, longer history turns their start.
@@ -80,8 +80,9 @@ class CompletionRequest(BaseModel):
     """The part of OpenAI's chat-completions request that Cairn uses; other fields are accepted and ignored."""
 
     model_config = ConfigDict(extra="ignore")
-    model: str = Field(
-        CAIRN_MODEL, description='"cairn" or a model of GET /v1/models; any other name means chat\'s default model.'
+    model: str | None = Field(
+        CAIRN_MODEL,
+        description='"cairn" or a model of GET /v1/models; any other name, or null, means chat\'s default model.',
     )
     messages: list[Message] = Field(
         min_length=1,
@@ -89,7 +90,19 @@ class CompletionRequest(BaseModel):
         description="At least one user message with text (not blank): the last such is the question.",
         json_schema_extra={"contains": _ASKS},
     )
-    stream: JsonBool = False
+    stream: JsonBool | None = Field(False, description="true for Server-Sent Events; false or null for one answer.")
+    # Bounds as JSON Schema reads them (they apply to a number only, so null stays valid); the validator
+    # says why in its own words.
+    n: JsonInt | None = Field(
+        None, description="Cairn gives one choice: 1 or null.", json_schema_extra={"minimum": 1, "maximum": 1}
+    )
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int | None) -> int | None:
+        if n is not None and n != 1:
+            raise ValueError("Cairn answers with one choice; n must be 1 or left out")
+        return n
 
     @field_validator("messages")
     @classmethod
@@ -190,7 +203,9 @@ class ChunkWriter:
         )
 
     def error(self, data: dict[str, Any]) -> str:
-        return f"data: {json.dumps({'error': {'message': data.get('message'), 'code': data.get('error')}})}\n\n"
+        """Chat's `error` event (`{"error": code, "message": ...}`) as OpenAI's error, which its clients raise."""
+        error = {"message": data.get("message"), "type": "server_error", "code": data.get("error"), "param": None}
+        return f"data: {json.dumps({'error': error})}\n\n"
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> str:
         chunk = {

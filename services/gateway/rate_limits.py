@@ -117,14 +117,27 @@ async def login_succeeded(*, limiter: RateLimiter, attempt: LoginAttempt) -> Non
         await limiter.give_back(attempt.keys, event_id=attempt.event_id)
 
 
-async def count_chat_request(*, limiter: RateLimiter, limit: Limit, user_id: str) -> None:
-    """Count one question of the user; RateLimited when the user has asked `limit.events` in the window."""
+def _chat_key(user_id: str) -> str:
+    return f"chat:user:{user_id}"
+
+
+async def count_chat_request(*, limiter: RateLimiter, limit: Limit, user_id: str) -> str | None:
+    """Count one question of the user and return its event id (None when there is no limit);
+    RateLimited when the user has asked `limit.events` in the window."""
     if not limit.enabled:
-        return
-    wait_s = await limiter.take([Bucket(f"chat:user:{user_id}", limit)], event_id=secrets.token_hex(8))
+        return None
+    event_id = secrets.token_hex(8)
+    wait_s = await limiter.take([Bucket(_chat_key(user_id), limit)], event_id=event_id)
     if wait_s > 0:
         message = f"at most {limit.events} questions per {limit.window_s:g} s; try again later"
         raise RateLimited(message, retry_after_s=wait_s)
+    return event_id
+
+
+async def give_back_chat_request(*, limiter: RateLimiter, user_id: str, event_id: str | None) -> None:
+    """Forget a question counted by count_chat_request, as if it had never been asked."""
+    if event_id is not None:
+        await limiter.give_back([_chat_key(user_id)], event_id=event_id)
 
 
 def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:

@@ -14,3 +14,6 @@ class RedisRequestOwners(RedisAdapter):
 
     async def owner(self, request_id: str) -> str | None:
         return await fail_closed(self._redis.get(self._key(request_id)), timeout_s=self._timeout_s)
+
+    async def release(self, request_id: str) -> None:
+        await fail_closed(self._redis.delete(self._key(request_id)), timeout_s=self._timeout_s)

@@ -29,6 +29,9 @@ class FakeRequestOwners:
     async def owner(self, request_id: str) -> str | None:
         return self.owners.get(request_id)
 
+    async def release(self, request_id: str) -> None:
+        self.owners.pop(request_id, None)
+
 
 class FakePublisher:
     def __init__(self) -> None:

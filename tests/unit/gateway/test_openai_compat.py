@@ -134,3 +134,21 @@ def test_the_schema_and_the_code_agree_on_what_is_a_question(role, content):
     schema = CompletionRequest.model_json_schema()["properties"]["messages"]["contains"]
     message = {"role": role, "content": content}
     assert jsonschema.Draft202012Validator(schema).is_valid(message) == Message.model_validate(message).asks
+
+
+def test_optional_fields_sent_as_null_mean_their_default():
+    body = request(("user", "q"), model=None, stream=None, n=None)
+    assert (body.stream, body.n) == (None, None) and "model_id" not in chat_body(body)
+    assert ModelOffer(default="llm-a", models=("llm-a",)).used(body.model) == "llm-a"
+    assert request(("user", "q"), n=1).n == 1
+
+
+def test_more_than_one_choice_is_refused():
+    with pytest.raises(ValidationError, match="n must be 1"):
+        request(("user", "q"), n=2)
+
+
+def test_an_error_chunk_is_in_openais_shape():
+    chunk = json.loads(ChunkWriter(model="cairn").error({"error": "llm_unavailable", "message": "down"}).removeprefix("data: "))
+    assert chunk == {"error": {"message": "down", "type": "server_error", "code": "llm_unavailable", "param": None}}
+

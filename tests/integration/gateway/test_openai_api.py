@@ -1,0 +1,172 @@
+"""/v1 through the official openai client, over real HTTP, in front of a chat stand-in that can fail,
+refuse a question or cut a stream short, with the real Redis counting questions."""
+import json
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from services.gateway.main import create_app
+from tests.integration.gateway.chat_stand_in import gateway_settings, login
+from tests.support import serve_in_thread
+
+pytestmark = pytest.mark.integration
+QUESTION = [{"role": "user", "content": "How do I add a user?"}]
+
+
+def _answer(request: Request) -> dict:
+    usage = {"prompt_tokens": 696, "completion_tokens": 12, "total_tokens": 708}
+    metadata = {"request_id": request.headers.get("x-request-id"), "kind": "answer", "usage": usage}
+    return {"answer": "Run it [1].", "conversation_id": None, "citations": [], "sources": [], "related_docs": [],
+            "confidence": {"level": "High", "score": 0.9, "reason": "r"}, "grounding": None, "metadata": metadata}
+
+
+def unreliable_chat() -> FastAPI:
+    """Answers "fail" with chat's 502, "invalid" with chat's 422, and streams "cut" without its `done` event."""
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/models")
+    async def models() -> dict:
+        return {"default": "stand-in-llm", "models": ["stand-in-llm", "other-llm"]}
+
+    @app.post("/chat")
+    async def chat(request: Request):
+        query = (await request.json()).get("query")
+        if query == "fail":
+            return JSONResponse({"error": "llm_unavailable", "message": "the LLM failed"}, status_code=502)
+        if query == "invalid":
+            return JSONResponse({"error": "invalid_request", "message": "query: too long"}, status_code=422)
+        return _answer(request)
+
+    @app.post("/chat/stream")
+    async def chat_stream(request: Request) -> StreamingResponse:
+        cut = (await request.json()).get("query") == "cut"
+
+        async def events():
+            yield f"event: sources\ndata: {json.dumps({'sources': []})}\n\n"
+            yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
+            if not cut:
+                yield f"event: done\ndata: {json.dumps(_answer(request))}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def chat_url():
+    with serve_in_thread(unreliable_chat()) as url:
+        yield url
+
+
+@pytest.fixture
+def gateway(redis_url, unique, chat_url):
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=chat_url, chat_requests_per_minute=3)
+    with serve_in_thread(create_app(settings)) as url:
+        yield url
+
+
+@pytest.fixture
+def token(gateway) -> str:
+    with httpx.Client(base_url=gateway) as client:
+        return login(client)["Authorization"].removeprefix("Bearer ")
+
+
+def _client(gateway: str, token: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway}/v1", api_key=token, max_retries=0)
+
+
+def _ask(client: openai.OpenAI, content: str = "How do I add a user?", **fields):
+    return client.chat.completions.create(model="cairn", messages=[{"role": "user", "content": content}], **fields)
+
+
+def test_the_openai_client_reads_the_message_and_code_of_every_error(gateway, token):
+    with pytest.raises(openai.AuthenticationError) as bad_key:
+        _ask(_client(gateway, "not-a-token"))
+    assert (bad_key.value.status_code, bad_key.value.code) == (401, "unauthorized")
+    assert bad_key.value.type == "authentication_error" and bad_key.value.message.endswith("invalid or expired token")
+
+    client = _client(gateway, token)
+    with pytest.raises(openai.BadRequestError) as no_question:
+        client.chat.completions.create(model="cairn", messages=[{"role": "system", "content": "be brief"}])
+    error = no_question.value
+    assert (error.status_code, error.code, error.type, error.param) == (400, "invalid_request", "invalid_request_error", "messages")
+    assert "at least one user message must have text" in error.message
+
+    with pytest.raises(openai.InternalServerError) as failed:
+        _ask(client, "fail")
+    assert (failed.value.status_code, failed.value.code, failed.value.type) == (502, "llm_unavailable", "server_error")
+    assert failed.value.message.endswith("the LLM failed")
+
+    with pytest.raises(openai.BadRequestError) as two_choices:
+        _ask(client, n=2)
+    assert (two_choices.value.code, two_choices.value.param) == ("invalid_request", "n")
+    assert two_choices.value.message.endswith("n: Cairn answers with one choice; n must be 1 or left out")
+
+
+def test_the_api_routes_keep_cairns_error_shape(gateway):
+    response = httpx.post(f"{gateway}/api/chat", json={"query": "q"}, headers={"Authorization": "Bearer nonsense"})
+    assert response.status_code == 401 and response.json()["error"] == "unauthorized"
+
+
+def test_a_model_is_retrieved_from_the_models_list(gateway, token):
+    client = _client(gateway, token)
+    assert [m.id for m in client.models.list()] == ["cairn", "stand-in-llm", "other-llm"]
+    assert client.models.retrieve("other-llm").model_dump() == client.models.list().data[2].model_dump()
+    assert client.models.retrieve("cairn").owned_by == "cairn"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-4o")
+    assert (missing.value.code, missing.value.type) == ("model_not_found", "not_found_error")
+
+
+def test_fields_sent_as_null_mean_their_default(gateway, token):
+    nulls = {"model": None, "stream": None, "stream_options": None, "temperature": None, "top_p": None, "n": None,
+             "max_tokens": None, "max_completion_tokens": None, "stop": None, "presence_penalty": None,
+             "frequency_penalty": None, "logit_bias": None, "user": None, "seed": None, "tools": None,
+             "tool_choice": None, "response_format": None}
+    response = httpx.post(
+        f"{gateway}/v1/chat/completions", json={"messages": QUESTION, **nulls}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["object"] == "chat.completion" and response.json()["model"] == "stand-in-llm"
+
+
+def test_a_stream_cut_short_by_chat_ends_with_an_error(gateway, token):
+    client = _client(gateway, token)
+    assert "".join(c.choices[0].delta.content or "" for c in _ask(client, stream=True) if c.choices) == "Run"
+    with pytest.raises(openai.APIError) as cut:
+        for _ in _ask(client, "cut", stream=True):
+            pass
+    assert cut.value.code == "chat_unavailable" and "before the answer was complete" in cut.value.message
+
+    with httpx.stream("POST", f"{gateway}/v1/chat/completions", headers={"Authorization": f"Bearer {token}"},
+                      json={"messages": [{"role": "user", "content": "cut"}], "stream": True}) as raw:
+        lines = [line for line in raw.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]" and json.loads(lines[-2].removeprefix("data: "))["error"]["type"] == "server_error"
+
+
+def test_refused_questions_use_up_no_limit_and_free_their_request_id(gateway, token):
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=gateway, headers=auth) as client:
+        for n in range(5):  # the limit is 3
+            refused = client.post("/v1/chat/completions", json={"messages": [{"role": "system", "content": "q"}]},
+                                  headers={"X-Request-ID": f"refused-{n}"})
+            assert refused.status_code == 400
+        corrected = client.post("/v1/chat/completions", json={"messages": QUESTION}, headers={"X-Request-ID": "refused-0"})
+        assert corrected.status_code == 200, corrected.text
+
+        refused_by_chat = client.post("/api/chat", json={"query": "invalid"}, headers={"X-Request-ID": "refused-1"})
+        assert refused_by_chat.status_code == 422 and refused_by_chat.json()["error"] == "invalid_request"
+        reused = client.post("/api/chat", json={"query": "q"}, headers={"X-Request-ID": "refused-0"})
+        assert reused.status_code == 409  # taken by the answered question: refused, not counted either
+        assert client.post("/api/chat", json={"query": "q"}, headers={"X-Request-ID": "refused-1"}).status_code == 200
+
+        assert client.post("/api/chat", json={"query": "fail"}).status_code == 502  # asked: chat failed, not refused
+        over = client.post("/v1/chat/completions", json={"messages": QUESTION})
+        assert over.status_code == 429 and over.json()["error"]["code"] == "rate_limited"
