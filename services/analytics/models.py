@@ -10,9 +10,9 @@ PostgreSQL's percentile_cont), null when there is no value.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Bucket = Literal["minute", "hour", "day"]
 Outcome = Literal["answered", "no_answer", "small_talk", "failed", "pending"]
@@ -23,7 +23,11 @@ class _Range(BaseModel):
 
     from_: datetime | None = Field(None, alias="from", description="Start of the range (inclusive), UTC.")
     to: datetime | None = Field(None, description="End of the range (exclusive), UTC.")
-    model: str | None = Field(None, description="Only requests answered by (or asked of) this model.")
+    model: str | None = Field(
+        None,
+        description="Only requests answered by (or asked of) this model; `unknown` also selects the requests "
+        "whose events name no model, as the models report counts them.",
+    )
 
 
 class Percentiles(BaseModel):
@@ -129,6 +133,18 @@ class DocumentsResponse(_Range):
     never_cited: list[str] = Field(
         description="Documents in retrieval's library that no answer in the range cites, in doc_id order (at most `limit`)."
     )
+    never_cited_total: int = Field(
+        description="How many documents of the library no answer in the range cites; more than `never_cited` "
+        "holds when the list was cut to `limit`."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _total_of_an_uncut_list(cls, data: Any) -> Any:
+        # A response built without the total (as before it existed) lists every never-cited document.
+        if isinstance(data, dict) and "never_cited_total" not in data and isinstance(data.get("never_cited"), list):
+            return {**data, "never_cited_total": len(data["never_cited"])}
+        return data
 
 
 class ModelFigures(BaseModel):

@@ -262,3 +262,51 @@ def test_a_custom_range_is_kept_in_the_address_and_a_reversed_one_is_refused(gat
     expect(page.get_by_test_id("status")).to_have_text("The start of the range must come before its end.")
     assert len(figures.seen) == seen, "no report is asked for an empty range"
     assert problems == [], problems
+
+
+def test_a_range_too_long_for_day_buckets_still_shows_its_figures(gateway, browser, figures):
+    window = {"from": "1990-01-01T00:00:00.000Z", "to": "2026-01-01T00:00:00.000Z"}  # 13,149 days
+    page, problems = open_page(browser, f"{gateway}/dashboard?{urlencode(window)}")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    assert kpi(page, "queries") == "42"
+    for name in ("volume", "latency", "answer-rate"):
+        expect(page.get_by_test_id(f"chart-{name}")).to_have_text(
+            "This range is too long to draw over time (more than 10,000 days)")
+    assert all(chart_drawn(page, name) for name in ("confidence", "top-queries", "gaps", "documents"))
+    assert [path for path, _, _ in figures.seen if path == "/analytics/timeseries"] == []
+    # The day buckets the analytics service counts (aligned on UTC midnight, to the instant before `to`).
+    buckets = page.evaluate("""async () => {
+        const { bucketFor } = await import("/web/dashboard-range.js");
+        const day = 86_400_000, start = Date.UTC(2000, 0, 1);
+        return [start + 10_000 * day, start + 10_000 * day + 1, start + 9_999 * day + 1]
+            .map((end) => bucketFor(new Date(start), new Date(end)))
+            .concat(bucketFor(new Date(start + 1), new Date(start + 10_000 * day)));
+    }""")
+    assert buckets == ["day", None, "day", "day"]
+    assert problems == [], problems
+
+
+def test_never_cited_documents_beyond_the_list_are_counted(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    documents = [q for path, q, _ in figures.seen if path == "/analytics/documents"][-1]
+    assert "limit=10" in documents
+    texts = page.evaluate("""async () => {
+        const { renderNeverCited } = await import("/web/dashboard-tiles.js");
+        const node = document.createElement("p");
+        const names = (n) => Array.from({ length: n }, (_, i) => `doc-${i}`);
+        return [
+            { never_cited: names(10), never_cited_total: 1234 },
+            { never_cited: names(2), never_cited_total: 2 },
+            { never_cited: [], never_cited_total: 0 },
+        ].map((report) => { renderNeverCited(node, report); return [node.textContent, node.hidden]; });
+    }""")
+    listed = ", ".join(f"doc-{i}" for i in range(10))
+    assert texts == [
+        [f"Never cited in this range: {listed} and 1,224 more.", False],
+        ["Never cited in this range: doc-0, doc-1.", False],
+        ["", True],
+    ]
+    assert problems == [], problems

@@ -6,7 +6,8 @@ that waited finds the schema at head and does nothing.
 
 A database made before the migrations existed (an `events` table and no Alembic version) is adopted in
 the same transaction: the old table is renamed `events_unversioned`, the schema is built, every event is
-read again from the old table's payload column, and the old table is dropped once all of them were read.
+read again from the old table's payload column and deleted from it once stored again. The old table, left
+with only the rows that could not be read as events, is dropped when there are none.
 """
 from __future__ import annotations
 
@@ -131,6 +132,7 @@ def _read_again(conn: Connection, batch: int = 1000) -> None:
         rows = conn.execute(page).all()
         if not rows:
             break
+        stored = []
         for event_id, received_at, payload in rows:
             try:
                 event = parse_event(payload if isinstance(payload, str) else json.dumps(payload))
@@ -138,6 +140,9 @@ def _read_again(conn: Connection, batch: int = 1000) -> None:
                 unreadable += 1
                 continue
             copied += insert_record(conn, to_record(event), received_at=received_at)
+            stored.append(event_id)
+        if stored:  # the old table keeps only what could not be stored again
+            conn.execute(old.delete().where(old.c.event_id.in_(stored)))
         last = rows[-1][0]
     if unreadable:
         log.warning("events left unread in the old table", extra={"table": UNVERSIONED, "unreadable": unreadable})

@@ -11,7 +11,7 @@ from services.analytics.reports.scope import Scope
 
 def documents(conn: Connection, *, scope: Scope, library: list[str], limit: int) -> DocumentsResponse:
     """`library`: every doc_id retrieval holds. Both lists hold at most `limit` documents; never-cited ones
-    are in doc_id order."""
+    are in doc_id order, and never_cited_total counts them all."""
     # A request's citations are those of the response the view chose as its outcome.
     answers = cited.join(requests, cited.c.event_id == requests.c.outcome_event_id)
     citations, asked = func.sum(cited.c.count), func.count(distinct(cited.c.request_id))
@@ -24,9 +24,10 @@ def documents(conn: Connection, *, scope: Scope, library: list[str], limit: int)
         .limit(limit)
     )
     every_cited = select(cited.c.doc_id).distinct().select_from(answers).where(*scope.conditions())
-    cited_ids = set(conn.scalars(every_cited))
+    never_cited = sorted(set(library) - set(conn.scalars(every_cited)))
     return DocumentsResponse(
         **scope.echo(),
         most_cited=[CitedDocument(**row._mapping) for row in conn.execute(most_cited)],
-        never_cited=sorted(set(library) - cited_ids)[:limit],
+        never_cited=never_cited[:limit],
+        never_cited_total=len(never_cited),
     )

@@ -9,14 +9,12 @@ from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.domain import PENDING, RESPONSE_OUTCOMES
 from services.analytics.models import ModelFigures, ModelsResponse, Tokens
 from services.analytics.reports.percentiles import percentiles, ratio
-from services.analytics.reports.scope import Scope
-
-UNKNOWN_MODEL = "unknown"
+from services.analytics.reports.scope import Scope, model_name
 
 
 def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
-    """Requests with an outcome, by the model that answered them (else the one they asked for)."""
-    model = func.coalesce(requests.c.model, UNKNOWN_MODEL)
+    """Requests with an outcome, by the model that answered them (else the one they asked for, else `unknown`)."""
+    model = model_name
     done = [*scope.conditions(), requests.c.outcome != PENDING]
     count = func.count()
     responses = func.count(case((requests.c.outcome.in_(RESPONSE_OUTCOMES), 1)))

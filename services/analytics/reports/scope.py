@@ -5,9 +5,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement
+from sqlalchemy import ColumnElement, func
 
 from services.analytics.adapters.schema import request_outcomes as requests
+
+UNKNOWN_MODEL = "unknown"
+# A request's model as the reports name it: a request whose events name no model is under `unknown`, together
+# with any request of a model that calls itself "unknown". The per-model report groups by it and the model
+# filter compares with it, so that picking a model the report lists selects exactly the requests it counted.
+model_name = func.coalesce(requests.c.model, UNKNOWN_MODEL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,7 +30,7 @@ class Scope:
         if self.end is not None:
             clauses.append(requests.c.submitted_at < self.end)
         if self.model is not None:
-            clauses.append(requests.c.model == self.model)
+            clauses.append(model_name == self.model)
         return clauses
 
     def echo(self) -> dict[str, Any]:

@@ -20,15 +20,18 @@ export async function report(token, name, query, { signal } = {}) {
 
 const LIMITS = { "top-queries": 10, gaps: 10, documents: 10, feedback: 20 };
 
-/** Every report the page shows, fetched at once and keyed by name. */
+/** Every report the page shows, fetched at once and keyed by name; without a bucket (a range too long
+ * for any), the time series is not asked for and is null. */
 export async function allReports(token, range, { bucket, signal }) {
   const extras = { timeseries: { bucket } };
   for (const [name, limit] of Object.entries(LIMITS)) extras[name] = { limit };
-  const names = ["summary", "timeseries", "top-queries", "gaps", "documents", "models", "feedback"];
+  const names = ["summary", "timeseries", "top-queries", "gaps", "documents", "models", "feedback"].filter(
+    (name) => bucket || name !== "timeseries",
+  );
   const bodies = await Promise.all(
     names.map((name) => report(token, name, reportQuery(range, extras[name] ?? {}), { signal })),
   );
-  return Object.fromEntries(names.map((name, i) => [name, bodies[i]]));
+  return { timeseries: null, ...Object.fromEntries(names.map((name, i) => [name, bodies[i]])) };
 }
 
 /** Fetch the per-request CSV export (with the bearer token, so not as a plain link) and save it as a

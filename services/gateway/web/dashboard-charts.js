@@ -176,12 +176,17 @@ const BUILDERS = {
   documents: (r, t) => documents(r.documents, t),
 };
 
-/** Draw every chart of the page (containers `#chart-<name>`) from the reports, keyed by report name. */
+const OVER_TIME = new Set(["volume", "latency", "answer-rate"]);
+const TOO_LONG = "This range is too long to draw over time (more than 10,000 days)";
+
+/** Draw every chart of the page (containers `#chart-<name>`) from the reports, keyed by report name; the
+ * charts over time say so when the range was too long for a time series (reports.timeseries null). */
 export async function drawCharts(reports) {
   await Promise.all(
     Object.entries(BUILDERS).map(([name, build]) => {
       const container = document.getElementById(`chart-${name}`);
-      return draw(container, build(reports, theme(container.clientWidth)));
+      const empty = OVER_TIME.has(name) && reports.timeseries === null ? TOO_LONG : undefined;
+      return draw(container, build(reports, theme(container.clientWidth)), empty);
     }),
   );
 }

@@ -64,14 +64,14 @@ export function countAxis(t, title, largest) {
   return axis(t, title, { rangemode: "tozero", tickformat: ",d", ...(largest <= 10 ? { dtick: 1 } : {}) });
 }
 
-/** Draw `figure` in the container, or say there is no data when it is null. */
-export async function draw(container, figure) {
+/** Draw `figure` in the container, or say why not when it is null: no data, unless `empty` says otherwise. */
+export async function draw(container, figure, empty = EMPTY) {
   const Plotly = await loadPlotly();
   if (!figure) {
     Plotly.purge(container);
     const note = document.createElement("p");
     note.className = "empty";
-    note.textContent = EMPTY;
+    note.textContent = empty;
     container.replaceChildren(note);
     container.dataset.drawn = "empty";
     return;

@@ -38,12 +38,23 @@ export function resolveRange({ range, from, to }, now = new Date()) {
   return { from, to };
 }
 
-/** Minutes up to 3 hours, hours up to 8 days, days beyond: from about 24 to 200 points. */
+// The time series answers at most this many points (services/analytics/reports/buckets.py), 422 beyond.
+export const MAX_POINTS = 10_000;
+const BUCKET_MS = { minute: 60_000, hour: HOUR, day: DAY };
+
+/** The points of a time series over [from, to): its buckets are aligned on UTC, as the epoch is. */
+export function bucketCount(from, to, bucket) {
+  const width = BUCKET_MS[bucket];
+  return Math.floor((to - 1) / width) - Math.floor(from / width) + 1;
+}
+
+/** Minutes up to 3 hours, hours up to 8 days, days beyond: from about 24 to 200 points. Null for a range
+ * whose days are more than MAX_POINTS (over 27 years): no bucket of the time series covers it. */
 export function bucketFor(from, to) {
   const span = to - from;
   if (span <= 3 * HOUR) return "minute";
   if (span <= 8 * DAY) return "hour";
-  return "day";
+  return bucketCount(from, to, "day") <= MAX_POINTS ? "day" : null;
 }
 
 function parseDate(text) {

@@ -111,11 +111,12 @@ export function renderFeedback(figures, list, feedback) {
   );
 }
 
-/** The never-cited documents under the most-cited chart. */
+/** The never-cited documents under the most-cited chart: the first ones the report lists, and how many
+ * more there are (the report's list is cut to its limit; never_cited_total counts them all). */
 export function renderNeverCited(node, report) {
-  const names = report?.never_cited ?? [];
-  node.hidden = names.length === 0;
-  const shown = names.slice(0, 12).join(", ");
-  const more = names.length > 12 ? ` and ${names.length - 12} more` : "";
-  node.textContent = names.length ? `Never cited in this range: ${shown}${more}.` : "";
+  const shown = (report?.never_cited ?? []).slice(0, 12);
+  const total = Math.max(report?.never_cited_total ?? 0, shown.length);
+  node.hidden = total === 0;
+  const more = total > shown.length ? ` and ${fmt.count(total - shown.length)} more` : "";
+  node.textContent = total ? `Never cited in this range: ${shown.join(", ")}${more}.` : "";
 }

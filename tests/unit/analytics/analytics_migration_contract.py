@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import JSON, Boolean, Column, DateTime, Float, Index, Integer, MetaData, String, Table, Uuid, inspect
+from sqlalchemy import (
+    JSON, Boolean, Column, DateTime, Float, Index, Integer, MetaData, String, Table, Uuid, inspect, select,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 
 from services.analytics.adapters import migrations
@@ -142,3 +144,21 @@ class MigrationsContract:
         migrations.upgrade(engine)
         assert set(inspect(engine).get_table_names()) == TABLES | {migrations.UNVERSIONED}
         assert SqlEventStore(engine).read(summary, scope=Scope()).queries == 1
+        with engine.connect() as conn:  # only the row that could not be stored again is left there
+            kept = conn.execute(select(Table(migrations.UNVERSIONED, MetaData(), autoload_with=conn).c.request_id))
+            assert kept.scalars().all() == ["broken"]
+
+    def test_only_the_unreadable_rows_stay_aside_past_one_batch(self, engine, monkeypatch) -> None:
+        good = [_old_row(submitted(request_id=f"good-{i}")) for i in range(5)]
+        broken = [_old_row(submitted(request_id=f"broken-{i}")) | {"payload": {"event_type": "QuerySubmitted"}}
+                  for i in range(3)]
+        _before_migrations.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(_unversioned_events.insert(), good + broken)
+        read_again = migrations._read_again
+        monkeypatch.setattr(migrations, "_read_again", lambda conn: read_again(conn, batch=2))
+        migrations.upgrade(engine)
+        assert SqlEventStore(engine).read(summary, scope=Scope()).queries == 5
+        with engine.connect() as conn:
+            kept = conn.execute(select(Table(migrations.UNVERSIONED, MetaData(), autoload_with=conn).c.request_id))
+            assert sorted(kept.scalars()) == ["broken-0", "broken-1", "broken-2"]

@@ -179,10 +179,12 @@ class ReportsContract:
             {"doc_id": "policy", "citations": 1, "requests": 1},
         ]
         assert body["never_cited"] == ["handbook", "zeta"]  # handbook is cited only by i, before the range
+        assert body["never_cited_total"] == 2
         limited = loaded.read(documents, scope=RANGE, library=LIBRARY, limit=1)
         assert ([d.doc_id for d in limited.most_cited], limited.never_cited) == (["guide"], ["handbook"])
+        assert limited.never_cited_total == 2  # the list was cut to one: the total says one more
         everything = loaded.read(documents, scope=Scope(), library=LIBRARY, limit=20)
-        assert everything.never_cited == ["zeta"]
+        assert (everything.never_cited, everything.never_cited_total) == (["zeta"], 1)
 
     def test_figures_per_model(self, loaded: SqlEventStore) -> None:
         assert loaded.read(models, scope=RANGE, limit=20).model_dump()["items"] == [
@@ -193,6 +195,30 @@ class ReportsContract:
              "latency_ms": {"p50": 600.0, "p95": approx(960.0), "p99": approx(992.0)},  # 200, 1000
              "tokens": {"prompt": 300, "completion": 60, "total": 360}, "mean_total_tokens": 360.0},
         ]
+
+    def test_the_model_filter_selects_what_the_models_report_counts_under_each_name(
+        self, store: SqlEventStore
+    ) -> None:
+        # n names no model at all; k is a model that calls itself "unknown": the report puts both under `unknown`.
+        store.add(to_record(submitted(request_id="n", model=None)))
+        store.add(to_record(responded(request_id="n", model=None, total_ms=40.0, tokens=(1, 2, 3))))
+        store.add(to_record(submitted(request_id="k", model="unknown")))
+        store.add(to_record(failed(request_id="k", total_ms=60.0)))
+        store.add(to_record(submitted(request_id="o")))
+        store.add(to_record(responded(request_id="o", total_ms=10.0)))
+        store.add(to_record(submitted(request_id="p", model=None)))  # pending: in the summary's queries only
+        listed = {item.model: item for item in store.read(models, scope=Scope(), limit=20).items}
+        assert {name: item.requests for name, item in listed.items()} == {"unknown": 2, "offline": 1}
+        for name, item in listed.items():
+            chosen = Scope(model=name)
+            body = store.read(summary, scope=chosen)
+            assert (body.model, body.completed, body.tokens.total) == (name, item.requests, item.tokens.total)
+            assert [m.model for m in store.read(models, scope=chosen, limit=20).items] == [name]
+        unknown = store.read(summary, scope=Scope(model="unknown"))
+        assert (unknown.queries, unknown.answered, unknown.failed, unknown.latency_ms.p50) == (3, 1, 1, 50.0)
+        assert sum(p.queries for p in store.read(timeseries, scope=Scope(model="unknown"), bucket="day").points) == 3
+        exported = "".join(export.csv_chunks(store.stream(export.statement(Scope(model="unknown")))))
+        assert [r["request_id"] for r in csv.DictReader(io.StringIO(exported))] == ["k", "n", "p"]
 
     def test_feedback_lists_each_rated_request_once_with_its_latest_rating(self, loaded: SqlEventStore) -> None:
         body = loaded.read(feedback, scope=RANGE, limit=20).model_dump()

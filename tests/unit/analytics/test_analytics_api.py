@@ -13,7 +13,7 @@ from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import to_record
 from services.analytics.main import create_app
 from services.analytics.settings import Settings
-from tests.unit.analytics.analytics_events import T0, submitted
+from tests.unit.analytics.analytics_events import T0, responded, submitted
 from tests.unit.analytics.analytics_fakes import FakeLibrary
 from tests.unit.analytics.analytics_fixture import LIBRARY, load
 
@@ -102,7 +102,20 @@ async def test_documents_name_the_never_cited_ones(client: httpx.AsyncClient, st
     load(store)
     body = (await client.get("/analytics/documents", params=RANGE, headers=AUTH)).json()
     assert [d["doc_id"] for d in body["most_cited"]] == ["guide", "admin", "faq", "policy"]
-    assert body["never_cited"] == ["handbook", "zeta"]
+    assert (body["never_cited"], body["never_cited_total"]) == (["handbook", "zeta"], 2)
+    cut = (await client.get("/analytics/documents", params=RANGE | {"limit": 1}, headers=AUTH)).json()
+    assert (cut["never_cited"], cut["never_cited_total"]) == (["handbook"], 2)
+
+
+async def test_the_unknown_model_of_the_models_report_can_be_chosen(
+    client: httpx.AsyncClient, store: SqlEventStore
+) -> None:
+    store.add(to_record(submitted(request_id="n", model=None)))
+    store.add(to_record(responded(request_id="n", model=None)))
+    listed = (await client.get("/analytics/models", headers=AUTH)).json()["items"]
+    assert [(item["model"], item["requests"]) for item in listed] == [("unknown", 1)]
+    body = (await client.get("/analytics/summary", params={"model": "unknown"}, headers=AUTH)).json()
+    assert (body["model"], body["queries"], body["answered"]) == ("unknown", 1, 1)
 
 
 async def test_export_is_csv_with_one_row_per_request(client: httpx.AsyncClient, store: SqlEventStore) -> None:

@@ -175,3 +175,34 @@ def test_every_figure_the_tests_read_has_a_stable_test_id(client):
     others = {"analysts-only", "range", "model", "export-csv", "models-table", "feedback-list", "status"}
     assert charts | kpis | others <= page.testids
     assert not re.search(r"https?://", (WEB_DIR / "dashboard.html").read_text())
+
+
+class _ModelColumns(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_table = self.in_header = False
+        self.columns: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.in_table |= tag == "table" and ("data-testid", "models-table") in attrs
+        if self.in_table and tag == "th":
+            self.in_header, self.columns = True, [*self.columns, ""]
+
+    def handle_endtag(self, tag: str) -> None:
+        self.in_header &= tag != "th"
+        self.in_table &= tag != "table"
+
+    def handle_data(self, data: str) -> None:
+        if self.in_header:
+            self.columns[-1] += data
+
+
+def test_the_models_table_names_its_tokens_column_as_the_report_and_the_guide_do(client):
+    table = _ModelColumns()
+    table.feed(client.get("/dashboard").text)
+    assert table.columns == [
+        "Model", "Requests", "Share", "p50 (ms)", "p95 (ms)", "p99 (ms)", "Prompt tokens", "Completion tokens",
+        "Tokens per response",  # the report's mean_total_tokens: total tokens per response of the model
+    ]
+    guide = (WEB_DIR.parents[2] / "docs" / "dashboard.md").read_text()
+    assert '"Tokens per response"' in guide and "tokens per request" not in guide.lower()
