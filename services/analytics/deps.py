@@ -70,7 +70,7 @@ ModelQuery = Annotated[
     str | None,
     Query(
         min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",  # PostgreSQL cannot even compare with U+0000
-        description="Only requests answered by (or asked of) this model",
+        description="Only requests answered by (or asked of) this model; unknown: those that name no model",
     ),
 ]
 
