@@ -54,6 +54,10 @@ async def add_user(*, users: UserStore, username: str, password: str, roles: lis
         raise UserError("username: 1-64 letters, digits or . _ @ -")
     if await users.get(username):
         raise UserError(f"user {username!r} already exists")
+    # Names are kept as typed, but "Admin" beside "admin" would pass for one user to people reading them
+    # (and failed logins are counted per name without case, so one would lock the other out).
+    if alike := [u.username for u in await users.list() if u.username.casefold() == username.casefold()]:
+        raise UserError(f"user {alike[0]!r} already exists; names that differ only in case are not allowed")
     _check_password(password)
     user = User(
         id=uuid.uuid4().hex,

@@ -177,6 +177,8 @@ async def test_user_management_rules():
     assert user.roles == ("user",) and user.password_hash.startswith("$argon2")
     with pytest.raises(UserError, match="already exists"):
         await add_user(users=users, username="cat", password="long enough", roles=["user"])
+    with pytest.raises(UserError, match="user 'cat' already exists; names that differ only in case"):
+        await add_user(users=users, username="Cat", password="long enough", roles=["user"])
     with pytest.raises(UserError, match="at least"):
         await add_user(users=users, username="dog", password="short", roles=["user"])
     with pytest.raises(UserError, match="username"):
