@@ -101,6 +101,8 @@ class OpenAIGenerator:
                         yield text
             finally:
                 await chunks.close()
+            if tally.finish_reason is None:  # the connection ended cleanly, but the answer did not
+                raise LLMUnavailable("the model's answer broke off before it was finished")
             _record_on(span, tally.generation())
             metrics.count_tokens(tally.generation())
         except GeneratorExit:  # the reader went away: not the model's failure

@@ -303,6 +303,17 @@ async def test_stream_broken_after_a_delta_fails_at_once():
     assert items == ["Yes", " [1]"] and len(seen) == 1 and sleeps == []
 
 
+async def test_stream_that_ends_without_a_finish_reason_is_llm_unavailable():
+    """The server closed the stream cleanly (even with [DONE]) before the model had finished its answer."""
+    cut = [event for event in sse("Yes", " [1]", ".", usage=False) if b'"finish_reason": "stop"' not in event]
+    generator, _, _ = generator_answering(streamed(Body(cut)))
+    items = []
+    with pytest.raises(LLMUnavailable, match="broke off"):
+        async for item in generator.stream(model="m", messages=MESSAGES, temperature=0, max_tokens=8):
+            items.append(item)
+    assert items == ["Yes", " [1]", "."]
+
+
 async def test_stream_failing_before_any_delta_after_every_retry_is_llm_unavailable():
     generator, seen, _ = generator_answering(httpx2.Response(503), max_retries=2)
     with pytest.raises(LLMUnavailable, match="503"):
