@@ -17,22 +17,20 @@ _MAX_RANGE = 50  # a wider "range" is a typo or a year span, not a citation
 _DICE_THRESHOLD = 0.5
 _DROPPED = "\x00"
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
-# How a model says it lacks the information; such an answer is replaced by the fallback message.
-# Whole phrases only: a bare "cannot find" also occurs in good answers ("if you cannot find the file, ...").
-INSUFFICIENT_PHRASES = (
-    "don't have enough information",
-    "do not have enough information",
-    "not enough information",
-    "insufficient information",
-    "cannot find this information",
-    "can't find this information",
-    "could not find this information",
-    "no information about",
-    "does not contain information",
-    "doesn't contain information",
+# How a model says the passages lack what was asked, in a sentence normalised by _plain: the wording the
+# system prompt asks for ("the documents do not contain enough information to answer") and its usual
+# variants. A sentence must also speak of the speaker or the sources (_ABOUT_THE_SOURCES): "Events carry
+# no information about the password" states a fact from a passage.
+_REFUSAL = re.compile(
+    r"""\b(?:not|no|without)\b[^.!?]{0,40}?\b(?:enough|sufficient|adequate)\b[^.!?]{0,15}?\binformation\b
+    | \binsufficient\s+information\b
+    | \bnot\b[^.!?]{0,25}?\b(?:contain|include|provide|mention|cover|find|found|have|has|give|offer)s?\b
+      [^.!?]{0,25}?\binformation\b
+    | \bno\s+(?:relevant\s+|specific\s+)?information\s+(?:about|on|regarding|concerning|for|in)\b""",
+    re.VERBOSE,
 )
 _ABOUT_THE_SOURCES = re.compile(r"\b(?:i|i'm|i've|we|my|our|documents?|context|passages?|sources?|provided|excerpts?)\b")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+_CLAUSE_BREAK = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:but|however|although|though)\b)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -69,14 +67,37 @@ def snippet_of(text: str, limit: int = SNIPPET_CHARS) -> str:
     return cut.rstrip(" ,;:") + "…"
 
 
+def _plain(sentence: str) -> str:
+    return sentence.lower().replace("’", "'").replace("n't", " not").replace("cannot", "can not")
+
+
+def _says_information_is_missing(sentence: str) -> bool:
+    plain = _plain(sentence)
+    return bool(_ABOUT_THE_SOURCES.search(plain) and _REFUSAL.search(plain))
+
+
+def _clauses(answer: str) -> list[str]:
+    """Sentences, and the parts of a sentence joined by "; " or ", but": "I have no information about
+    pricing, but sessions live in Redis [1]" refuses one thing and answers another. Markers written after
+    the full stop ("... information. [1]") stay with their sentence."""
+    clauses: list[str] = []
+    for piece in _CLAUSE_BREAK.split(answer):
+        if clauses and not _BRACKET.sub("", piece).strip():
+            clauses[-1] += " " + piece
+        elif piece.strip():
+            clauses.append(piece)
+    return clauses
+
+
 def lacks_information(answer: str) -> bool:
-    """Whether the answer says the documents lack what was asked: one of its sentences has such a phrase
-    and speaks of the speaker or the sources. "Events carry no information about the password [1]" does
-    neither: it states a fact from a passage."""
-    for sentence in _SENTENCE_BREAK.split(answer.lower().replace("’", "'")):
-        if _ABOUT_THE_SOURCES.search(sentence) and any(phrase in sentence for phrase in INSUFFICIENT_PHRASES):
-            return True
-    return False
+    """Whether the answer says, somewhere, that the documents lack what was asked."""
+    return any(_says_information_is_missing(clause) for clause in _clauses(answer))
+
+
+def _only_refuses(answer: str) -> bool:
+    """Whether every part of `answer` that carries a citation marker says the information is missing:
+    the citations then back no claim, and the answer is a refusal."""
+    return all(_says_information_is_missing(clause) for clause in _clauses(answer) if _BRACKET.search(clause))
 
 
 def _numbers(content: str) -> list[int] | None:
@@ -164,10 +185,12 @@ def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
     """Rewrite `answer` so its markers are plain [n], numbered 1..k in order of first use.
 
     `chunks[i]` is passage [i + 1] of the prompt. Numbers that point at no passage are dropped
-    (a marker left empty disappears); passages of one document page share one number. An answer
-    saying it lacks the information loses its markers and gets no citations (the caller falls back).
+    (a marker left empty disappears); passages of one document page share one number. An answer that
+    says the information is missing, and cites passages for nothing else, loses its markers and gets no
+    citations (the caller falls back); one that answers a part with citations and says the rest is
+    missing is kept.
     """
-    if lacks_information(answer):
+    if lacks_information(answer) and _only_refuses(answer):
         return CitedAnswer(answer=_strip_markers(answer, chunks), citations=[])
     by_key: dict[tuple[str, object], int] = {}
     cited: dict[int, list[RetrievedChunk]] = {}

@@ -1,5 +1,9 @@
+import re
+from pathlib import Path
+
 import pytest
 
+from services.chat import prompt
 from services.chat.citations import SNIPPET_CHARS, dice, lacks_information, resolve_citations, snippet_of
 from tests.unit.chat.fakes import make_chunk
 
@@ -130,13 +134,33 @@ def test_markdown_links_are_not_citations():
     "There is not enough information in the documents [2, 3].",
     "I cannot find this information in [Citation 1].",
     "I don’t have enough information [1-2].",
-    "Sessions expire after a day [1]. The provided documents contain no information about renewal [2].",
+    # The wording the system prompt asks for, and its variants.
+    "The documents do not contain enough information to answer that [1].",
+    "The documents don't contain enough information to answer.",
+    "The provided documents do not contain information on pricing [2].",
+    "The context does not contain enough information. [1]",
 ])
 def test_insufficient_information_answer_loses_markers_and_citations(answer):
     assert lacks_information(answer)
     result = resolve_citations(answer, CHUNKS)
     assert result.citations == []
     assert "[" not in result.answer
+
+
+def test_the_refusal_the_system_prompt_asks_for_is_recognised():
+    instruction = (Path(prompt.__file__).parent / "prompts" / "system.txt").read_text()
+    asked_for = re.search(r"say that (the documents [^.]+)\.", instruction).group(1)
+    assert lacks_information(asked_for[0].upper() + asked_for[1:] + ".")
+
+
+@pytest.mark.parametrize("answer", [
+    "Sessions expire after a day [1]. The provided documents contain no information about renewal [2].",
+    "Login sessions are stored in Redis [1]. The provided context does not contain information about clustering.",
+    "I don't have enough information about pricing, but login sessions are stored in Redis [1].",
+])
+def test_an_answer_citing_passages_for_a_part_is_kept_though_it_says_the_rest_is_missing(answer):
+    result = resolve_citations(answer, CHUNKS)
+    assert [c.number for c in result.citations][:1] == [1] and result.answer.startswith(answer[:20])
 
 
 def test_ordinary_answer_is_not_insufficient():
@@ -170,3 +194,21 @@ def test_sources_are_deduplicated_by_url_then_doc_id():
     citations = [citation_out(c) for c in cited.citations]
     sources = sources_out(citations, {c.chunk_id: c for c in chunks})
     assert [(s.doc_id, s.chunk_id) for s in sources] == [("manual", "chunk-1"), ("faq", "chunk-3")]
+
+
+def test_every_citation_carries_its_whole_passage_not_only_the_sources_entry_of_its_document():
+    from dataclasses import replace
+
+    from services.chat.presentation import citation_out, sources_out
+
+    long_passage = "Adding a user. " + "Run cairn user add with a name and the roles it gets. " * 8
+    chunks = [
+        replace(make_chunk(1, "Users and roles. An administrator manages users.", doc_id="manual", page=1), url=None),
+        replace(make_chunk(2, long_passage, doc_id="manual", page=2), url=None),
+    ]
+    citations = [citation_out(c) for c in resolve_citations("Admins do it [1]. Run it [2].", chunks).citations]
+    assert [c.content for c in citations] == [chunks[0].content, long_passage]
+    assert len(citations[1].snippet) <= SNIPPET_CHARS < len(citations[1].content)
+    sources = sources_out(citations, {c.chunk_id: c for c in chunks})
+    assert [s.chunk_id for s in sources] == ["chunk-1"]  # one per document: [2]'s passage is only in its citation
+    assert sources[0].content == chunks[0].content
