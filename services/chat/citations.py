@@ -4,6 +4,7 @@ renumber in order of first use, rewrite every marker to the plain [n] form and d
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.chat.chunks import RetrievedChunk
@@ -11,6 +12,9 @@ from services.chat.chunks import RetrievedChunk
 SNIPPET_CHARS = 200
 # Any bracketed text not followed by "(" (a Markdown link); its content decides whether it is a citation.
 _BRACKET = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")
+# Code, where brackets are the code's own: fenced blocks (to their end, or the answer's) and inline spans.
+_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.DOTALL)
+_MAX_PASSAGE_NUMBER = 999  # [2019] is a year, left as written; no prompt holds a thousand passages
 _NUMBER_LIST = re.compile(r"\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?(?:\s*,\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?)*\s*", re.I)
 _NUMBER_ITEM = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
 _MAX_RANGE = 50  # a wider "range" is a typo or a year span, not a citation
@@ -97,12 +101,15 @@ def lacks_information(answer: str) -> bool:
 def _only_refuses(answer: str) -> bool:
     """Whether every part of `answer` that carries a citation marker says the information is missing:
     the citations then back no claim, and the answer is a refusal."""
-    return all(_says_information_is_missing(clause) for clause in _clauses(answer) if _BRACKET.search(clause))
+    prose = "".join(_CODE.split(answer)[0::2])
+    return all(_says_information_is_missing(clause) for clause in _clauses(prose) if _BRACKET.search(clause))
 
 
 def _numbers(content: str) -> list[int] | None:
     """1-based passage numbers of a numeric marker, or None when `content` is not one."""
     if not _NUMBER_LIST.fullmatch(content):
+        return None
+    if any(int(n) > _MAX_PASSAGE_NUMBER for n in re.findall(r"\d+", content)):
         return None
     numbers: list[int] = []
     for match in _NUMBER_ITEM.finditer(content):
@@ -174,11 +181,26 @@ def _without_dropped(text: str) -> str:
     return re.sub(rf"[ \t]*{_DROPPED}", "", text).strip()  # a dropped marker takes its leading space along
 
 
+def _glued(marker: re.Match[str]) -> bool:
+    """Whether the marker follows a word with no space: `items[0]` is an index when [0] names no passage,
+    where `Redis[1]` is a citation when [1] does."""
+    start = marker.start()
+    return start > 0 and (marker.string[start - 1].isalnum() or marker.string[start - 1] == "_")
+
+
+def _outside_code(text: str, replace: Callable[[re.Match[str]], str]) -> str:
+    """`text` with `_BRACKET.sub(replace, ...)` applied to its prose only, never inside code."""
+    parts = _CODE.split(text)  # prose, code, prose, code, ...
+    return "".join(part if i % 2 else _BRACKET.sub(replace, part) for i, part in enumerate(parts))
+
+
 def _strip_markers(answer: str, chunks: list[RetrievedChunk]) -> str:
     def drop(match: re.Match[str]) -> str:
-        return _DROPPED if _marker_passages(match.group(1), chunks) is not None else match.group(0)
+        numbers = _marker_passages(match.group(1), chunks)
+        cites = numbers is not None and (not _glued(match) or any(1 <= n <= len(chunks) for n in numbers))
+        return _DROPPED if cites else match.group(0)
 
-    return _without_dropped(_BRACKET.sub(drop, answer))
+    return _without_dropped(_outside_code(answer, drop))
 
 
 def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
@@ -210,9 +232,11 @@ def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
                 same_number.append(chunk)
             if new not in numbers:
                 numbers.append(new)
-        return f"[{', '.join(map(str, numbers))}]" if numbers else _DROPPED
+        if numbers:
+            return f"[{', '.join(map(str, numbers))}]"
+        return match.group(0) if _glued(match) else _DROPPED
 
-    text = _without_dropped(_BRACKET.sub(rewrite, answer))
+    text = _without_dropped(_outside_code(answer, rewrite))
     citations = [
         Citation(number=n, chunk=chunks[0], snippet=snippet_of(chunks[0].content), passages=tuple(chunks))
         for n, chunks in sorted(cited.items())

@@ -212,3 +212,19 @@ def test_every_citation_carries_its_whole_passage_not_only_the_sources_entry_of_
     sources = sources_out(citations, {c.chunk_id: c for c in chunks})
     assert [s.chunk_id for s in sources] == ["chunk-1"]  # one per document: [2]'s passage is only in its citation
     assert sources[0].content == chunks[0].content
+
+
+@pytest.mark.parametrize(("answer", "expected", "numbers"), [
+    # Brackets inside code are the code's own, never citations.
+    ("Read the first session with `sessions[1]` and pass it on.", "Read the first session with `sessions[1]` and pass it on.", []),
+    ("```python\nx = items[2]\n```\nThat prints it [3].", "```python\nx = items[2]\n```\nThat prints it [1].", [1]),
+    # An index glued to a word that names no passage stays; a citation glued to a word still counts.
+    ("Use sessions[0] for the first one [2].", "Use sessions[0] for the first one [1].", [1]),
+    ("They live in Redis[2].", "They live in Redis[1].", [1]),
+    # A year is not a passage number.
+    ("It was released in [2019] [4].", "It was released in [2019] [1].", [1]),
+])
+def test_brackets_that_are_code_indexes_or_years_are_left_as_written(answer, expected, numbers):
+    result = resolve_citations(answer, CHUNKS)
+    assert result.answer == expected
+    assert [c.number for c in result.citations] == numbers
