@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from services.chat import confidence as scoring
+from services.chat.chunks import RetrievedChunk
 from services.chat.citations import CitedAnswer, resolve_citations
 from services.chat.confidence import Confidence
 from services.chat.grounding import GroundingReport, check_grounding
@@ -69,13 +70,20 @@ def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: flo
     cited = resolve_citations(generation.text, turn.used)
     grounding = check_grounding(cited.answer, cited.citations, passages=turn.used)
     confidence = scoring.assess(
-        relevances=[c.relevance for c in turn.used],
+        relevances=_relevances_behind(cited, turn.used),
         relevant_sources=len({c.doc_id for c in turn.used}),
         grounding=grounding.summary,
     )
     if not cited.citations:  # anti-hallucination: an answer that cites nothing is not shown
         return _Outcome("no_information", CitedAnswer(NO_INFORMATION, []), confidence, grounding)
     return _Outcome("answer", cited, confidence, grounding)
+
+
+def _relevances_behind(cited: CitedAnswer, used: list[RetrievedChunk]) -> list[float]:
+    """Best first, the relevance of the passages the answer rests on: those it cites (an answer citing only
+    the weakest passage is as strong as that passage), else all it was given."""
+    cited_passages = {p.chunk_id: p for c in cited.citations for p in c.cited_passages}
+    return sorted((p.relevance for p in (cited_passages.values() or used)), reverse=True)
 
 
 def _usage(generation: Generation | None) -> UsageOut:

@@ -2,7 +2,7 @@
 
     score = 0.5 × retrieval + 0.5 × support
 
-- retrieval: the rank-weighted relevance (cosine) of the passages given to the model, rescaled so
+- retrieval: the rank-weighted relevance (cosine) of the passages the answer cites, rescaled so
   that WEAK_RELEVANCE (0.3) counts 0 and STRONG_RELEVANCE (0.6) or more counts 1. On raw cosines a
   strong and a useless passage differ by only ~0.3, too little to move a level.
 - support: the share of supported citations from the grounding check, weak counting half.
@@ -63,7 +63,7 @@ def support_share(grounding: Grounding) -> float:
 def assess(*, relevances: list[float], relevant_sources: int, grounding: Grounding) -> Confidence:
     """Confidence in an answer.
 
-    `relevances`: cosine (0..1) of the passages given to the model, best first; `relevant_sources`:
+    `relevances`: cosine (0..1) of the passages the answer rests on, best first; `relevant_sources`:
     how many distinct documents those passages come from; `grounding`: the check of the answer's
     citations (services.chat.grounding)."""
     retrieval = retrieval_strength(relevances)

@@ -76,6 +76,18 @@ async def test_a_document_cited_twice_is_listed_twice_in_the_event():
     assert (generated.citation_count, generated.cited_doc_ids) == (2, ["users.md", "users.md"])
 
 
+async def test_confidence_rests_on_the_passages_the_answer_cites():
+    strong = make_chunk(1, "Login sessions are stored in Redis with a sliding expiry.", score=0.66)
+    weak = make_chunk(2, "Logout revokes the token at once. A revoked token gives 401.", score=0.33)
+    asked = ChatRequest(query="How are login sessions stored?")
+    on_the_weak = pipeline(FakeRetriever([strong, weak]), RecordingGenerator("Logout revokes the token at once [2]."))
+    weak_answer = await on_the_weak.answer(request=asked, caller=CALLER)
+    assert weak_answer.citations[0].support.verdict == "supported"
+    assert weak_answer.confidence.level == "Low", weak_answer.confidence
+    on_the_strong = pipeline(FakeRetriever([strong, weak]), RecordingGenerator("Login sessions are stored in Redis [1]."))
+    assert (await on_the_strong.answer(request=asked, caller=CALLER)).confidence.level == "High"
+
+
 async def test_no_relevant_chunk_skips_the_llm():
     generator = RecordingGenerator()
     chat = pipeline(retriever=FakeRetriever([make_chunk(1, "Unrelated text.", score=0.1)]), generator=generator)
