@@ -20,7 +20,8 @@ _NUMBER_ITEM = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
 _MAX_RANGE = 50  # a wider "range" is a typo or a year span, not a citation
 _DICE_THRESHOLD = 0.5
 _DROPPED = "\x00"
-_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+# A sentence ends at . ! or ? before the end or a word that does not start in lower case ("e.g. the flag").
+_SENTENCE_END = re.compile(r"[.!?](?=$|\s+(?![a-z]))")
 # How a model says the passages lack what was asked, in a sentence normalised by _plain: the wording the
 # system prompt asks for ("the documents do not contain enough information to answer") and its usual
 # variants. A sentence must also speak of the speaker or the sources (_ABOUT_THE_SOURCES): "Events carry

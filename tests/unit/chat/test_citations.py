@@ -51,6 +51,11 @@ def test_snippet_cuts_at_a_sentence_end_within_the_limit():
     assert len(snippet) <= SNIPPET_CHARS
 
 
+def test_snippet_does_not_end_at_an_abbreviation():
+    text = "A" * 120 + ". Then set a flag, e.g. the verbose one, and run it again with more output than fits."
+    assert not snippet_of(text).endswith("e.g.")
+
+
 def test_snippet_without_sentence_end_cuts_at_a_word_boundary():
     text = "lorem ipsum " * 60
     snippet = snippet_of(text)
