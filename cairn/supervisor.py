@@ -149,6 +149,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches only us; we stop the children in order
+                preexec_fn=_take_stop_signals,  # a child inherits the mask held here: it would ignore SIGTERM
             )
         log.close()
 
@@ -241,6 +242,10 @@ def _stop_signals_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _take_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _answers(health_url: str) -> bool:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ from cairn import cli
 from cairn.commands import _status_rows
 from cairn.settings import CliSettings, parse_replicas
 from cairn.run_state import state_file
-from cairn.supervisor import CHROMA, StartFailed, Supervisor, plan, shared_env
+from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor, plan, shared_env
 
 pytestmark = pytest.mark.unit
 
@@ -136,3 +138,20 @@ def test_status_lists_the_replicas_and_the_chroma_server_a_running_cairn_recorde
         "chroma", "retrieval", "retrieval-2", "analytics", "chat", "chat-2", "gateway"
     ]
     assert dict(_status_rows(cairn))["chat-2"] == "http://127.0.0.1:8011"
+
+
+def test_a_spawned_child_stops_at_sigterm(tmp_path):
+    """The supervisor holds SIGINT and SIGTERM while it spawns; its children must not inherit that, or every
+    `cairn down` would wait out its timeout and kill them."""
+    supervisor = Supervisor(settings(tmp_path))
+    child = Child(name="sleeper", service="chat", port=1, command=(sys.executable, "-c", "import time; time.sleep(60)"))
+    supervisor.spawn(child)
+    process = supervisor.processes["sleeper"]
+    try:
+        blocked = int(next(line for line in Path(f"/proc/{process.pid}/status").read_text().splitlines()
+                           if line.startswith("SigBlk:")).split()[1], 16)
+        assert blocked & (1 << (signal.SIGTERM - 1) | 1 << (signal.SIGINT - 1)) == 0
+        process.terminate()
+        assert process.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        process.kill()
