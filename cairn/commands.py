@@ -61,8 +61,8 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
         if starting:  # stop the start-up where it is: waiting for a service, adding the demo collection
             raise StopRequested
 
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: its terminal was closed
+        signal.signal(stop_signal, request_stop)
 
     try:
         supervisor = Supervisor(settings)
@@ -147,16 +147,21 @@ def status(settings: CliSettings) -> int:
         ready, line = _chroma_status(url) if name == CHROMA else _service_status(url)
         all_ready &= ready
         print(f"{name:<{width}} {url:<24} {line}")
+    state = read_state(settings)
+    if state and not still_running(state, state["supervisor"]):
+        print("the `cairn up` that started these is not running: nothing restarts a service that stops; "
+              "run `cairn down`, then `cairn up`")
+        return 1
     return 0 if all_ready else 1
 
 
 def _status_rows(settings: CliSettings) -> list[tuple[str, str]]:
-    """Each service, followed by its further replicas and preceded by the Chroma server that a running
-    `cairn up` recorded in its state file."""
+    """Each service, followed by its further replicas and preceded by the Chroma server, at the addresses
+    a running `cairn up` recorded in its state file (else those the settings give)."""
     started = (read_state(settings) or {}).get("urls", {})
     rows = [(CHROMA, started[CHROMA])] if CHROMA in started else []
     for name in SERVICES:
-        rows.append((name, settings.url_of(name)))
+        rows.append((name, started.get(name, settings.url_of(name))))
         rows += [(replica, url) for replica, url in started.items() if replica.startswith(f"{name}-")]
     return rows
 

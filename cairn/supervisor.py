@@ -20,6 +20,7 @@ from cairn.run_state import state_file, write_state
 from cairn.settings import SERVICES, CliSettings
 
 MAX_RESTARTS = 5
+STABLE_AFTER_S = 60.0  # a process that ran this long before dying starts its count of restarts afresh
 CHROMA = "chroma"
 
 
@@ -123,6 +124,8 @@ class Supervisor:
         self.children = plan(settings, chroma_command=chroma_command)
         self.processes: dict[str, subprocess.Popen] = {}
         self.restarts: dict[str, int] = {child.name: 0 for child in self.children}
+        self.started_at: dict[str, float] = {}
+        self.stable_after_s = STABLE_AFTER_S
         self._env = {**os.environ, **shared_env(settings)}
 
     def describe(self) -> str:
@@ -141,6 +144,7 @@ class Supervisor:
     def spawn(self, child: Child) -> None:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path(child.name), "ab")
+        self.started_at[child.name] = time.monotonic()
         with _stop_signals_held():  # a stop asked meanwhile waits until the child is recorded, to be stopped too
             self.processes[child.name] = subprocess.Popen(
                 list(child.command),
@@ -189,12 +193,15 @@ class Supervisor:
         return self.settings.log_dir / f"{name}.log"
 
     def watch(self, should_stop: Callable[[], bool]) -> None:
-        """Until asked to stop: restart a process that died, up to MAX_RESTARTS times each."""
+        """Until asked to stop: restart a process that died, up to MAX_RESTARTS times in a row each (a
+        process that ran for `stable_after_s` before it died starts a new row)."""
         while not should_stop():
             for child in self.children:
                 process = self.processes[child.name]
                 if process.poll() is None:
                     continue
+                if time.monotonic() - self.started_at[child.name] >= self.stable_after_s:
+                    self.restarts[child.name] = 0
                 if self.restarts[child.name] >= MAX_RESTARTS:
                     raise StartFailed(
                         f"{child.name} keeps dying (exit code {process.returncode}); see {self.log_path(child.name)}"

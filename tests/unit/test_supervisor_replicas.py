@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from cairn import cli
+from cairn import commands
 from cairn.commands import _status_rows
 from cairn.settings import CliSettings, parse_replicas
-from cairn.run_state import state_file
-from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor, plan, shared_env
+from cairn.run_state import state_file, write_state
+from cairn.supervisor import CHROMA, MAX_RESTARTS, Child, StartFailed, Supervisor, plan, shared_env
 
 pytestmark = pytest.mark.unit
 
@@ -140,6 +142,17 @@ def test_status_lists_the_replicas_and_the_chroma_server_a_running_cairn_recorde
     assert dict(_status_rows(cairn))["chat-2"] == "http://127.0.0.1:8011"
 
 
+def test_status_reads_every_address_from_the_running_cairn_and_says_when_its_supervisor_is_gone(tmp_path, capsys):
+    cairn = settings(tmp_path)
+    moved = {c.name: f"http://127.0.0.1:{c.port + 10000}" for c in plan(cairn)}  # started with other ports
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    write_state(cairn, supervisor=gone.pid, services={}, urls=moved)
+    assert dict(_status_rows(cairn)) == moved
+    assert commands.status(cairn) == 1
+    assert "the `cairn up` that started these is not running" in capsys.readouterr().out
+
+
 def test_a_spawned_child_stops_at_sigterm(tmp_path):
     """The supervisor holds SIGINT and SIGTERM while it spawns; its children must not inherit that, or every
     `cairn down` would wait out its timeout and kill them."""
@@ -155,3 +168,19 @@ def test_a_spawned_child_stops_at_sigterm(tmp_path):
         assert process.wait(timeout=5) == -signal.SIGTERM
     finally:
         process.kill()
+
+
+def test_a_process_is_restarted_after_each_death_and_given_up_only_after_deaths_in_a_row(tmp_path):
+    crashing = Child(name="chat", service="chat", port=1, command=(sys.executable, "-c", "raise SystemExit(3)"))
+    supervisor = Supervisor(settings(tmp_path))
+    supervisor.children = [crashing]
+    supervisor.restarts = {"chat": 0}
+    supervisor.spawn(crashing)
+    supervisor.stable_after_s = 0  # every run counts as stable: a death now and then is restarted forever
+    deaths = iter(range(2 * MAX_RESTARTS))
+    supervisor.watch(should_stop=lambda: next(deaths, None) is None)
+    assert supervisor.restarts["chat"] <= 1
+    supervisor.stable_after_s = 3600  # deaths in a row: given up after MAX_RESTARTS
+    with pytest.raises(StartFailed, match="chat keeps dying"):
+        supervisor.watch(should_stop=lambda: False)
+    assert supervisor.restarts["chat"] == MAX_RESTARTS
