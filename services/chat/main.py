@@ -82,7 +82,9 @@ def create_app(
 
     async def readiness() -> dict[str, bool]:
         pipeline: ChatPipeline = app.state.pipeline
-        if getattr(pipeline.publisher, "connected", True) is False:  # not a readiness condition: requests never wait on it
+        # Not a readiness condition: requests never wait on it. The publisher connects when it has events to
+        # send, so an idle one that has not connected yet is no news.
+        if getattr(pipeline.publisher, "connected", True) is False and pipeline.publisher.backlog:
             log.warning("events broker not connected", extra={"backlog": pipeline.publisher.backlog})
         return {"retrieval": await pipeline.retriever.ping(), "llm": await pipeline.generator.ping()}
 

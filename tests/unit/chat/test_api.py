@@ -38,7 +38,7 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
         "query", "answer", "conversation_id", "citations", "sources", "related_docs", "confidence", "grounding", "metadata"
     }
     assert set(body["citations"][0]) == {
-        "n", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet", "support"
+        "n", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet", "content", "support"
     }
     assert set(body["confidence"]) == {"level", "score", "reason"}
     assert set(body["metadata"]["timings_ms"]) == {"reformulate", "retrieval", "generation", "citations", "total"}
@@ -140,6 +140,25 @@ async def test_readiness_reports_retrieval_and_llm_without_needing_them():
     assert ready.status_code == 200 and ready.json()["checks"] == {"retrieval": True, "llm": True}
     # Chat still answers, with a 503 naming retrieval: it stays in its load balancer.
     assert degraded.status_code == 200 and degraded.json() == {"status": "ready", "checks": {"retrieval": False, "llm": True}}
+
+
+class UnconnectedPublisher(ListPublisher):
+    connected = False
+
+    def __init__(self, backlog: int) -> None:
+        super().__init__()
+        self.waiting = backlog
+
+    @property
+    def backlog(self) -> int:
+        return self.waiting
+
+
+@pytest.mark.parametrize(("backlog", "warned"), [(0, False), (3, True)])
+async def test_readiness_warns_of_an_unconnected_broker_only_when_events_wait(backlog, warned, caplog):
+    async with chat_client(publisher=UnconnectedPublisher(backlog)) as client:
+        assert (await client.get("/readyz")).status_code == 200
+    assert ("events broker not connected" in caplog.text) is warned
 
 
 async def test_models_lists_the_allow_list_with_the_default_first():

@@ -1,4 +1,5 @@
 import json
+import logging
 
 import httpx
 import pytest
@@ -9,6 +10,7 @@ from services.chat.offline_llm.app import create_app
 from services.chat.offline_llm.extractive import INSUFFICIENT, answer, split_sentences, stem
 from services.chat.prompt import build_prompt
 from services.chat.settings import Settings
+from shared.context import request_id_var
 from tests.unit.chat.fakes import GUIDE
 
 pytestmark = pytest.mark.unit
@@ -124,3 +126,26 @@ async def test_the_sdk_talks_to_it_in_process():
     finally:
         await generator.close()
 
+
+
+async def test_in_process_its_request_line_carries_the_questions_request_id(caplog):
+    caplog.set_level(logging.INFO)
+    seen: list[str | None] = []
+
+    class RequestLines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "request" and getattr(record, "service", None) == "offline-llm":
+                seen.append(request_id_var.get())
+
+    handler = RequestLines()
+    logging.getLogger().addHandler(handler)
+    generator = build_generator(Settings())
+    token = request_id_var.set("question-42")
+    try:
+        prompt = build_prompt(query="How do I add a user?", chunks=GUIDE, token_budget=3500)
+        await generator.generate(model="cairn-extractive", messages=prompt.messages, temperature=0.1, max_tokens=64)
+    finally:
+        request_id_var.reset(token)
+        logging.getLogger().removeHandler(handler)
+        await generator.close()
+    assert seen == ["question-42"]
