@@ -30,6 +30,17 @@ def real_sentences(count: int = 50) -> list[str]:
     return sentences[::step][:count]
 
 
+# Questions as users ask them (short, like real queries), fixed: the test must not change with the docs.
+QUESTIONS = (
+    "How do I add a user?", "What happens when Redis is down?", "How long does a session token last?",
+    "Which roles can read the analytics dashboard?", "How do I upload a PDF file?", "Why was my question rate limited?",
+    "How are citations numbered in an answer?", "Can I run two chat replicas?", "Where are the events stored?",
+    "How do I change the chunk size?", "What does a Low confidence mean?", "How do I stop Cairn?",
+    "Which model answers when no LLM is configured?", "How do I filter a search by category?",
+    "What is hybrid search?", "How do I delete a document?",
+)
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("onnx-data")
@@ -91,15 +102,15 @@ async def test_truncation_and_token_counts_match_pytorch(onnx_embedder: OnnxEmbe
 
 
 async def test_concurrent_queries_through_onnx_are_batched_and_kept_apart(onnx_embedder: OnnxEmbedder) -> None:
-    queries = [q + " ?" for q in real_sentences()[:16]]
+    queries = list(QUESTIONS)
     onnx_embedder.queries.batch_sizes.clear()
     together = await asyncio.gather(*(onnx_embedder.embed_query(q) for q in queries))
     assert max(onnx_embedder.queries.batch_sizes) > 1, "concurrent queries shared an encode"
     onnx_embedder._cache.clear()  # encode each again, one at a time
     alone = [await onnx_embedder.embed_query(q) for q in queries]
-    # Each caller got its own text's vector (int8 activations are quantised per batch: measured 0.989-0.996, not 1),
-    # not a neighbour's.
-    assert all(cosine(a, t) > 0.98 for a, t in zip(alone, together))
+    # Each caller got its own text's vector (int8 activations are quantised per batch: on these questions the
+    # lowest cosine measured 0.986, not 1), not a neighbour's.
+    assert all(cosine(a, t) > 0.975 for a, t in zip(alone, together))
     assert all(cosine(together[i], alone[i]) > cosine(together[i], alone[(i + 1) % 16]) for i in range(16))
 
 
