@@ -71,14 +71,14 @@ class Citation(BaseModel):
     section: str
     page: int | None = None
     url: str | None = None
-    snippet: str
+    snippet: str = Field(description="The start of the passage, at most 200 characters.")
+    content: str = Field(description="The passage in full, as the model was given it.")
     support: Support | None = None
 
 
 class Source(Citation):
     """A cited document, once per URL (doc_id without one): its first cited passage, in full."""
 
-    content: str
     score: float
 
 

@@ -20,6 +20,7 @@ def passage_out(number: int, chunk: RetrievedChunk, *, snippet: str | None = Non
         page=chunk.page,
         url=chunk.url,
         snippet=snippet if snippet is not None else snippet_of(chunk.content),
+        content=chunk.content,
     )
 
 
@@ -36,7 +37,7 @@ def sources_out(citations: list[CitationOut], chunks: dict[str, RetrievedChunk])
     for citation in citations:
         chunk = chunks[citation.chunk_id]
         key = chunk.url or f"doc:{chunk.doc_id}"
-        sources.setdefault(key, Source(**citation.model_dump(), content=chunk.content, score=chunk.score))
+        sources.setdefault(key, Source(**citation.model_dump(), score=chunk.score))
     return list(sources.values())
 
 

@@ -2,12 +2,17 @@
 system started with `cairn up`: log in, ask, open a citation, follow up, rate, log out."""
 from __future__ import annotations
 
+import asyncio
+import itertools
+import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from playwright.sync_api import Browser, Page, expect
 
 from services.gateway.web_page import router as web_page_router
@@ -205,6 +210,17 @@ RENDER_IN_BROWSER = """async (text) => {
          "</span></strong></p>"),
         ("Run:\n```py\nprint(1)", "<p>Run:</p><pre><code>print(1)</code></pre>"),  # still streaming: code so far
         ("<img src=x onerror=alert(1)> `[1]`", "<p>&lt;img src=x onerror=alert(1)&gt; <code>[1]</code></p>"),
+        # Bold around a code span, and a code span that holds asterisks.
+        ("Run **`cairn up`** first [1].",
+         '<p>Run <strong><code>cairn up</code></strong> first <span class="cites"><button>1</button></span>.</p>'),
+        ("`**not bold**` and **`a`, `b` [1]**",
+         '<p><code>**not bold**</code> and <strong><code>a</code>, <code>b</code> '
+         '<span class="cites"><button>1</button></span></strong></p>'),
+        # A fence indented inside a list item is code, and a marker in it stays text.
+        ("1. Start it:\n    ```sh\n    cairn up [1]\n      --verbose\n    ```\n2. Log in [1].",
+         "<p>1. Start it:</p><pre><code>cairn up [1]\n  --verbose</code></pre>"
+         '<p>2. Log in <span class="cites"><button>1</button></span>.</p>'),
+        ("````md\n```\ninner\n```\n````", "<pre><code>```\ninner\n```</code></pre>"),  # a longer fence holds ```
     ],
 )
 def test_answer_text_renders_code_headings_and_citations_as_written(browser, text, html):
@@ -215,3 +231,261 @@ def test_answer_text_renders_code_headings_and_citations_as_written(browser, tex
         page.goto(url + "/")
         assert page.evaluate(RENDER_IN_BROWSER, text) == html
         page.close()
+
+
+# --- the page against a fake gateway: answers, failures and slow calls on demand -------------------
+PASSAGE_1 = "Users and roles. An administrator manages users with the cairn user commands."
+PASSAGE_2 = (
+    "Adding a user. Run cairn user add with a user name; the command asks for the password twice. "
+    + "Give the roles with --role, once for each role the user needs. " * 3
+    + "The new user can log in at once, and the add is written to the audit log."
+)
+LONG_LINE = "cairn ingest " + " ".join(f"--tag=a-rather-long-tag-{i}" for i in range(40))
+
+
+def citation(n: int, content: str, chunk: int) -> dict:
+    return {
+        "n": n, "doc_id": "docs/users.md", "chunk_id": f"docs/users.md#{chunk}", "title": "Users and roles",
+        "section": "Adding a user", "page": None, "url": None,
+        "snippet": content if len(content) <= 200 else content[:120] + "…", "content": content,
+        "support": {"verdict": "supported", "score": 0.9},
+    }
+
+
+CITATIONS = [citation(1, PASSAGE_1, 1), citation(2, PASSAGE_2, 2)]
+
+
+class FakeGateway:
+    """The gateway's routes the chat page calls. `plans` says how the next questions are answered, in order:
+    {"answer": text}, {"status": 401}, {"error": code} (an error event) or {"hang": text} (the stream stays
+    open after that text until the page closes it)."""
+
+    def __init__(self) -> None:
+        self.plans: list[dict] = []
+        self.asked: list[dict] = []
+        self.closed: list[str] = []  # questions whose stream the page closed before its end
+        self.ratings: list[dict] = []
+        self.rating_delay = 0.0
+        self.citations = CITATIONS
+        self.ids = itertools.count(1)
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+        app.include_router(web_page_router)
+
+        @app.post("/auth/login")
+        async def login(request: Request) -> dict:
+            username = (await request.json())["username"]
+            return {"token": f"token-{username}-{next(self.ids)}", "user": {"username": username}}
+
+        @app.get("/auth/me")
+        async def me(request: Request) -> dict:
+            token = request.headers["authorization"].removeprefix("Bearer token-")
+            return {"user": {"username": token.rsplit("-", 1)[0]}}
+
+        @app.post("/api/feedback")
+        async def feedback(request: Request) -> Response:
+            await asyncio.sleep(self.rating_delay)
+            self.ratings.append(await request.json())
+            return Response(status_code=204)
+
+        @app.post("/api/chat/stream")
+        async def stream(request: Request) -> Response:
+            body = await request.json()
+            self.asked.append(body)
+            plan = self.plans.pop(0) if self.plans else {"answer": "Run `cairn user add` [1]."}
+            if "status" in plan:
+                return JSONResponse({"error": "unauthorized", "message": "Log in first."}, status_code=plan["status"])
+            return StreamingResponse(self.events(body, plan), media_type="text/event-stream")
+
+        return app
+
+    async def events(self, body: dict, plan: dict):
+        def event(name: str, data: dict) -> str:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+        yield event("sources", {"sources": [{**c, "support": None} for c in self.citations]})
+        if "error" in plan:
+            yield event("error", {"error": plan["error"], "message": "The model failed."})
+            return
+        if "hang" in plan:
+            yield event("token", {"text": plan["hang"]})
+            try:
+                while True:
+                    await asyncio.sleep(0.05)
+            finally:
+                self.closed.append(body["query"])
+        yield event("token", {"text": plan["answer"]})
+        n = next(self.ids)
+        yield event("done", {
+            "query": body["query"], "answer": plan["answer"], "conversation_id": body.get("conversation_id", f"conv-{n}"),
+            "citations": self.citations, "sources": [{**self.citations[0], "score": 0.8}], "related_docs": [],
+            "confidence": {"level": "High", "score": 0.9, "reason": "2 relevant sources"}, "grounding": None,
+            "metadata": {"request_id": f"req-{n}", "kind": "answer", "model": "fake", "reformulated_query": body["query"],
+                         "timings_ms": {"total": 12}},
+        })
+
+
+@pytest.fixture()
+def fake() -> Iterator[tuple[FakeGateway, str]]:
+    gateway = FakeGateway()
+    with serve_in_thread(gateway.app()) as url:
+        yield gateway, url
+
+
+def log_in_as(page: Page, username: str) -> None:
+    page.get_by_label("User name").fill(username)
+    page.get_by_label("Password").fill("any")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_label("Your question")).to_be_focused()
+
+
+def test_a_long_code_line_or_an_opened_passage_scrolls_in_its_box_on_a_phone(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": f"Run it [1]:\n```sh\n{LONG_LINE}\n```\nThen **`{LONG_LINE}`** [2]."}]
+    code = f"\n```\n{LONG_LINE}\n```"
+    gateway.citations = [citation(1, PASSAGE_1 + code, 1), citation(2, PASSAGE_2 + code, 2)]
+    page, problems = open_page(browser, url + "/", 375)
+    log_in_as(page, "demo")
+    ask(page, "How do I tag documents?")
+    turn = page.locator(".turn").last
+    turn.get_by_role("button", name=re.compile(r"^Citation 2\b")).click()
+    turn.get_by_text("Show the whole passage").click()
+    turn.get_by_text("Show passage").click()
+    fits(page, 375)
+    pre = turn.locator(".answer-text pre")
+    assert pre.evaluate("e => e.scrollWidth > e.clientWidth"), "the code line scrolls inside its box"
+    assert problems == [], problems
+
+
+def test_the_citation_panel_shows_the_whole_passage_behind_each_citation(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "An administrator does it [1]. Give roles with --role [2]."}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    turn = page.locator(".turn").last
+    # [2] comes from the same document as [1], so the sources list holds only [1]'s passage.
+    expect(turn.get_by_role("region", name="Sources")).not_to_contain_text("audit log")
+    turn.get_by_role("button", name=re.compile(r"^Citation 2\b")).click()
+    panel = turn.get_by_role("region", name="Cited passage")
+    expect(panel.locator(".snippet")).to_contain_text("Adding a user.")
+    rest = panel.get_by_text("written to the audit log")
+    expect(rest).to_be_hidden()
+    panel.get_by_text("Show the whole passage").click()
+    expect(rest).to_be_visible()
+    expect(panel.locator(".snippet")).to_be_hidden()
+    expect(panel).to_contain_text("Supported by the passage")
+    turn.get_by_role("button", name=re.compile(r"^Citation 1\b")).click()
+    expect(panel.locator(".snippet")).to_have_text(PASSAGE_1)  # short: whole at once
+    assert problems == [], problems
+
+
+def test_stop_ends_the_streamed_answer_and_keeps_the_conversation(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]."}, {"hang": "Roles are given with"}, {"answer": "Yes [1]."}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    box = page.get_by_label("Your question")
+    box.fill("And roles?")
+    page.get_by_role("button", name="Ask").click()
+    stop = page.get_by_role("button", name="Stop")
+    turn = page.locator(".turn").last
+    expect(turn.locator(".answer-text")).to_have_text("Roles are given with")
+    box.fill("typed meanwhile")
+    box.press("Enter")  # Enter while an answer streams neither sends nor stops
+    expect(stop).to_be_visible()
+    stop.click()
+    expect(turn).to_have_class(re.compile(r"\bstopped\b"))
+    expect(turn.locator(".answer-status")).to_contain_text("Stopped")
+    expect(turn.locator(".answer-text")).to_have_text("Roles are given with")
+    expect(page.get_by_role("button", name="Ask")).to_be_visible()
+    expect(box).to_be_focused()
+    expect(box).to_have_value("typed meanwhile")
+    wait_until(lambda: gateway.closed == ["And roles?"], timeout=10, what="the page to close the stream")
+    expect(page.locator(".turn")).to_have_count(2)
+    expect(page.locator(".turn").first).to_have_class(re.compile(r"\bdone\b"))
+    first_conversation = gateway.asked[0].get("conversation_id")
+    assert first_conversation is None and gateway.asked[1]["conversation_id"]
+    assert ask(page, "Can I add many?")["conversation_id"] == gateway.asked[1]["conversation_id"]
+    assert len(gateway.asked) == 3
+    assert problems == [], problems
+
+
+def test_clicking_ask_gives_the_focus_back_to_the_question_box(browser, fake):
+    _, url = fake
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    page.get_by_label("Your question").fill("How do I add a user?")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator(".turn").last).to_have_class(re.compile(r"\bdone\b"))
+    expect(page.get_by_label("Your question")).to_be_focused()
+    assert problems == [], problems
+
+
+def test_a_rating_can_be_changed_but_not_sent_twice_at_once(browser, fake):
+    gateway, url = fake
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    turn = page.locator(".turn").last
+    good, bad = turn.get_by_role("button", name="Good answer"), turn.get_by_role("button", name="Bad answer")
+    good.click()
+    expect(turn.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+    gateway.rating_delay = 0.5
+    bad.click()
+    expect(turn.locator(".feedback-status")).to_have_text("Sending…")
+    good.click()  # while the first is on its way: not sent
+    bad.click()
+    expect(turn.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+    expect(bad).to_have_attribute("aria-pressed", "true")
+    expect(good).to_have_attribute("aria-pressed", "false")
+    expect(good).to_be_enabled()
+    page.wait_for_timeout(700)
+    assert [r["rating"] for r in gateway.ratings] == [1, -1], gateway.ratings
+    assert problems == [], problems
+
+
+def test_an_error_event_puts_the_question_back(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"error": "llm_unavailable"}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    box = page.get_by_label("Your question")
+    box.fill("How do I add a user?")
+    box.press("Enter")
+    turn = page.locator(".turn").last
+    expect(turn).to_have_class(re.compile(r"\bfailed\b"))
+    expect(turn.locator(".answer-status")).to_contain_text("language model is not answering")
+    expect(box).to_have_value("How do I add a user?")
+    assert problems == [], problems
+
+
+def test_an_ended_session_keeps_the_question_and_the_conversation_for_the_same_user(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]."}, {"status": 401}, {"answer": "Use --role [2]."},
+                     {"status": 401}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    box = page.get_by_label("Your question")
+    box.fill("And roles?")
+    box.press("Enter")
+    expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
+    expect(page.locator("#login-message")).to_contain_text("session has ended")
+
+    log_in_as(page, "demo")
+    expect(box).to_have_value("And roles?")
+    expect(page.locator(".turn").first.locator(".answer-text")).to_contain_text("cairn user add")
+    body = ask(page, "And roles?")
+    assert body["conversation_id"] == gateway.asked[1]["conversation_id"] != None, gateway.asked  # noqa: E711
+
+    box.fill("One more?")
+    box.press("Enter")
+    expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
+    log_in_as(page, "someone-else")  # another user gets none of it
+    expect(page.locator(".turn")).to_have_count(0)
+    expect(box).to_have_value("")
+    assert "conversation_id" not in ask(page, "hello")
+    assert problems == [], problems

@@ -21,54 +21,78 @@ function appendMarkers(parent, text, makeCitation) {
 
 // A code span: a run of one to three backticks, text, and a run of as many (```cairn up``` too).
 const CODE_SPAN = /(`{1,3})([^`\n]|[^`\n][^\n]*?[^`\n])\1(?!`)/g;
+// Where a code span stood while **bold** is found: private-use characters a model does not write.
+const HOLE = /\uE000(\d+)\uE001/g;
+const BOLD = /(\*\*[^*\n]+\*\*)/;
 
 function appendInline(parent, text, makeCitation) {
-  // Code spans first (markers inside code stay text), then **bold**.
-  let last = 0;
-  for (const match of text.matchAll(CODE_SPAN)) {
-    if (match.index > 0 && text[match.index - 1] === "`") continue; // inside a longer run of backticks
-    appendProse(parent, text.slice(last, match.index), makeCitation);
-    const code = document.createElement("code");
-    code.textContent = match[2].length > 2 && /^ .* $/.test(match[2]) ? match[2].slice(1, -1) : match[2];
-    parent.append(code);
-    last = match.index + match[0].length;
-  }
-  appendProse(parent, text.slice(last), makeCitation);
-}
-
-function appendProse(parent, text, makeCitation) {
-  text.split(/(\*\*[^*\n]+\*\*)/).forEach((piece, j) => {
+  // Code spans first (markers and asterisks inside code stay text), then **bold**, which may hold code.
+  const codes = [];
+  const masked = text.replace(/[\uE000\uE001]/g, "\uFFFD").replace(CODE_SPAN, (span, ticks, inner, at, all) => {
+    if (at > 0 && all[at - 1] === "`") return span; // inside a longer run of backticks
+    codes.push(inner.length > 2 && /^ .* $/.test(inner) ? inner.slice(1, -1) : inner);
+    return `\uE000${codes.length - 1}\uE001`;
+  });
+  masked.split(BOLD).forEach((piece, j) => {
     if (j % 2 === 1) {
       const strong = document.createElement("strong");
-      appendMarkers(strong, piece.slice(2, -2), makeCitation);
+      appendCode(strong, piece.slice(2, -2), codes, makeCitation);
       parent.append(strong);
+    } else {
+      appendCode(parent, piece, codes, makeCitation);
+    }
+  });
+}
+
+function appendCode(parent, text, codes, makeCitation) {
+  text.split(HOLE).forEach((piece, j) => {
+    if (j % 2 === 1) {
+      const code = document.createElement("code");
+      code.textContent = codes[Number(piece)];
+      parent.append(code);
     } else {
       appendMarkers(parent, piece, makeCitation);
     }
   });
 }
 
-// A fence opens on a line of its own: ``` and an info string holding no backtick (CommonMark); it closes
-// on a line of ``` alone, or at the end of the text (an answer still streaming, or a model that forgot).
-const FENCE_OPEN = /^ {0,3}```[^`]*$/;
-const FENCE_CLOSE = /^ {0,3}```\s*$/;
+// A fence opens on a line of its own: three or more backticks and an info string holding no backtick
+// (CommonMark), indented by any number of spaces (a fence inside a list item is indented by the item). It
+// closes on a line of as many backticks or more alone, or at the end of the text (an answer still
+// streaming, or a model that forgot). The code loses as much indentation as its opening fence had.
+const FENCE_OPEN = /^( *)(`{3,})[^`]*$/;
+const FENCE_CLOSE = /^ *(`{3,})\s*$/;
 const HEADING = /^#{1,6}\s+(.*)$/;
 
 /** The text as [{code, text}] blocks, split at fenced code blocks. */
 function blocksOf(text) {
   const blocks = [];
   let lines = [];
-  let inCode = false;
+  let fence = null; // {indent, ticks} of the open fence
+  const flush = () => {
+    blocks.push({ code: Boolean(fence), text: lines.join("\n") });
+    lines = [];
+  };
   for (const line of text.split("\n")) {
-    if (inCode ? FENCE_CLOSE.test(line) : FENCE_OPEN.test(line)) {
-      blocks.push({ code: inCode, text: lines.join("\n") });
-      lines = [];
-      inCode = !inCode;
+    if (fence) {
+      const close = line.match(FENCE_CLOSE);
+      if (close && close[1].length >= fence.ticks) {
+        flush();
+        fence = null;
+      } else {
+        lines.push(line.replace(new RegExp(`^ {0,${fence.indent}}`), ""));
+      }
+      continue;
+    }
+    const open = line.match(FENCE_OPEN);
+    if (open) {
+      flush();
+      fence = { indent: open[1].length, ticks: open[2].length };
     } else {
       lines.push(line);
     }
   }
-  blocks.push({ code: inCode, text: lines.join("\n") });
+  flush();
   return blocks.filter((block) => block.code || block.text.trim());
 }
 

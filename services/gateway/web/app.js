@@ -25,7 +25,9 @@ const view = {
   turnTemplate: $("turn-template"),
 };
 
-const state = { token: sessionStorage.getItem(TOKEN_KEY), conversationId: null, busy: null };
+// owner: the user the turns on the page and conversationId belong to; they outlive an ended session
+// so that the same user can log in again and go on.
+const state = { token: sessionStorage.getItem(TOKEN_KEY), conversationId: null, busy: null, owner: null };
 
 /** What to tell the user about a failed call. */
 function describe(error) {
@@ -60,13 +62,16 @@ function statusOf(code = "") {
 }
 
 // --- views ---------------------------------------------------------------------------------------
-function showLogin(message = "", kind = "notice") {
+/** The log-in form; `keep`: the session ended on its own, so the conversation waits for its user. */
+function showLogin(message = "", kind = "notice", { keep = false } = {}) {
   stopAnswer();
   state.token = null;
-  state.conversationId = null;
   sessionStorage.removeItem(TOKEN_KEY);
   sessionStorage.removeItem(USER_KEY);
-  view.turns.replaceChildren();
+  if (!keep) {
+    forgetConversation();
+    state.owner = null;
+  }
   view.chat.hidden = true;
   view.session.hidden = true;
   view.login.hidden = false;
@@ -75,7 +80,19 @@ function showLogin(message = "", kind = "notice") {
   view.username.focus();
 }
 
+function sessionEnded() {
+  showLogin("Your session has ended. Please log in again.", "error", { keep: true });
+}
+
+function forgetConversation() {
+  state.conversationId = null;
+  view.turns.replaceChildren();
+  view.question.value = "";
+}
+
 function showChat(username) {
+  if (state.owner !== username) forgetConversation(); // another user: nothing of the last one's
+  state.owner = username;
   view.whoami.textContent = username;
   view.login.hidden = true;
   view.chat.hidden = false;
@@ -84,9 +101,12 @@ function showChat(username) {
   view.question.focus();
 }
 
+/** While an answer streams the Ask button is a Stop button (type "button": Enter in the box stops nothing). */
 function setBusy(controller) {
   state.busy = controller;
-  view.askButton.disabled = Boolean(controller);
+  view.askButton.type = controller ? "button" : "submit";
+  view.askButton.textContent = controller ? "Stop" : "Ask";
+  view.askButton.classList.toggle("button-stop", Boolean(controller));
   view.askForm.setAttribute("aria-busy", String(Boolean(controller)));
 }
 
@@ -133,10 +153,8 @@ view.logout.addEventListener("click", async () => {
 
 view.newConversation.addEventListener("click", () => {
   stopAnswer();
-  state.conversationId = null;
-  view.turns.replaceChildren();
+  forgetConversation();
   view.intro.hidden = false;
-  view.question.value = "";
   view.question.focus();
 });
 
@@ -146,7 +164,7 @@ async function rate(requestId, rating) {
     await api.sendFeedback(state.token, { requestId, rating });
     return true;
   } catch (error) {
-    if (error.status === 401) showLogin("Your session has ended. Please log in again.", "error");
+    if (error.status === 401) sessionEnded();
     return false;
   }
 }
@@ -179,10 +197,16 @@ async function ask(query) {
       }
     }
     if (!finished) turn.fail("The answer was cut off. Try again.");
+    if (turn.element.classList.contains("failed") && !view.question.value) view.question.value = query;
   } catch (error) {
-    if (error.name === "AbortError") return;
+    if (error.name === "AbortError") {
+      if (!finished) turn.stop(); // by Stop; New conversation and Log out take the turn away anyway
+      return;
+    }
     if (error.status === 401) {
-      showLogin("Your session has ended. Please log in again.", "error");
+      turn.fail("Your session had ended. Log in again to ask this question.", { keepText: false });
+      if (!view.question.value) view.question.value = query;
+      sessionEnded();
       return;
     }
     if (error.code === "conversation_not_found") {
@@ -193,7 +217,11 @@ async function ask(query) {
     }
     if (!view.question.value) view.question.value = query; // ready to send again
   } finally {
-    if (state.busy === controller) setBusy(null);
+    if (state.busy === controller) {
+      setBusy(null);
+      // After Ask or Stop was clicked the focus is on that button (or lost): back to the question box.
+      if ([view.askButton, document.body, null].includes(document.activeElement)) view.question.focus();
+    }
   }
 }
 
@@ -203,6 +231,14 @@ view.askForm.addEventListener("submit", (event) => {
   if (!query || state.busy) return;
   view.question.value = "";
   ask(query);
+});
+
+view.askButton.addEventListener("click", (event) => {
+  if (!state.busy || view.askButton.type !== "button") return;
+  event.preventDefault(); // the button is Ask again once stopped: no submit
+  if (event.detail > 1) return; // the second click of a double click on Ask
+  stopAnswer();
+  view.question.focus();
 });
 
 // --- start ---------------------------------------------------------------------------------------
@@ -215,7 +251,7 @@ async function start() {
     const who = await api.me(state.token);
     showChat(who.user.username);
   } catch (error) {
-    if (error.status === 401) showLogin("Your session has ended. Please log in again.", "error");
+    if (error.status === 401) sessionEnded();
     else showChat(sessionStorage.getItem(USER_KEY) ?? "");
   }
 }

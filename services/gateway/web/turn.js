@@ -3,6 +3,7 @@ import { renderAnswerText } from "./answer-text.js";
 
 let nextId = 0;
 const VERDICTS = { supported: "Supported by the passage", weak: "Partly supported", unsupported: "Not supported" };
+const SNIPPET_CHARS = 200; // chat's snippet: the start of a passage this long at most
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -50,6 +51,8 @@ export class Turn {
     this.id = `turn-${++nextId}`;
     this.rate = rate;
     this.text = "";
+    this.rating = null; // the rating Cairn has accepted
+    this.sending = false;
     this.cites = new Map();
     this.openNumber = null;
     this.element = template.content.firstElementChild.cloneNode(true);
@@ -131,6 +134,16 @@ export class Turn {
     this.element.classList.add("failed");
   }
 
+  /** The user stopped the answer: the text so far stays, marked as stopped. */
+  stop() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = null;
+    this.render();
+    this.parts.body.setAttribute("aria-busy", "false");
+    this.parts.status.textContent = this.text ? "Stopped. The answer is incomplete." : "Stopped.";
+    this.element.classList.add("stopped");
+  }
+
   renderConfidence(confidence, kind) {
     const badge = this.parts.badge;
     if (!confidence || kind === "small_talk") {
@@ -205,17 +218,37 @@ export class Turn {
     });
     head.append(close);
 
-    const snippet = el("blockquote", "snippet");
-    renderAnswerText(snippet, cite.snippet);
+    const quote = el("blockquote", "snippet");
+    const passage = this.passageOf(cite, quote);
     const facts = el("p", "panel-facts");
     if (cite.support?.verdict) {
       facts.append(el("span", `verdict verdict-${cite.support.verdict}`, VERDICTS[cite.support.verdict] ?? cite.support.verdict));
     }
     facts.append(sourceLink(cite.url, "Open the source") ?? el("span", "doc-id", cite.doc_id));
-    panel.replaceChildren(head, snippet, facts);
+    panel.replaceChildren(head, quote, ...passage, facts);
     panel.hidden = false;
     this.openNumber = n;
     this.syncExpanded();
+  }
+
+  /** The passage in the quote: whole when short, else its start with a toggle that shows the rest. */
+  passageOf(cite, quote) {
+    const whole = cite.content ?? "";
+    if (whole.length <= SNIPPET_CHARS || !cite.snippet) {
+      renderAnswerText(quote, whole || cite.snippet || "");
+      return [];
+    }
+    renderAnswerText(quote, cite.snippet);
+    const details = el("details", "panel-passage");
+    const summary = el("summary", "", "Show the whole passage");
+    const text = el("div", "passage-text");
+    renderAnswerText(text, whole);
+    details.append(summary, text);
+    details.addEventListener("toggle", () => {
+      quote.hidden = details.open;
+      summary.textContent = details.open ? "Show only the start" : "Show the whole passage";
+    });
+    return [details];
   }
 
   closePanel() {
@@ -232,19 +265,24 @@ export class Turn {
   }
 
   // --- feedback ----------------------------------------------------------------------------------
+  /** Send a rating, one at a time; a later one replaces it. The thumbs stay enabled (and keep focus). */
   async sendRating(rating) {
-    const buttons = [...this.parts.feedback.querySelectorAll("button[data-rating]")];
-    buttons.forEach((b) => {
-      b.disabled = true;
-      b.setAttribute("aria-pressed", String(Number(b.dataset.rating) === rating));
-    });
+    if (this.sending || rating === this.rating) return;
+    this.sending = true;
+    const show = (pressed) => {
+      for (const b of this.parts.feedback.querySelectorAll("button[data-rating]")) {
+        b.setAttribute("aria-pressed", String(Number(b.dataset.rating) === pressed));
+      }
+    };
+    show(rating);
+    this.parts.feedback.setAttribute("aria-busy", "true");
     this.parts.feedbackStatus.textContent = "Sending…";
     const ok = await this.rate(this.response.metadata.request_id, rating);
+    if (ok) this.rating = rating;
+    this.sending = false;
+    this.parts.feedback.setAttribute("aria-busy", "false");
     this.parts.feedbackStatus.textContent = ok ? "Thanks for your feedback." : "Feedback could not be sent.";
     this.parts.feedbackStatus.classList.toggle("quiet-error", !ok);
-    if (!ok) buttons.forEach((b) => {
-      b.disabled = false;
-      b.setAttribute("aria-pressed", "false");
-    });
+    show(this.rating);
   }
 }
