@@ -58,7 +58,15 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
                     else:
                         streamed = True
                         yield StreamEvent("token", {"text": item})
-        response = await pipeline.finish(turn, generation)
+        # Shielded: a reader leaving now has had every token, so the turn is still kept and counted as
+        # answered (ResponseGenerated), rather than failed with the turn perhaps stored all the same.
+        finishing = asyncio.ensure_future(pipeline.finish(turn, generation))
+        try:
+            response = await asyncio.shield(finishing)
+        except asyncio.CancelledError:
+            finishing.add_done_callback(lambda task: _report_if_failed(pipeline, turn, task))
+            finished = True  # the finish publishes ResponseGenerated, or its failure is reported then
+            raise
         finished = True
         if not streamed:  # small talk and "no information": the answer arrives as one token
             yield StreamEvent("token", {"text": response.answer})
@@ -74,6 +82,13 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         log.exception("chat stream failed", extra={"stage": turn.stage})
         pipeline.report_failure(turn, "internal_error", exc)
         yield StreamEvent("error", {"error": "internal_error", "message": "the answer could not be completed"})
+
+
+def _report_if_failed(pipeline: ChatPipeline, turn: Turn, finishing: asyncio.Future) -> None:
+    if finishing.cancelled():
+        pipeline.report_failure(turn, "client_disconnected", asyncio.CancelledError())
+    elif (exc := finishing.exception()) is not None:
+        pipeline.report_failure(turn, exc.code if isinstance(exc, ServiceError) else "internal_error", exc)
 
 
 async def _generate(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[str | Generation]:
