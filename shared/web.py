@@ -108,7 +108,8 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
         reason = (invalid[0].get("ctx") or {}).get("error")
         message = f"request body is not valid JSON: {reason}" if reason else "request body is not valid JSON"
         return JSONResponse({"error": "malformed_json", "message": message}, status_code=400)
-    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors]
+    # pydantic words a validator's own message "Value error, ...": the message alone says it better.
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "").removeprefix("Value error, ")} for e in errors]
     first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
     where = ".".join(str(p) for p in first["loc"] if p != "body")
     message = f"{where}: {first['msg']}" if where else first["msg"]

@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from shared.filters import InvalidFilter, filter_schema, parse_filter
 from shared.json_types import JSON_INTEGER, trimmed_text_pattern
 
 MAX_QUERY_CHARS = 1000
@@ -37,13 +38,25 @@ class ChatRequest(BaseModel):
         pattern=r"^[A-Za-z0-9._:-]+$",
         description="Continue this conversation (from an earlier response); omitted: a new one is started.",
     )
-    filters: dict[str, Any] | None = Field(None, description="Metadata filters passed to retrieval.")
+    filters: Annotated[dict[str, Any], WithJsonSchema(filter_schema())] | None = Field(
+        None, description="Metadata filters passed to retrieval, checked here first (see POST /search of retrieval)."
+    )
     history: list[PastTurn] | None = Field(
         None,
         max_length=50,
         description="Earlier turns, oldest first, for a caller that keeps the conversation itself (as OpenAI "
         "clients do); follow-ups are resolved against them. Ignored when conversation_id is given.",
     )
+
+    @field_validator("filters")
+    @classmethod
+    def _valid_filters(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Refused before any work: a follow-up is rewritten by a model call before retrieval would refuse it.
+        try:
+            parse_filter(value)
+        except InvalidFilter as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("query")
     @classmethod

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from services.retrieval.filters import INT64_MAX, INT64_MIN, KEY_PATTERN
+from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN
 from services.retrieval.ports import CONTEXT_KEY, DOCUMENT_FIELDS, MetadataValue
 
 __all__ = ["MAX_FIELDS", "MAX_TEXT_CHARS", "RESERVED_KEYS", "document_fields", "own_fields", "user_metadata"]

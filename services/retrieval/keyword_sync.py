@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from services.retrieval.filters import Filter
+from shared.filters import Filter
 from services.retrieval.ports import StoredChunk, VectorStore
 from shared.errors import DependencyUnavailable
 

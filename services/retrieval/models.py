@@ -9,7 +9,7 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from services.retrieval.document_metadata import MAX_FIELDS, MAX_TEXT_CHARS, RESERVED_KEYS, own_fields, user_metadata
-from services.retrieval.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, MAX_KEYS, MAX_VALUES, InvalidFilter, parse_filter
+from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, InvalidFilter, filter_schema, parse_filter
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
@@ -131,37 +131,6 @@ class DeletedDocument(BaseModel):
     deleted_chunks: int
 
 
-def _filter_schema() -> dict[str, Any]:
-    """What parse_filter accepts, as far as JSON Schema can say it (dates in range bounds are ISO strings)."""
-    scalar = {"type": ["string", "number", "boolean"]}
-    one_kind_list = {
-        "type": "array",
-        "minItems": 1,
-        "maxItems": MAX_VALUES,
-        "anyOf": [{"items": {"type": kind}} for kind in ("string", "number", "boolean")],
-    }
-    date, date_time = {"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}
-    bound = {"anyOf": [{"type": "number"}, date, date_time]}
-    operators = {
-        "type": "object",
-        "minProperties": 1,
-        "additionalProperties": False,
-        "properties": {
-            "$eq": scalar,
-            "$ne": scalar,
-            "$in": one_kind_list,
-            "$nin": one_kind_list,
-            **{op: bound for op in ("$gt", "$gte", "$lt", "$lte")},
-        },
-    }
-    return {
-        "type": "object",
-        "maxProperties": MAX_KEYS,
-        "propertyNames": {"pattern": KEY_PATTERN},
-        "additionalProperties": {"anyOf": [scalar, operators]},
-    }
-
-
 class SearchRequest(BaseModel):
     query: str = Field(
         description=f"What to look for, 1..{MAX_QUERY_CHARS} characters once trimmed.",
@@ -176,7 +145,7 @@ class SearchRequest(BaseModel):
     mode: Literal["hybrid", "dense", "keyword"] = Field(
         "hybrid", description="hybrid: BM25 and dense fused by reciprocal rank; dense: cosine; keyword: BM25."
     )
-    filters: Annotated[dict[str, Any], WithJsonSchema(_filter_schema())] | None = Field(
+    filters: Annotated[dict[str, Any], WithJsonSchema(filter_schema())] | None = Field(
         None,
         description="Metadata conditions, all of which must hold: a value for equality, or an object of "
         "operators $eq $ne $in $nin $gt $gte $lt $lte. Range bounds are numbers, or ISO dates compared "

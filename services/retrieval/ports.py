@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from services.retrieval.filters import Filter
+    from shared.filters import Filter
 
 MetadataValue = str | int | float | bool
 
@@ -18,8 +18,6 @@ MetadataValue = str | int | float | bool
 DOCUMENT_FIELDS = ("title", "source", "url", "category", "content_hash", "pages", "context_model", "chunking")
 # Chunk metadata holding the model-written prefix that situates a chunk in its document (contextual chunking).
 CONTEXT_KEY = "context"
-# Metadata stored as whole numbers (ingestion writes them so).
-WHOLE_NUMBER_FIELDS = frozenset({"page", "pages", "chunk_index", "char_start", "char_end"})
 
 
 def indexed_text(content: str, metadata: Mapping[str, object]) -> str:
@@ -100,7 +98,7 @@ class VectorStore(Protocol):
     ) -> list[ChunkHit]:
         """The top_k nearest chunks (ascending cosine distance) that satisfy `where`.
 
-        `where`: a services.retrieval.filters.Filter, or a filter as a request sends it (parsed here).
+        `where`: a shared.filters.Filter, or a filter as a request sends it (parsed here).
         """
 
     async def nearest(

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from services.retrieval import metrics
-from services.retrieval.filters import Filter, parse_filter
+from shared.filters import Filter, parse_filter
 from services.retrieval.fusion import reciprocal_rank_fusion
 from services.retrieval.ports import Embedder, KeywordHit, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore
 from shared.errors import ServiceError

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.retrieval.filters import Condition, Filter
+from shared.filters import Condition, Filter
 from services.retrieval.ports import MetadataValue, VectorStore
 
 _MAX_CHUNKS = 1000

@@ -25,7 +25,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from services.retrieval.adapters.exact_dense import ExactDense, ExactSearch
 from services.retrieval.adapters.heap import release_free_memory
-from services.retrieval.filters import Filter, matches
+from shared.filters import Filter, matches
 from services.retrieval.keyword_sync import KeywordSync, SyncedStore
 from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
 from shared.cjk import CJK_RUN, has_cjk, pairs

@@ -7,12 +7,12 @@ from typing import Any
 import numpy as np
 
 from services.retrieval.document_metadata import document_fields
-from services.retrieval.filters import Filter, parse_filter
+from shared.filters import Filter, parse_filter
 from services.retrieval.ports import DocumentInfo, MetadataValue, StoredChunk
 
 
 def to_where(where: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A Chroma `where` clause for a filter (see services.retrieval.filters)."""
+    """A Chroma `where` clause for a filter (see shared.filters)."""
     conditions = parse_filter(where).conditions
     clauses = [{c.key: {c.op: list(c.value) if isinstance(c.value, tuple) else c.value}} for c in conditions]
     if not clauses:

@@ -23,7 +23,7 @@ from chromadb.errors import ChromaError
 
 from services.retrieval.adapters.chroma_changes import ChangeLog
 from services.retrieval.adapters.chroma_records import chunk_fields, chunks_of, clean, group, to_where
-from services.retrieval.filters import Filter
+from shared.filters import Filter
 from services.retrieval.microbatch import MicroBatcher
 from services.retrieval.ports import ChunkHit, DocumentInfo, StoredChunk, VectorStore
 from shared.errors import DependencyUnavailable

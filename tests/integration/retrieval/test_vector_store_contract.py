@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from services.retrieval.adapters.chroma_store import ChromaStore
-from services.retrieval.filters import matches, parse_filter
+from shared.filters import matches, parse_filter
 from services.retrieval.ports import StoredChunk, VectorStore
 from tests.unit.retrieval.fakes import FakeStore
 
@@ -173,7 +173,7 @@ FILTERS = [
 
 @pytest.mark.parametrize("where", FILTERS, ids=[str(f) for f in FILTERS])
 async def test_filters_select_exactly_what_the_keyword_leg_selects(store: VectorStore, where: dict) -> None:
-    """Chroma's `where` and services.retrieval.filters.matches must agree, or modes would disagree."""
+    """Chroma's `where` and shared.filters.matches must agree, or modes would disagree."""
     metas = [
         {"category": "x", "page": 1, "score": 0.25, "draft": True, "published": 1714521600},
         {"category": "y", "page": 2, "score": 0.75, "draft": False, "published": 1714521599},

@@ -165,3 +165,13 @@ async def test_models_lists_the_allow_list_with_the_default_first():
     async with chat_client() as client:
         response = await client.get("/models", headers=HEADERS)
     assert response.json() == {"default": "cairn-extractive", "models": ["cairn-extractive", "other"]}
+
+
+async def test_a_filter_retrieval_would_refuse_is_refused_before_any_work():
+    retriever, generator = FakeRetriever(), RecordingGenerator()
+    body = {"query": "and how do I rotate it?", "filters": {"bad-key": 1},
+            "history": [{"question": "What is the service token?", "answer": "A shared secret."}]}
+    async with chat_client(retriever=retriever, generator=generator) as client:
+        response = await client.post("/chat", json=body, headers=HEADERS)
+    assert response.status_code == 422 and "filters: filter key 'bad-key'" in response.json()["message"], response.text
+    assert retriever.calls == [] and generator.calls == []

@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import replace
 
-from services.retrieval.filters import Filter, matches, parse_filter
+from shared.filters import Filter, matches, parse_filter
 from services.retrieval.document_metadata import document_fields
 from services.retrieval.ports import ChunkHit, DocumentInfo, StoredChunk
 from shared.errors import DependencyUnavailable

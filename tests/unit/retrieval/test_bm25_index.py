@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from services.retrieval.adapters.bm25_index import Bm25Index, tokenize
-from services.retrieval.filters import parse_filter
+from shared.filters import parse_filter
 from services.retrieval.ports import CONTEXT_KEY, StoredChunk
 from shared.errors import DependencyUnavailable
 

@@ -5,7 +5,7 @@ from datetime import date, datetime, timezone
 import pytest
 
 from services.retrieval.adapters.chroma_store import to_where
-from services.retrieval.filters import Condition, Filter, InvalidFilter, as_date_filterable, matches, parse_filter
+from shared.filters import Condition, Filter, InvalidFilter, as_date_filterable, matches, parse_filter
 
 pytestmark = pytest.mark.unit
 

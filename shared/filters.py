@@ -1,4 +1,6 @@
 """Metadata filters: parsed once from the request, then applied the same way in every search mode.
+Shared because chat checks a question's filters before it does any work (a model call to rewrite a
+follow-up), as retrieval does before it searches.
 
 A filter maps metadata keys to a condition; all conditions must hold (AND):
 
@@ -24,7 +26,6 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import Any, Literal
 
-from services.retrieval.ports import WHOLE_NUMBER_FIELDS
 
 Scalar = str | int | float | bool
 Operator = Literal["$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"]
@@ -36,6 +37,8 @@ _LISTS = {"$in", "$nin"}
 MAX_KEYS = 10
 MAX_VALUES = 100
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Metadata retrieval stores as whole numbers: filters on them take whole numbers only (see _as_whole_numbers).
+WHOLE_NUMBER_FIELDS = frozenset({"page", "pages", "chunk_index", "char_start", "char_end"})
 
 
 class InvalidFilter(ValueError):
@@ -57,6 +60,37 @@ class Filter:
 
     def __bool__(self) -> bool:
         return bool(self.conditions)
+
+
+def filter_schema() -> dict[str, Any]:
+    """What parse_filter accepts, as far as JSON Schema can say it (dates in range bounds are ISO strings)."""
+    scalar = {"type": ["string", "number", "boolean"]}
+    one_kind_list = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_VALUES,
+        "anyOf": [{"items": {"type": kind}} for kind in ("string", "number", "boolean")],
+    }
+    date, date_time = {"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}
+    bound = {"anyOf": [{"type": "number"}, date, date_time]}
+    operators = {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {
+            "$eq": scalar,
+            "$ne": scalar,
+            "$in": one_kind_list,
+            "$nin": one_kind_list,
+            **{op: bound for op in ("$gt", "$gte", "$lt", "$lte")},
+        },
+    }
+    return {
+        "type": "object",
+        "maxProperties": MAX_KEYS,
+        "propertyNames": {"pattern": KEY_PATTERN},
+        "additionalProperties": {"anyOf": [scalar, operators]},
+    }
 
 
 def parse_filter(raw: Mapping[str, Any] | Filter | None) -> Filter:
