@@ -22,7 +22,6 @@ T = TypeVar("T")
 # Failures before the request left: safe to send it to another replica.
 NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 CONNECT_TIMEOUT_S = 3.0
-_CONNECT_ATTEMPTS = 2
 
 
 class NoReplicaConnected(Exception):
@@ -34,9 +33,12 @@ class NoReplicaConnected(Exception):
 
 
 async def on_a_replica(replicas: ReplicaPool, send: Callable[[str], Awaitable[T]]) -> T:
-    """`send(url)` on the next replica; when its connection is refused, on one other replica."""
+    """`send(url)` on the next replica; when its connection is refused, on the next one, until one takes the
+    request or each has refused it (a refused request never left, so sending it again is safe). Two retries
+    were not enough: with two of three replicas down, their skip periods end together now and then, and
+    a request tried on both of them alone failed while the third could have answered."""
     refused: list[str] = []
-    while len(refused) < _CONNECT_ATTEMPTS and (url := replicas.pick(exclude=refused)):
+    while url := replicas.pick(exclude=refused):
         try:
             result = await send(url)
         except NOT_CONNECTED as exc:

@@ -184,7 +184,10 @@ def open_session(*, timeout_s: float, reuse_connections: bool = True) -> aiohttp
     Without `reuse_connections`, every request opens its own connection: a request to a replica that has
     just died is then refused and goes to another replica, where on a kept-alive connection it would fail
     as if it had been in flight there (it cannot be resent: a POST may have done its work)."""
+    # No cap on connections (limit=0): each request in hand holds at most one, and a capped pool made a
+    # request wait for a free connection under the connect timeout, whose expiry counted as a replica
+    # refusing: healthy chat replicas were skipped whenever 200 answers were streaming.
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=200, limit_per_host=0, force_close=not reuse_connections),
+        connector=aiohttp.TCPConnector(limit=0, force_close=not reuse_connections),
         timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=CONNECT_TIMEOUT_S, sock_read=timeout_s),
     )

@@ -10,11 +10,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 import pytest
+from aiohttp import web
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
+from services.gateway.adapters.upstream import Upstream, open_session
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
 from shared.replicas import ReplicaPool
@@ -180,3 +182,42 @@ def test_a_request_that_reached_a_replica_is_never_sent_to_another(redis_url, un
         answer = client.post("/api/chat", json={"query": "q"}, headers=login(client))
     assert (answer.status_code, answer.json()["error"]) == (status, error)
     assert (first.calls, second.calls) == (["/chat"], []), "a POST /chat may have run: it is not repeated"
+
+
+async def test_many_long_streams_at_once_mark_no_healthy_replica_down():
+    """More streams in hand than a capped connection pool held: a request waited for a free connection
+    under the connect timeout, and its expiry counted as the replica refusing."""
+    async def slow_stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(4):
+            await response.write(b"event: token\ndata: {}\n\n")
+            await asyncio.sleep(1)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/chat/stream", slow_stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
+    url = f"http://127.0.0.1:{port}"
+    replicas = ReplicaPool(service="chat-pool-test", urls=[url])
+    session = open_session(timeout_s=2)
+    upstream = Upstream(name="chat", session=session, replicas=replicas)
+
+    async def read_a_stream() -> int:
+        stream = await upstream.forward_stream(method="POST", path="/chat/stream", headers={}, body=b"{}")
+        try:
+            await asyncio.sleep(3)  # the client reads for longer than the connect timeout: the connection stays in use
+            return stream.status_code
+        finally:
+            await stream.body_iterator.aclose()  # type: ignore[attr-defined]
+
+    try:
+        statuses = await asyncio.gather(*(read_a_stream() for _ in range(220)))
+    finally:
+        await session.close()
+        await runner.cleanup()
+    assert statuses == [200] * 220
+    assert REGISTRY.get_sample_value("cairn_upstream_unreachable_total", {"service": "chat-pool-test", "upstream": url}) is None

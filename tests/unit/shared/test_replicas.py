@@ -1,11 +1,13 @@
 """Round robin with passive health over a service's replicas, on an injectable clock; the URL-list setting."""
 from __future__ import annotations
 
+import aiohttp
 import pytest
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
+from shared.replica_calls import NoReplicaConnected, on_a_replica
 from shared.replicas import ReplicaPool, UrlList
 
 A, B, C = "http://a:1", "http://b:1", "http://c:1"
@@ -119,3 +121,22 @@ def test_services_read_the_list_or_the_single_url_variables(monkeypatch):
     assert ChatSettings().retrieval_urls == ("http://retrieval-2:8002",)
     assert AnalyticsSettings().retrieval_url == "http://retrieval-2:8002"
     assert GatewaySettings(chat_url="http://given:1").chat_urls == ("http://given:1",)
+
+
+async def test_a_request_refused_by_two_replicas_goes_to_the_third():
+    """Two of three replicas down, both out of their cooldown at once: the third must still answer."""
+    clock = Clock()
+    replicas = pool(A, B, C, clock=clock, service="chat-refusals")
+    down = {A, B}
+
+    async def send(url: str) -> str:
+        if url in down:
+            raise aiohttp.ClientConnectorError(None, OSError(111, "refused"))  # type: ignore[arg-type]
+        return url
+
+    assert await on_a_replica(replicas, send) == C
+    clock.now += 60  # every cooldown over: the pool starts again with A
+    assert await on_a_replica(replicas, send) == C
+    down.add(C)
+    with pytest.raises(NoReplicaConnected):
+        await on_a_replica(replicas, send)
