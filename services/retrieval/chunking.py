@@ -14,7 +14,9 @@ CountTokens = Callable[[str], int]
 # upgrade cuts them again rather than reporting them unchanged.
 CHUNKER_VERSION = 2
 
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+# The title's closing '#'s and trailing blanks are cut in Python (_heading_text): a pattern that did it
+# backtracked quadratically on a long run of spaces ("# a" + 40,000 spaces + "b" took 30 s).
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.*)$")
 # CommonMark: a backtick fence's info string holds no backtick; a fence closes only at a run of its own
 # character at least as long, with nothing after it.
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}(?=[^`]*$)|~{3,})")
@@ -28,7 +30,7 @@ _INDENTED_CODE = re.compile(r"^(?: {4}|\t)")
 _FRONT_MATTER = re.compile(
     r"\A---[ \t]*\r?\n(?P<yaml>[\w-]+:(?:[ \t].*)?\r?\n(?:.*\r?\n)*?)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)"
 )
-_YAML_TITLE = re.compile(r"^title:[ \t]*(?P<value>[^\s|>].*?)[ \t]*\r?$", re.MULTILINE)
+_YAML_TITLE = re.compile(r"^title:[ \t]*(?P<value>[^\s|>].*)$", re.MULTILINE)  # trailing blanks cut in Python
 # Coarse to fine; a span still over budget after the last one is cut by characters.
 _SEPARATORS = (
     re.compile(r"\n[ \t]*\n\s*"),  # paragraphs
@@ -76,10 +78,19 @@ def _front_matter_title(text: str) -> str | None:
     found = _YAML_TITLE.search(front.group("yaml")) if front else None
     if not found:
         return None
-    value = found.group("value")
+    value = found.group("value").rstrip(" \t\r")
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         value = value[1:-1].strip()
     return value or None
+
+
+def _heading_text(raw: str) -> str:
+    """An ATX heading's title: without an optional closing run of '#' (after a blank) and outer blanks."""
+    text = raw.rstrip(" \t")
+    unclosed = text.rstrip("#")
+    if unclosed != text and (not unclosed or unclosed[-1] in " \t"):
+        text = unclosed
+    return text.strip(" \t")
 
 
 def _closes(line: str, fence: str) -> bool:
@@ -102,8 +113,8 @@ def _headings(text: str, start: int = 0) -> list[Heading]:
             fence, paragraph = opening.group(1), []
         elif not line.strip():
             paragraph, in_list_or_quote = [], False
-        elif atx := _HEADING.match(line):
-            found.append(Heading(len(atx.group(1)), atx.group(2).strip(), line_start, offset))
+        elif (atx := _HEADING.match(line)) and (title := _heading_text(atx.group(2))):
+            found.append(Heading(len(atx.group(1)), title, line_start, offset))
             paragraph, in_list_or_quote = [], False
         elif paragraph and (underline := _SETEXT_UNDERLINE.match(line)):
             title = " ".join(part.strip() for _, part in paragraph)

@@ -207,7 +207,9 @@ async def _ingest(
     chunk_overlap: int, contextualizer: Contextualizer | None,
 ) -> IngestResult:
     markdown = is_markdown(document.source) if document.markdown is None else document.markdown
-    title = document.title or document_title(document.text, fallback=_fallback_title(document, doc_id), markdown=markdown)
+    title = document.title or await asyncio.to_thread(
+        document_title, document.text, fallback=_fallback_title(document, doc_id), markdown=markdown
+    )
     reserve = min(CONTEXT_TOKENS, embedder.max_tokens // 4) if contextualizer is not None else 0
     size = min(chunk_size, embedder.max_tokens - reserve)
     overlap = min(chunk_overlap, size - 1)

@@ -1,6 +1,8 @@
 """How the chunker reads markdown structure: code fences, setext headings and YAML front matter."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from services.retrieval.chunking import chunk_text, document_title
@@ -84,3 +86,21 @@ def test_front_matter_is_only_read_in_markdown() -> None:
     chunks = chunk_text(text, count_tokens=words, chunk_size=200, chunk_overlap=0, markdown=False)
     assert [c.text for c in chunks] == [text.strip()]
     assert document_title(text, fallback="notes", markdown=False) == "notes"
+
+
+def test_a_heading_or_title_with_a_long_run_of_blanks_is_read_in_linear_time():
+    """The heading and front-matter title patterns once backtracked quadratically on blanks: 80,000 spaces
+    took about a minute. A guard against catastrophic backtracking, not a speed target."""
+    blanks = " " * 80_000
+    started = time.perf_counter()
+    assert document_title(f"# a{blanks}b\n\ntext", fallback="x") == f"a{blanks}b"
+    assert document_title(f"---\ntitle: a{blanks}b\n---\n\ntext", fallback="x") == f"a{blanks}b"
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(("line", "title"), [
+    ("# Title #", "Title"), ("# Title ###   ", "Title"), ("# C#", "C#"), ("# Using C #", "Using C"), ("#  Spaced  ", "Spaced"),
+    ("#   ", "x"),  # no title: not a heading
+])
+def test_closing_hashes_and_blanks_are_cut_from_a_heading(line, title):
+    assert document_title(f"{line}\n\ntext", fallback="x") == title
