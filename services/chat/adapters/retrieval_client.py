@@ -45,11 +45,14 @@ def chunk_from_result(result: dict[str, Any]) -> RetrievedChunk:
 
 
 class _Retryable(Exception):
-    """A failure worth another attempt: retrieval unreachable, silent or answering 5xx."""
+    """A failure worth another attempt: retrieval unreachable, silent or answering 5xx. `dependency`: what
+    failed, retrieval itself, or what retrieval named in its 503 (chroma: another replica may have its
+    index in memory, and retrieval itself is fine)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, dependency: str = "retrieval") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.dependency = dependency
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,11 @@ class HttpRetrievalClient:
         )
         try:
             response = await self._post_with_retries(body, headers)
-        except DependencyUnavailable:
-            self.breaker.record_failure()
+        except DependencyUnavailable as exc:
+            if exc.dependency == "retrieval":
+                self.breaker.record_failure()
+            else:  # retrieval answered; what it depends on is down (chroma, for a filtered search, say)
+                self.breaker.record_success()
             raise
         except BaseException:
             self.breaker.abandon()  # cancelled (the caller went away): no verdict on retrieval
@@ -124,7 +130,7 @@ class HttpRetrievalClient:
     async def _post_with_retries(self, body: dict[str, Any], headers: dict[str, str]) -> _Answer:
         """The whole exchange, backoff included, stays within the timeout."""
         deadline = time.monotonic() + self._timeout
-        reason = "no attempt made"
+        reason, dependency = "no attempt made", "retrieval"
         for attempt in range(self._attempts):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -132,13 +138,15 @@ class HttpRetrievalClient:
             try:
                 return await self._attempt(body, headers, deadline)
             except _Retryable as exc:
-                reason = exc.reason
+                reason, dependency = exc.reason, exc.dependency
             delay = self._backoff * 2**attempt
             if attempt + 1 < self._attempts and time.monotonic() + delay < deadline:
                 log.info("retrying retrieval", extra={"attempt": attempt + 1, "reason": reason})
                 await asyncio.sleep(delay)
             else:
                 break
+        if dependency != "retrieval":
+            raise DependencyUnavailable(dependency, f"retrieval cannot reach {dependency} ({reason})")
         raise DependencyUnavailable("retrieval", f"retrieval is unavailable ({reason})")
 
     async def _attempt(self, body: dict[str, Any], headers: dict[str, str], deadline: float) -> _Answer:
@@ -150,8 +158,8 @@ class HttpRetrievalClient:
 
         try:
             return await on_a_replica(self.replicas, post)
-        except NoReplicaConnected as exc:
-            raise _Retryable(f"unreachable: {exc}") from exc
+        except NoReplicaConnected as exc:  # the addresses are in the log, not in an answer users read
+            raise _Retryable("unreachable") from exc
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str], deadline: float) -> _Answer:
         remaining = max(deadline - time.monotonic(), 0.001)
@@ -167,12 +175,22 @@ class HttpRetrievalClient:
             raise _Retryable(f"unreachable: {type(exc).__name__}") from exc
         if answer.status >= 500:
             log.warning("retrieval failed", extra={"status": answer.status, "detail": _message_of(answer), "url": url})
-            raise _Retryable(f"answered {answer.status}")
+            raise _Retryable(f"answered {answer.status}", dependency=_named_dependency(answer))
         return answer
 
     async def ping(self) -> bool:
         """Whether some replica answers /healthz."""
         return await some_replica_healthy(self._session, self.replicas, timeout_s=min(self._timeout, 2.0))
+
+
+def _named_dependency(answer: _Answer) -> str:
+    """What a 503 of retrieval names as down ("chroma_unavailable": chroma); else retrieval itself."""
+    try:
+        code = answer.json().get("error", "") if answer.status == 503 else ""
+    except (ValueError, AttributeError):
+        code = ""
+    dependency = code.removesuffix("_unavailable") if isinstance(code, str) and code.endswith("_unavailable") else ""
+    return dependency if dependency and dependency != "retrieval" else "retrieval"
 
 
 def _message_of(response: _Answer) -> str:

@@ -182,6 +182,34 @@ async def test_4xx_is_not_retried_and_does_not_count_against_the_breaker():
     assert len(replica.calls) == 1 and breaker.state == CLOSED
 
 
+async def test_chroma_down_behind_retrieval_is_named_and_does_not_open_the_breaker():
+    """Filtered searches need Chroma, unfiltered ones are answered from memory: a 503 naming chroma says
+    nothing about retrieval, whose other searches still work."""
+
+    async def filtered_need_chroma(request: web.Request) -> web.Response:
+        if (await request.json()).get("filters"):
+            return await _json({"error": "chroma_unavailable", "message": "chroma is unavailable"}, 503)
+        return await _json({"results": [RESULT]})
+
+    replica = Retrieval(filtered_need_chroma)
+    breaker = CircuitBreaker(name="retrieval", failure_threshold=2, cooldown_s=60)
+    async with running(replica), retrieval_client(replica.url, attempts=2, breaker=breaker) as client:
+        for _ in range(3):
+            with pytest.raises(DependencyUnavailable) as info:
+                await client.search(query="q", top_k=3, filters={"category": "guide"}, caller=CALLER)
+            assert info.value.code == "chroma_unavailable"
+        assert breaker.state == CLOSED
+        assert [c.chunk_id for c in await _search(client)] == ["c1"]
+
+
+async def test_an_unreachable_retrieval_is_named_without_its_addresses():
+    url = nowhere()
+    async with retrieval_client(url, attempts=1) as client:
+        with pytest.raises(DependencyUnavailable) as info:
+            await _search(client)
+    assert "127.0.0.1" not in info.value.message and info.value.message == "retrieval is unavailable (unreachable)"
+
+
 async def test_open_breaker_fails_fast_without_a_request():
     replica = Retrieval(lambda request: _json({"message": "boom"}, 500))
     breaker = CircuitBreaker(name="retrieval", failure_threshold=1, cooldown_s=60)
