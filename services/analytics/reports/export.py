@@ -18,9 +18,9 @@ COLUMNS = (
     "supported_citations", "grounding_score", "prompt_tokens", "completion_tokens", "total_tokens",
     "failure_stage", "failure_error", "rating", "comment", "rated_at",
 )
-# Free text a user typed, or a model name as an LLM endpoint reported it: a spreadsheet would run a cell
-# starting like a formula.
-_UNTRUSTED_TEXT = {"query", "comment", "model"}
+# A spreadsheet runs a cell that starts like a formula. Every text cell is defused: besides what users typed
+# (query, comment) and what an LLM endpoint reported (model), a caller chooses its X-Request-ID and
+# conversation_id ("-1-1" would show as -2).
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -49,7 +49,7 @@ def _cell(name: str, value: Any) -> Any:
         return ""
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
-    if name in _UNTRUSTED_TEXT and isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
         return "'" + value
     return value
 

@@ -250,12 +250,13 @@ class ReportsContract:
         assert (rows[6]["outcome"], rows[6]["latency_ms"]) == ("pending", "")
 
     def test_export_defuses_text_a_spreadsheet_would_run(self, store: SqlEventStore) -> None:
-        store.add(to_record(submitted(request_id="x", query="=HYPERLINK(\"http://evil\")", model="@SUM(1+1)")))
-        store.add(to_record(rated(rated_request_id="x", rating=-1, comment="+1 useless")))
+        store.add(to_record(submitted(request_id="-1-1", query="=HYPERLINK(\"http://evil\")", model="@SUM(1+1)")))
+        store.add(to_record(rated(rated_request_id="-1-1", rating=-1, comment="+1 useless")))
         text = "".join(export.csv_chunks(store.stream(export.statement(Scope()))))
         row = next(csv.DictReader(io.StringIO(text)))
         assert (row["query"], row["comment"]) == ("'=HYPERLINK(\"http://evil\")", "'+1 useless")
         assert row["model"] == "'@SUM(1+1)"  # as an LLM endpoint named itself
+        assert row["request_id"] == "'-1-1"  # a caller's own X-Request-ID
 
     def test_the_first_outcome_of_a_request_is_its_outcome(self, store: SqlEventStore) -> None:
         store.add(to_record(submitted(request_id="r")))
