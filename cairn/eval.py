@@ -67,7 +67,7 @@ def run(
     report = asyncio.run(
         _evaluate(dataset, split=split, settings=settings, modes=modes, whole_docs=whole_docs, embedder=embedder)
     )
-    print(json.dumps(report.as_dict(), indent=2) if as_json else report.as_table())
+    print(json.dumps(report.as_dict(), indent=2, allow_nan=False) if as_json else report.as_table())
     return 0
 
 
@@ -197,9 +197,9 @@ def _contextual_effect(without: list[ModeReport], with_prefixes: list[ModeReport
             "without": round(plain.scores.means["ndcg@10"], 4),
             "with": round(enriched.scores.means["ndcg@10"], 4),
             "paired_mean": round(diff.mean, 4),
-            "ci95": round(diff.ci95, 4),
+            "ci95": None if diff.ci95 is None else round(diff.ci95, 4),
         }
-    summary = "; ".join(f"{m} nDCG@10 {e['without']:.4f} → {e['with']:.4f} ({e['paired_mean']:+.4f} ± {e['ci95']:.4f})" for m, e in effect.items())
+    summary = "; ".join(f"{m} nDCG@10 {e['without']:.4f} → {e['with']:.4f} ({e['paired_mean']:+.4f} ± {'n/a' if e['ci95'] is None else format(e['ci95'], '.4f')})" for m, e in effect.items())
     return {"measured": True, "model": model, "ndcg@10": effect, "summary": f"with prefixes by {model}: {summary}"}
 
 

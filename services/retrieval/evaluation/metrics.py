@@ -23,7 +23,7 @@ class Scores:
 @dataclass(frozen=True)
 class PairedDifference:
     mean: float  # mean of (a - b) over the queries
-    ci95: float  # half-width of the 95 % interval of that mean (normal approximation)
+    ci95: float | None  # half-width of the 95 % interval of that mean (normal approximation); None under 2 queries
     queries: int
 
 
@@ -48,6 +48,6 @@ def paired_difference(a: dict[str, float], b: dict[str, float]) -> PairedDiffere
     diffs = [a[q] - b[q] for q in shared]
     mean = sum(diffs) / len(diffs)
     if len(diffs) < 2:
-        return PairedDifference(mean=mean, ci95=math.inf, queries=len(diffs))
+        return PairedDifference(mean=mean, ci95=None, queries=len(diffs))  # no spread to measure
     variance = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
     return PairedDifference(mean=mean, ci95=1.96 * math.sqrt(variance / len(diffs)), queries=len(diffs))

@@ -46,7 +46,7 @@ class EvalReport:
                 for m in self.modes
             },
             "paired_ndcg@10": [
-                {"a": a, "b": b, "mean": round(d.mean, 4), "ci95": round(d.ci95, 4), "queries": d.queries}
+                {"a": a, "b": b, "mean": round(d.mean, 4), "ci95": _rounded(d.ci95), "queries": d.queries}
                 for a, b, d in self.paired()
             ],
             "dense_lookup": self.dense_lookup,
@@ -85,7 +85,7 @@ class EvalReport:
         lines.append("(latency: one search call for that many chunks, query encoding included; documents ranked by best chunk)")
         lines.append(self._dense_lookup_line())
         for a, b, d in self.paired():
-            lines.append(f"paired nDCG@10 {a} − {b}: {d.mean:+.4f} ± {d.ci95:.4f} (95 % CI, {d.queries} queries)")
+            lines.append(f"paired nDCG@10 {a} − {b}: {d.mean:+.4f} ± {_interval(d.ci95)} (95 % CI, {d.queries} queries)")
         if self.ann is not None:
             lines.append(
                 f"HNSW (filtered and larger searches): {self.ann.recall:.4f} of the exact top-{self.ann.k} returned "
@@ -102,3 +102,11 @@ class EvalReport:
                     f"unfiltered searches up to EXACT_SEARCH_MAX_CHUNKS={self.exact_max_chunks}")
         return (f"dense lookups: Chroma's HNSW index, as the service answers them above "
                 f"EXACT_SEARCH_MAX_CHUNKS={self.exact_max_chunks} chunks")
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _interval(ci95: float | None) -> str:
+    return "n/a" if ci95 is None else f"{ci95:.4f}"
