@@ -7,7 +7,6 @@ replicas sharing the server can tell which documents changed (see chroma_changes
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import threading
@@ -279,11 +278,9 @@ class ChromaStore:
         # Each page is converted as it arrives, so that only one of Chroma's raw pages is alive at a time.
         chunks: list[StoredChunk] = []
         if ids is None and doc_ids is None:
-            for offset in itertools.count(0, _PAGE):
-                page = await self._run(lambda c, o=offset: c.chunks.get(include=include, limit=_PAGE, offset=o))
+            for batch in await self._id_pages():
+                page = await self._run(lambda c, b=batch: c.chunks.get(ids=b, include=include))
                 chunks += chunks_of(page, with_embeddings)
-                if len(page["ids"]) < _PAGE:
-                    break
             return chunks
         for start in range(0, len(ids or []), _IDS_PER_CALL):
             batch = ids[start : start + _IDS_PER_CALL]
@@ -303,14 +300,17 @@ class ChromaStore:
 
     async def list_documents(self) -> list[DocumentInfo]:
         metadatas: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            page = await self._run(lambda c, o=offset: c.chunks.get(include=["metadatas"], limit=_PAGE, offset=o))
-            metadatas += page["metadatas"]
-            if len(page["ids"]) < _PAGE:
-                break
-            offset += _PAGE
+        for batch in await self._id_pages():
+            metadatas += (await self._run(lambda c, b=batch: c.chunks.get(ids=b, include=["metadatas"])))["metadatas"]
         return group(metadatas)
+
+    async def _id_pages(self) -> list[list[str]]:
+        """Every chunk id, in pages of _PAGE, for reading the whole collection page by page. Pages by
+        limit and offset skipped chunks that never changed when another replica deleted some of an
+        earlier page meanwhile (the offsets shifted), and no change record would bring them back; a
+        chunk deleted after its id was read is simply not returned, and one added is a change to replay."""
+        ids: list[str] = (await self._run(lambda c: c.chunks.get(include=[])))["ids"]
+        return [ids[start : start + _PAGE] for start in range(0, len(ids), _PAGE)]
 
     async def heartbeat(self) -> bool:
         try:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from services.retrieval.adapters import chroma_store
 from services.retrieval.adapters.chroma_store import ChromaStore
 from shared.filters import matches, parse_filter
 from services.retrieval.ports import StoredChunk, VectorStore
@@ -231,3 +232,29 @@ async def test_a_search_chroma_rejects_fails_alone(tmp_path: Path, unique: str) 
     good = store.nearest(embedding=unit(1, 0), top_k=1)
     bad, fine = await asyncio.gather(wrong_size, good, return_exceptions=True)
     assert isinstance(bad, Exception) and fine == [("a#0", pytest.approx(0.0, abs=1e-5))]
+
+
+async def test_reading_everything_while_another_writer_deletes_skips_no_other_chunk(
+    tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full read comes in pages; a chunk of an earlier page deleted meanwhile (by another replica) once
+    shifted the later pages and hid a chunk that never changed, until the next full reload."""
+    monkeypatch.setattr(chroma_store, "_PAGE", 5)
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    await store.upsert([chunk(f"doc{n:02d}", 0, unit(1, n)) for n in range(20)])
+    first_page_read = False
+    run = store._run
+
+    async def deleting_after_the_first_page(operation):
+        nonlocal first_page_read
+        result = await run(operation)
+        if isinstance(result, dict) and result.get("documents") and not first_page_read:
+            first_page_read = True
+            await store.delete(doc_id=result["ids"][0].split("#")[0])  # another replica's delete, meanwhile
+        return result
+
+    monkeypatch.setattr(store, "_run", deleting_after_the_first_page)
+    read = {c.chunk_id for c in await store.get_chunks()}
+    left = {c.chunk_id for c in await ChromaStore(collection=unique, path=tmp_path / "chroma").get_chunks()}
+    assert first_page_read and len(left) == 19
+    assert left <= read  # every chunk still stored was read
