@@ -262,4 +262,8 @@ async def _ingest(
             for chunk, meta, embedding in zip(chunks, metadatas, embeddings, strict=True)
         ]
     )
+    if store.shared:
+        # Another replica may have written a longer version of this document meanwhile (DocumentLocks holds
+        # within one process only): what lies beyond this version goes, so the later write leaves no mix.
+        await store.delete(doc_id=doc_id, from_chunk_index=len(chunks))
     return IngestResult(doc_id=doc_id, title=title, status="added" if existing is None else "replaced", chunks=len(chunks))

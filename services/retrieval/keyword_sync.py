@@ -150,6 +150,10 @@ class SyncedStore:
     def inner(self) -> VectorStore:
         return self._inner
 
+    @property
+    def shared(self) -> bool:
+        return self._inner.shared
+
     async def upsert(self, chunks: list[StoredChunk]) -> None:
         try:
             await self._inner.upsert(chunks)

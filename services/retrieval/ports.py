@@ -87,6 +87,10 @@ class VectorStore(Protocol):
     Every method raises shared.errors.DependencyUnavailable("chroma") when the store does not answer.
     """
 
+    @property
+    def shared(self) -> bool:
+        """Whether other processes write this store too (retrieval replicas on one Chroma server)."""
+
     async def upsert(self, chunks: list[StoredChunk]) -> None:
         """Insert or overwrite chunks by chunk_id."""
 

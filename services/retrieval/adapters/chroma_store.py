@@ -94,6 +94,7 @@ class ChromaStore:
         self._name = collection
         self._path = path
         self._url = url
+        self.shared = url is not None  # a server may have other retrieval replicas writing to it
         self._timeout_s = timeout_s
         self._hnsw = {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction, "max_neighbors": max_neighbors}
         self._client: Any = None

@@ -52,6 +52,7 @@ class FakeStore:
         self.change_log: list[tuple[int, set[str]]] = shared_with.change_log if shared_with else []
         self.available = True
         self.writer = id(self)
+        self.shared = shared_with is not None  # as a Chroma server is: other replicas may write too
 
     async def changes(self, cursor: object | None) -> tuple[set[str] | None, object]:
         self._check()

@@ -76,6 +76,25 @@ async def test_a_new_outline_for_the_same_text_is_chunked_again(embedder, store)
     assert store.chunks["p#0"].metadata["section"] == "Installing"
 
 
+async def test_a_longer_version_written_meanwhile_by_another_replica_leaves_no_tail(embedder) -> None:
+    """Two replicas on one index ingesting one doc_id at once: both saw no document, the other wrote 13
+    chunks, this one 3. The later write must not leave the other's chunks 3 to 12 behind it."""
+    other = FakeStore()
+    this = FakeStore(shared_with=other)
+    long_text = "# Guide\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 40 for i in range(5))
+    await ingest(NewDocument(text=long_text, doc_id="g"), embedder, other)  # already written, not yet seen
+    real_get = this.get_document
+    this.get_document = lambda doc_id: _none()  # type: ignore[method-assign]  # checked before the other wrote
+    short = await ingest(NewDocument(text="# Guide\n\nNow it is short.", doc_id="g"), embedder, this)
+    this.get_document = real_get  # type: ignore[method-assign]
+    assert short.chunks == 1 and sorted(this.chunks) == ["g#0"]
+    assert {c.metadata["content_hash"] for c in this.chunks.values()} == {content_hash("# Guide\n\nNow it is short.")}
+
+
+async def _none() -> None:
+    return None
+
+
 async def test_new_metadata_for_the_same_text_replaces(embedder, store) -> None:
     await ingest(NewDocument(text=GUIDE, doc_id="g", category="old"), embedder, store)
     result = await ingest(NewDocument(text=GUIDE, doc_id="g", category="new"), embedder, store)
