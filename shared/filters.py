@@ -62,6 +62,16 @@ class Filter:
         return bool(self.conditions)
 
 
+def checked_filter(value: Mapping[str, Any] | None) -> Any:
+    """`value` unchanged when parse_filter accepts it, else ValueError with its message: a pydantic validator
+    for a request's `filters` field, so the 422 names the key."""
+    try:
+        parse_filter(value)
+    except InvalidFilter as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def filter_schema() -> dict[str, Any]:
     """What parse_filter accepts, as far as JSON Schema can say it (dates in range bounds are ISO strings)."""
     scalar = {"type": ["string", "number", "boolean"]}

@@ -45,9 +45,10 @@ class RequestContextMiddleware:
     Pure ASGI so that streamed responses (SSE) pass through unbuffered.
     """
 
-    def __init__(self, app: ASGIApp, service: str) -> None:
+    def __init__(self, app: ASGIApp, service: str, request_lines: bool = True) -> None:
         self.app = app
         self.service = service
+        self.request_lines = request_lines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -86,6 +87,8 @@ class RequestContextMiddleware:
         matched = getattr(scope.get("route"), "path", None)
         route = matched or "unmatched"
         finish_server_span(span, method=method, route=matched, status=status, request_id=request_id)
+        if not self.request_lines:
+            return
         REQUESTS.labels(self.service, method, route, str(status)).inc()
         LATENCY.labels(self.service, method, route, str(status)).observe(elapsed)
         if route not in ("/healthz", "/readyz", "/metrics"):
@@ -178,12 +181,14 @@ def create_service_app(
     lifespan: Any = None,
     readiness: ReadinessCheck | None = None,
     needed: Collection[str] | None = None,
+    request_lines: bool = True,
     **kwargs: Any,
 ) -> FastAPI:
     """`readiness` reports the dependencies; those in `needed` (default: all) make /readyz 503 when down.
     The others are reported only: a service that answers their failure with its own JSON error stays in
     its load balancer (in Kubernetes, a gateway leaving its Service because chat is down would take
-    every route down with it)."""
+    every route down with it). Without `request_lines`, the app is part of another service's request
+    (served in process): it keeps its span, but writes no request line and counts no request of its own."""
     app = FastAPI(
         title=title,
         lifespan=lifespan,
@@ -191,7 +196,7 @@ def create_service_app(
         **kwargs,
     )
     app.router.route_class = StrictJsonRoute  # the routers of each service's api.py set it too
-    app.add_middleware(RequestContextMiddleware, service=service)
+    app.add_middleware(RequestContextMiddleware, service=service, request_lines=request_lines)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(ServiceError, _service_error)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Le
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from shared.filters import InvalidFilter, filter_schema, parse_filter
+from shared.filters import checked_filter, filter_schema
 from shared.json_types import JSON_INTEGER, trimmed_text_pattern
 
 MAX_QUERY_CHARS = 1000
@@ -48,15 +48,8 @@ class ChatRequest(BaseModel):
         "clients do); follow-ups are resolved against them. Ignored when conversation_id is given.",
     )
 
-    @field_validator("filters")
-    @classmethod
-    def _valid_filters(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        # Refused before any work: a follow-up is rewritten by a model call before retrieval would refuse it.
-        try:
-            parse_filter(value)
-        except InvalidFilter as exc:
-            raise ValueError(str(exc)) from None
-        return value
+    # Refused before any work: a follow-up is rewritten by a model call before retrieval would refuse it.
+    _valid_filters = field_validator("filters")(checked_filter)
 
     @field_validator("query")
     @classmethod

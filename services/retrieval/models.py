@@ -9,7 +9,7 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from services.retrieval.document_metadata import MAX_FIELDS, MAX_TEXT_CHARS, RESERVED_KEYS, own_fields, user_metadata
-from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, InvalidFilter, filter_schema, parse_filter
+from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, checked_filter, filter_schema
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
@@ -166,14 +166,7 @@ class SearchRequest(BaseModel):
             raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters once trimmed")
         return value
 
-    @field_validator("filters")
-    @classmethod
-    def _valid_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        try:
-            parse_filter(value)
-        except InvalidFilter as exc:
-            raise ValueError(str(exc)) from None
-        return value
+    _valid_filter = field_validator("filters")(checked_filter)
 
 
 class ChunkMetadata(BaseModel):

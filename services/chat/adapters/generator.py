@@ -277,7 +277,8 @@ def build_generator(settings: Settings) -> OpenAIGenerator:
         from services.chat.offline_llm.app import create_app as create_offline_app
 
         http_client = httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=create_offline_app()), event_hooks={"request": [_same_request_id]}
+            transport=httpx2.ASGITransport(app=create_offline_app(in_process=True)),
+            event_hooks={"request": [_same_request_id]},
         )
         client = AsyncOpenAI(
             base_url=OFFLINE_BASE_URL, api_key="offline", http_client=http_client,

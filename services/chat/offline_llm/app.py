@@ -128,7 +128,9 @@ async def stream_events(completion: Completion, *, include_usage: bool) -> Async
     yield "data: [DONE]\n\n"
 
 
-def create_app(settings: OfflineSettings | None = None) -> FastAPI:
+def create_app(settings: OfflineSettings | None = None, *, in_process: bool = False) -> FastAPI:
+    """The generator's app; `in_process`: served inside chat, whose request it is part of (a span, but no
+    request line or request metrics of its own)."""
     settings = settings or OfflineSettings()
     router = APIRouter(route_class=StrictJsonRoute, prefix="/v1", tags=["openai-compatible"])
 
@@ -149,6 +151,6 @@ def create_app(settings: OfflineSettings | None = None) -> FastAPI:
     async def models() -> dict:
         return {"object": "list", "data": [{"id": settings.model, "object": "model", "created": 0, "owned_by": "cairn"}]}
 
-    app = create_service_app(service="offline-llm", title="Cairn offline generator")
+    app = create_service_app(service="offline-llm", title="Cairn offline generator", request_lines=not in_process)
     app.include_router(router)
     return app

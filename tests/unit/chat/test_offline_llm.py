@@ -3,6 +3,7 @@ import logging
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from services.chat.adapters.generator import build_generator
 from services.chat.context_format import ContextBlock
@@ -10,7 +11,6 @@ from services.chat.offline_llm.app import create_app
 from services.chat.offline_llm.extractive import INSUFFICIENT, answer, split_sentences, stem
 from services.chat.prompt import build_prompt
 from services.chat.settings import Settings
-from shared.context import request_id_var
 from tests.unit.chat.fakes import GUIDE
 
 pytestmark = pytest.mark.unit
@@ -128,24 +128,20 @@ async def test_the_sdk_talks_to_it_in_process():
 
 
 
-async def test_in_process_its_request_line_carries_the_questions_request_id(caplog):
+async def test_in_process_it_writes_no_request_line_and_no_metrics_of_its_own(caplog):
+    """It is part of chat's request, which chat logs and counts once."""
     caplog.set_level(logging.INFO)
-    seen: list[str | None] = []
-
-    class RequestLines(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage() == "request" and getattr(record, "service", None) == "offline-llm":
-                seen.append(request_id_var.get())
-
-    handler = RequestLines()
-    logging.getLogger().addHandler(handler)
+    before = REGISTRY.get_sample_value(
+        "cairn_http_requests_total", {"service": "offline-llm", "method": "POST", "route": "/v1/chat/completions", "status": "200"}
+    )
     generator = build_generator(Settings())
-    token = request_id_var.set("question-42")
     try:
         prompt = build_prompt(query="How do I add a user?", chunks=GUIDE, token_budget=3500)
         await generator.generate(model="cairn-extractive", messages=prompt.messages, temperature=0.1, max_tokens=64)
     finally:
-        request_id_var.reset(token)
-        logging.getLogger().removeHandler(handler)
         await generator.close()
-    assert seen == ["question-42"]
+    assert not [r for r in caplog.records if r.getMessage() == "request"]
+    after = REGISTRY.get_sample_value(
+        "cairn_http_requests_total", {"service": "offline-llm", "method": "POST", "route": "/v1/chat/completions", "status": "200"}
+    )
+    assert after == before
