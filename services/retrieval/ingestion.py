@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from services.retrieval import parsing
 from services.retrieval.chunking import CHUNKER_VERSION, Chunk, chunk_text, document_title
+from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.ports import CONTEXT_KEY, Embedder, MetadataValue, StoredChunk, VectorStore, indexed_text
 
 if TYPE_CHECKING:
@@ -239,6 +240,8 @@ async def _ingest(
         page_starts=document.page_starts,
         section_starts=document.section_starts,
     )
+    if not chunks:  # markdown that is only front matter: nothing would be stored, yet "added"
+        raise UnprocessableDocument(f"{doc_id}: no text to index after its front matter")
     prefixes: list[str | None] = [None] * len(chunks)
     if contextualizer is not None:
         written = await contextualizer.prefixes(document=document.text, chunks=[c.text for c in chunks])

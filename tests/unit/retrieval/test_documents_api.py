@@ -210,3 +210,9 @@ def test_unknown_fields_and_unreadable_form_metadata_are_refused(client: TestCli
         refused = upload(client, "notes.md", b"# Notes\n\ntext", metadata=form_value)
         assert refused.status_code == 422 and message in refused.json()["message"], refused.text
     assert upload(client, "notes.md", b"# Notes\n\ntext", colour="red").status_code == 422
+
+
+def test_json_markdown_that_is_only_front_matter_is_refused_naming_the_document(client: TestClient) -> None:
+    refused = client.post("/documents", json={"doc_id": "empty.md", "text": "---\ntitle: Draft\n---\n"}, headers=AUTH)
+    assert refused.status_code == 422 and refused.json()["message"] == "empty.md: no text to index after its front matter"
+    assert client.get("/documents/empty.md", headers=AUTH).status_code == 404
