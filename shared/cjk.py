@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["CJK_RUN", "has_cjk", "pairs"]
+__all__ = ["CJK_RUN", "has_cjk", "pairs", "split_cjk"]
 
 _CHARACTERS = (
     "\u1100-\u11ff"  # Hangul Jamo
@@ -39,3 +39,10 @@ def pairs(run: str) -> list[str]:
     if len(run) < 2:
         return [run] if run else []
     return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def split_cjk(text: str) -> tuple[str, list[str]]:
+    """`text` with its CJK runs blanked out (so "GPT模型" leaves the word "GPT"), and the runs' pairs."""
+    if not has_cjk(text):
+        return text, []
+    return CJK_RUN.sub(" ", text), [pair for run in CJK_RUN.findall(text) for pair in pairs(run)]

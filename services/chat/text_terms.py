@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from shared.cjk import CJK_RUN, has_cjk, pairs
+from shared.cjk import split_cjk
 
 STOPWORDS = frozenset(
     """a about above after again all also am an and any are as at be because been before being below between
@@ -52,8 +52,5 @@ def _drop_final_e(word: str) -> str:
 def terms_of(text: str) -> list[str]:
     """Stemmed content terms of `text`, in order (repeats kept); Chinese, Japanese and Korean runs give
     pairs of adjacent characters instead (shared/cjk.py), after the other words."""
-    text = text.lower()
-    if not has_cjk(text):
-        return [stem(w) for w in _WORD.findall(text) if w not in STOPWORDS]
-    words = [stem(w) for w in _WORD.findall(CJK_RUN.sub(" ", text)) if w not in STOPWORDS]
-    return words + [pair for run in CJK_RUN.findall(text) for pair in pairs(run)]
+    rest, cjk_terms = split_cjk(text.lower())
+    return [stem(w) for w in _WORD.findall(rest) if w not in STOPWORDS] + cjk_terms

@@ -14,7 +14,7 @@ from services.analytics.reports.scope import Scope, model_name
 
 def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
     """Requests with an outcome, by the model that answered them (else the one they asked for, else `unknown`)."""
-    model = model_name
+    model = model_name  # the name the model filter compares with (reports/scope.py)
     done = [*scope.conditions(), requests.c.outcome != PENDING]
     count = func.count()
     responses = func.count(case((requests.c.outcome.in_(RESPONSE_OUTCOMES), 1)))

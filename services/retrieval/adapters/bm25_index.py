@@ -28,7 +28,7 @@ from services.retrieval.adapters.heap import release_free_memory
 from shared.filters import Filter, matches
 from services.retrieval.keyword_sync import KeywordSync, SyncedStore
 from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
-from shared.cjk import CJK_RUN, has_cjk, pairs
+from shared.cjk import split_cjk
 from shared.errors import DependencyUnavailable
 
 __all__ = ["Bm25Index", "keyword_indexed", "tokenize"]
@@ -45,14 +45,8 @@ def tokenize(text: str) -> list[str]:
     stemmer = getattr(_local, "stemmer", None)
     if stemmer is None:
         stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    text = text.lower()
-    if not has_cjk(text):
-        return stemmer.stemWords([w for w in _WORD.findall(text) if w not in _STOPWORDS])
-    terms: list[str] = []
-    for run in CJK_RUN.findall(text):
-        terms.extend(pairs(run))
-    words = _WORD.findall(CJK_RUN.sub(" ", text))  # the rest, with the runs taken out of "GPT模型"-like words
-    return stemmer.stemWords([w for w in words if w not in _STOPWORDS]) + terms
+    rest, cjk_terms = split_cjk(text.lower())
+    return stemmer.stemWords([w for w in _WORD.findall(rest) if w not in _STOPWORDS]) + cjk_terms
 
 
 @dataclass(frozen=True)
