@@ -34,7 +34,7 @@ LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 
-_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 SERVICE_TOKEN_HEADER = "X-Service-Token"
 
 
@@ -56,7 +56,7 @@ class RequestContextMiddleware:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         incoming = headers.get("x-request-id", "")
-        request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else new_request_id()
+        request_id = incoming if _SAFE_REQUEST_ID.fullmatch(incoming) else new_request_id()
         rid_token = request_id_var.set(request_id)
         user = RequestUser()
         user_token = request_user_var.set(user)

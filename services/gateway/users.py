@@ -16,7 +16,7 @@ from services.gateway.passwords import hash_password
 from services.gateway.roles import validate_roles
 from services.gateway.stores import SessionStore, UserStore
 
-_USERNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+_USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")  # fullmatch: "$" would let a final newline through
 MIN_PASSWORD_LENGTH = 8
 
 
@@ -50,8 +50,8 @@ async def _existing(users: UserStore, username: str) -> User:
 
 
 async def add_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:
-    if not _USERNAME.match(username):
-        raise UserError("username: 1-64 letters, digits or . _ @ -")
+    if not _USERNAME.fullmatch(username):
+        raise UserError("username: 1-64 ASCII letters, digits or . _ @ -")
     if await users.get(username):
         raise UserError(f"user {username!r} already exists")
     # Names are kept as typed, but "Admin" beside "admin" would pass for one user to people reading them

@@ -183,6 +183,8 @@ async def test_user_management_rules():
         await add_user(users=users, username="dog", password="short", roles=["user"])
     with pytest.raises(UserError, match="username"):
         await add_user(users=users, username="no spaces", password="long enough", roles=["user"])
+    with pytest.raises(UserError, match="username"):  # "$" alone would let a final newline through
+        await add_user(users=users, username="cat\n", password="long enough", roles=["user"])
     with pytest.raises(UserError, match="roles"):
         await add_user(users=users, username="eel", password="long enough", roles=["wizard"])
     changed = await set_password(users=users, username="cat", password="another one")
