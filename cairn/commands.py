@@ -100,7 +100,10 @@ def _print_welcome(settings: CliSettings, password: str | None, *, children: lis
     if len(children) > len(SERVICES):
         print("processes: " + ", ".join(f"{child.name} {child.url}" for child in children), flush=True)
     if password is None:
-        login = f"  user: {demo.DEMO_USER} was disabled or given another password since it was created: log in as yours\n"
+        login = (
+            f"  user: {demo.DEMO_USER}, password not shown: it came from CAIRN_DEMO_PASSWORD, or an administrator "
+            "has disabled the user or given it another password since: log in as yours\n"
+        )
     else:
         login = (
             f"  user: {demo.DEMO_USER}\n"
@@ -296,8 +299,8 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
         password = _read_password(True)
     elif os.environ.get("CAIRN_PASSWORD"):
         password = os.environ["CAIRN_PASSWORD"]
-    elif username == demo.DEMO_USER:
-        password, _ = demo.demo_password(settings)
+    elif username == demo.DEMO_USER and (kept := demo.kept_demo_password(settings)) is not None:
+        password = kept
     else:
         password = _read_password(False)
     url = settings.url_of("gateway")

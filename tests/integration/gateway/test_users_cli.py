@@ -129,6 +129,37 @@ def test_cairn_up_keeps_the_demo_user_as_an_admin_left_it(cairn_user, redis_url,
     assert demo.create_demo_user(configured) is None, "configured or not, a disabled demo user stays disabled"
 
 
+def test_a_demo_password_set_by_the_environment_is_not_replaced_later(
+    cairn_user, redis_url, unique, tmp_path, monkeypatch
+):
+    from cairn import demo
+    from cairn.settings import CliSettings
+
+    monkeypatch.delenv("CAIRN_DEMO_PASSWORD", raising=False)
+    data = tmp_path / "data"
+    configured = CliSettings(redis_url=redis_url, redis_prefix=unique, data_dir=data, demo_password=PASSWORD)
+    assert demo.create_demo_user(configured) == PASSWORD
+    assert cairn_user("reset-password", "demo", "--password-stdin", stdin="the admin's own password\n")[0] == 0
+    # A later run without CAIRN_DEMO_PASSWORD: the data directory is not new, so the admin's password stays.
+    unconfigured = CliSettings(redis_url=redis_url, redis_prefix=unique, data_dir=data)
+    assert demo.create_demo_user(unconfigured) is None
+    assert _login_as_demo(redis_url, unique, "the admin's own password")
+    assert not (data / demo.PASSWORD_FILE).exists()
+
+
+def test_cairn_ask_writes_no_demo_password(redis_url, unique, tmp_path, monkeypatch, capsys):
+    def no_terminal(prompt: str = "") -> str:
+        raise EOFError
+
+    for name in ("CAIRN_DEMO_PASSWORD", "CAIRN_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(getpass, "getpass", no_terminal)
+    with pytest.raises(SystemExit, match="no password given"):  # no password kept: it asks, as for any user
+        cli.main(["ask", "anything"])
+    assert not (tmp_path / "data").exists(), "a question leaves the data directory as it was"
+
+
 def _login_as_demo(redis_url: str, prefix: str, password: str) -> bool:
     try:
         _login(redis_url, prefix, password, username="demo")
