@@ -130,10 +130,11 @@ class ChatPipeline:
 
     async def prepare(self, turn: Turn) -> None:
         """Everything before generation; leaves `turn.prompt` None when the model is not to be asked."""
-        turn.small_talk = small_talk_reply(turn.request.query)
-        if turn.small_talk is not None:
+        small_talk = small_talk_reply(turn.request.query)
+        await self._load_history(turn)  # first, so another user's conversation_id is refused whatever is asked
+        if small_talk is not None:
+            turn.small_talk = small_talk
             return
-        await self._load_history(turn)
         await self._reformulate(turn)
         turn.stage = "retrieval"
         step = time.perf_counter()

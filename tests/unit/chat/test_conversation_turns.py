@@ -58,6 +58,8 @@ async def test_another_users_conversation_is_not_found_and_reported():
     assert caught.value.status_code == 404
     failed = chat.publisher.events[-1]
     assert (failed.event_type, failed.data.stage, failed.data.error) == ("QueryFailed", "conversation", "conversation_not_found")
+    with pytest.raises(ConversationNotFound):  # small talk too: the id is refused the same way whatever is asked
+        await chat.answer(request=ChatRequest(query="thanks!", conversation_id=first.conversation_id), caller=BOB)
 
 
 class BrokenConversations(MemoryConversations):
