@@ -23,6 +23,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def app_routes(app) -> list:
+    """Every route of a FastAPI app, those of its included routers too (FastAPI keeps them apart)."""
+    found, pending = [], list(app.router.routes)
+    while pending:
+        route = pending.pop()
+        if (router := getattr(route, "original_router", None)) is not None:
+            pending.extend(router.routes)
+        elif hasattr(route, "path"):
+            found.append(route)
+    return found
+
+
 def wait_until(condition, *, timeout: float, interval: float = 0.2, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -5,6 +5,7 @@ autoscalers on existing Deployments, every setting a service reads from the Conf
 present there, and only the gateway reachable from outside."""
 from __future__ import annotations
 
+import re
 import socket
 import tomllib
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from services.chat.settings import Settings as ChatSettings
 from services.gateway.settings import Settings as GatewaySettings
 from services.retrieval.settings import Settings as RetrievalSettings
 from shared.settings import PLACEHOLDER_SERVICE_TOKEN
+from tests.support import app_routes
 
 pytestmark = pytest.mark.unit
 
@@ -335,6 +337,28 @@ def test_only_the_gateway_is_reachable_from_outside() -> None:
     opened = [p for p in policies if any("from" not in rule for rule in p["spec"].get("ingress", []))]
     assert [p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for p in opened] == ["gateway"]
     assert opened[0]["spec"]["ingress"][0]["ports"] == [{"port": PORTS["gateway"], "protocol": "TCP"}]
+
+
+def _routed_by(ingress: dict, url_path: str) -> bool:
+    """Whether a request for `url_path` reaches a backend, by Kubernetes' Exact and Prefix matching
+    (Prefix matches whole path elements: /api matches /api and /api/chat, not /apis)."""
+    for rule in ingress["spec"]["rules"]:
+        for path in rule["http"]["paths"]:
+            p, kind = path["path"], path["pathType"]
+            if url_path == p or (kind == "Prefix" and url_path.startswith(p.rstrip("/") + "/")):
+                return True
+    return False
+
+
+def test_the_ingress_publishes_the_gateways_routes_but_not_its_metrics() -> None:
+    from services.gateway.main import create_app
+
+    (ingress,) = [doc for file, doc in RESOURCES if doc["kind"] == "Ingress"]
+    internal = {"/metrics", "/readyz"}  # /metrics names internal addresses; both are for Prometheus and probes
+    routes = {re.sub(r"{[^}]+}", "x", route.path) for route in app_routes(create_app())}
+    assert internal <= routes and {"/", "/dashboard", "/auth/login", "/api/chat", "/v1/chat/completions"} <= routes
+    assert sorted(r for r in routes - internal if not _routed_by(ingress, r)) == []
+    assert not any(_routed_by(ingress, r) for r in internal)
 
 
 def test_chroma_is_the_same_image_as_in_compose() -> None:

@@ -13,6 +13,7 @@ from services.chat.offline_llm.app import create_app as create_offline_llm_app
 from services.gateway.main import create_app as create_gateway_app
 from services.retrieval.main import create_app as create_retrieval_app
 from shared.json_body import StrictJsonRoute, loads
+from tests.support import app_routes
 
 pytestmark = pytest.mark.unit
 
@@ -52,14 +53,7 @@ def test_syntax_errors_stay_json_errors() -> None:
 
 def _api_routes(app: FastAPI) -> list[APIRoute]:
     """Every APIRoute of the app, those of included routers too."""
-    found, pending = [], list(app.router.routes)
-    while pending:
-        route = pending.pop()
-        if isinstance(route, APIRoute):
-            found.append(route)
-        elif (router := getattr(route, "original_router", None)) is not None:
-            pending.extend(router.routes)
-    return found
+    return [route for route in app_routes(app) if isinstance(route, APIRoute)]
 
 
 @pytest.mark.parametrize(
