@@ -36,34 +36,34 @@ ReplicaCounts = Annotated[dict[str, int], NoDecode, BeforeValidator(parse_replic
 
 
 class CliSettings(CommonSettings):
-    gateway_port: int = Field(8000, validation_alias=aliases("GATEWAY_PORT", "gateway_port"))
-    chat_port: int = Field(8001, validation_alias=aliases("CHAT_PORT", "chat_port"))
-    retrieval_port: int = Field(8002, validation_alias=aliases("RETRIEVAL_PORT", "retrieval_port"))
-    analytics_port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT", "analytics_port"))
-    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL", "redis_url"))
-    redis_prefix: str = Field("cairn", validation_alias=aliases("REDIS_PREFIX", "redis_prefix"))
-    demo_password: str | None = Field(None, validation_alias=aliases("CAIRN_DEMO_PASSWORD", "demo_password"))
-    start_timeout_s: float = Field(180.0, validation_alias=aliases("CAIRN_START_TIMEOUT_S", "start_timeout_s"))
+    gateway_port: int = Field(8000, validation_alias=aliases("GATEWAY_PORT"))
+    chat_port: int = Field(8001, validation_alias=aliases("CHAT_PORT"))
+    retrieval_port: int = Field(8002, validation_alias=aliases("RETRIEVAL_PORT"))
+    analytics_port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT"))
+    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL"))
+    redis_prefix: str = Field("cairn", validation_alias=aliases("REDIS_PREFIX"))
+    demo_password: str | None = Field(None, validation_alias=aliases("CAIRN_DEMO_PASSWORD"))
+    start_timeout_s: float = Field(180.0, validation_alias=aliases("CAIRN_START_TIMEOUT_S"))
     replicas: ReplicaCounts = Field(
         default_factory=dict,
-        validation_alias=aliases("CAIRN_REPLICAS", "replicas"),
+        validation_alias=aliases("CAIRN_REPLICAS"),
         description="Processes per service under `cairn up`, as chat=2,retrieval=2; unnamed services run one.",
     )
     replica_port_step: int = Field(
         10,
         ge=1,
-        validation_alias=aliases("CAIRN_REPLICA_PORT_STEP", "replica_port_step"),
+        validation_alias=aliases("CAIRN_REPLICA_PORT_STEP"),
         description="Replica n (from 2) of a service listens on the service's port + (n-1) x this step.",
     )
     chroma_server: bool = Field(
         False,
-        validation_alias=aliases("CAIRN_CHROMA_SERVER", "chroma_server"),
+        validation_alias=aliases("CAIRN_CHROMA_SERVER"),
         description="Run a Chroma server for retrieval even with one replica (always with several).",
     )
-    chroma_port: int = Field(8004, validation_alias=aliases("CHROMA_PORT", "chroma_port"))
+    chroma_port: int = Field(8004, validation_alias=aliases("CHROMA_PORT"))
     chroma_url: str | None = Field(
         None,
-        validation_alias=aliases("CHROMA_URL", "chroma_url"),
+        validation_alias=aliases("CHROMA_URL"),
         description="A Chroma server of your own: retrieval uses it and `cairn up` starts none.",
     )
 
@@ -81,10 +81,10 @@ class CliSettings(CommonSettings):
     def runs_chroma_server(self) -> bool:
         return self.chroma_url is None and (self.chroma_server or self.replicas_of("retrieval") > 1)
 
-    gateway_url: str | None = Field(None, validation_alias=aliases("GATEWAY_URL", "gateway_url"))
-    chat_url: str | None = Field(None, validation_alias=aliases("CHAT_URL", "chat_url"))
-    retrieval_url: str | None = Field(None, validation_alias=aliases("RETRIEVAL_URL", "retrieval_url"))
-    analytics_url: str | None = Field(None, validation_alias=aliases("ANALYTICS_URL", "analytics_url"))
+    gateway_url: str | None = Field(None, validation_alias=aliases("GATEWAY_URL"))
+    chat_url: str | None = Field(None, validation_alias=aliases("CHAT_URL"))
+    retrieval_url: str | None = Field(None, validation_alias=aliases("RETRIEVAL_URL"))
+    analytics_url: str | None = Field(None, validation_alias=aliases("ANALYTICS_URL"))
 
     def url_of(self, service: str) -> str:
         """`<SERVICE>_URL` when set (a Cairn elsewhere), else the local port `cairn up` uses."""

@@ -11,27 +11,33 @@ PLACEHOLDER_SERVICE_TOKEN = "change-me-internal-service-token"
 
 
 def aliases(*names: str) -> AliasChoices:
-    """Accept a field by its environment variable name(s) or by its own name."""
+    """The environment variable name(s) of a field. Code may also pass the field by its own name."""
+    if not all(name.isupper() for name in names):
+        raise ValueError(f"environment variable names are upper case: {names}")  # "port" would read PORT
     return AliasChoices(*names)
 
 
 class CommonSettings(BaseSettings):
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+    # populate_by_name lets code and tests pass a field by its own name, but pydantic-settings then also
+    # reads the field's name from the environment (prefixed with env_prefix): ENV, HOST, PORT or DATA_DIR,
+    # set by a platform or an image for something else, would configure Cairn. The prefix keeps those
+    # names out; every setting is read from its documented variables only.
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_prefix="CAIRN_FIELD_")
 
-    env: Literal["local", "test", "production"] = Field("local", validation_alias=aliases("CAIRN_ENV", "env"))
-    log_level: str = Field("INFO", validation_alias=aliases("LOG_LEVEL", "log_level"))
+    env: Literal["local", "test", "production"] = Field("local", validation_alias=aliases("CAIRN_ENV"))
+    log_level: str = Field("INFO", validation_alias=aliases("LOG_LEVEL"))
     service_token: SecretStr = Field(
         SecretStr(PLACEHOLDER_SERVICE_TOKEN),
-        validation_alias=aliases("CAIRN_SERVICE_TOKEN", "service_token"),
+        validation_alias=aliases("CAIRN_SERVICE_TOKEN"),
         description="Shared secret the gateway sends to internal services.",
     )
-    amqp_url: str = Field("amqp://guest:guest@127.0.0.1:5672/", validation_alias=aliases("AMQP_URL", "amqp_url"))
-    events_exchange: str = Field("cairn.events", validation_alias=aliases("EVENTS_EXCHANGE", "events_exchange"))
-    analytics_queue: str = Field("cairn.analytics", validation_alias=aliases("ANALYTICS_QUEUE", "analytics_queue"))
-    data_dir: Path = Field(Path("data"), validation_alias=aliases("CAIRN_DATA_DIR", "data_dir"))
+    amqp_url: str = Field("amqp://guest:guest@127.0.0.1:5672/", validation_alias=aliases("AMQP_URL"))
+    events_exchange: str = Field("cairn.events", validation_alias=aliases("EVENTS_EXCHANGE"))
+    analytics_queue: str = Field("cairn.analytics", validation_alias=aliases("ANALYTICS_QUEUE"))
+    data_dir: Path = Field(Path("data"), validation_alias=aliases("CAIRN_DATA_DIR"))
     outbox_path: Path | None = Field(
         None,
-        validation_alias=aliases("OUTBOX_PATH", "outbox_path"),
+        validation_alias=aliases("OUTBOX_PATH"),
         description="SQLite file holding events until the broker confirms them; default "
         "CAIRN_DATA_DIR/outbox/<service>.sqlite3. Each process needs its own file.",
     )
@@ -39,13 +45,13 @@ class CommonSettings(BaseSettings):
         1.0,
         ge=0,
         le=60,
-        validation_alias=aliases("EVENTS_LINGER_S", "events_linger_s"),
+        validation_alias=aliases("EVENTS_LINGER_S"),
         description="Longest an event waits in the outbox for others before a batch is sent; 0 sends each at once.",
     )
     outbox_max_events: int = Field(
         100_000,
         ge=1,
-        validation_alias=aliases("OUTBOX_MAX_EVENTS", "outbox_max_events"),
+        validation_alias=aliases("OUTBOX_MAX_EVENTS"),
         description="Most events the outbox holds; beyond it new events are refused and counted as dropped.",
     )
     host: str = "127.0.0.1"

@@ -7,33 +7,33 @@ from shared.settings import CommonSettings, aliases
 
 
 class Settings(CommonSettings):
-    host: str = Field("127.0.0.1", validation_alias=aliases("ANALYTICS_HOST", "host"))
-    port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT", "port"))
+    host: str = Field("127.0.0.1", validation_alias=aliases("ANALYTICS_HOST"))
+    port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT"))
     db_url: str | None = Field(
         None,
-        validation_alias=aliases("ANALYTICS_DB_URL", "db_url"),
+        validation_alias=aliases("ANALYTICS_DB_URL"),
         description="SQLAlchemy URL; default a SQLite file under the data directory. "
         "PostgreSQL: postgresql+psycopg://user:password@host:5432/db",
     )
-    db_timeout_s: float = Field(5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S", "db_timeout_s"))
-    prefetch: int = Field(200, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH", "prefetch"))
+    db_timeout_s: float = Field(5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S"))
+    prefetch: int = Field(200, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH"))
     batch_size: int = Field(
-        100, ge=1, le=1000, validation_alias=aliases("ANALYTICS_BATCH_SIZE", "batch_size"),
+        100, ge=1, le=1000, validation_alias=aliases("ANALYTICS_BATCH_SIZE"),
         description="Most events committed in one transaction; a batch never holds more than the prefetch, "
         "since the broker sends no more unacknowledged messages than that.",
     )
     batch_wait_ms: float = Field(
-        5.0, ge=0, le=1000, validation_alias=aliases("ANALYTICS_BATCH_WAIT_MS", "batch_wait_ms"),
+        5.0, ge=0, le=1000, validation_alias=aliases("ANALYTICS_BATCH_WAIT_MS"),
         description="How long the consumer waits for more messages to fill a batch; no message is held "
         "longer than this before its batch is stored.",
     )
     retrieval_urls: UrlList = Field(
         ("http://127.0.0.1:8002",),
-        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL", "retrieval_urls", "retrieval_url"),
+        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL"),
         description="Retrieval's API, asked for its document list by the never-cited report (the first replica).",
     )
     retrieval_timeout_s: float = Field(
-        5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S", "retrieval_timeout_s")
+        5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S")
     )
 
     @property

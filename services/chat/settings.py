@@ -14,48 +14,48 @@ OFFLINE_MODEL = "cairn-extractive"
 
 
 class Settings(CommonSettings):
-    host: str = Field("127.0.0.1", validation_alias=aliases("CHAT_HOST", "host"))
-    port: int = Field(8001, validation_alias=aliases("CHAT_PORT", "port"))
+    host: str = Field("127.0.0.1", validation_alias=aliases("CHAT_HOST"))
+    port: int = Field(8001, validation_alias=aliases("CHAT_PORT"))
     retrieval_urls: UrlList = Field(
         ("http://127.0.0.1:8002",),
-        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL", "retrieval_urls", "retrieval_url"),
+        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL"),
         description="Retrieval's replicas (comma-separated), balanced round robin; RETRIEVAL_URL works too.",
     )
     retrieval_timeout_s: float = Field(
-        10.0, gt=0, validation_alias=aliases("RETRIEVAL_TIMEOUT_S", "retrieval_timeout_s")
+        10.0, gt=0, validation_alias=aliases("RETRIEVAL_TIMEOUT_S")
     )
     retrieval_attempts: int = Field(
-        3, ge=1, le=10, validation_alias=aliases("RETRIEVAL_ATTEMPTS", "retrieval_attempts")
+        3, ge=1, le=10, validation_alias=aliases("RETRIEVAL_ATTEMPTS")
     )
     retrieval_backoff_s: float = Field(
-        0.1, ge=0, validation_alias=aliases("RETRIEVAL_BACKOFF_S", "retrieval_backoff_s")
+        0.1, ge=0, validation_alias=aliases("RETRIEVAL_BACKOFF_S")
     )
     retrieval_breaker_failures: int = Field(
-        5, ge=1, validation_alias=aliases("RETRIEVAL_BREAKER_FAILURES", "retrieval_breaker_failures")
+        5, ge=1, validation_alias=aliases("RETRIEVAL_BREAKER_FAILURES")
     )
     retrieval_breaker_cooldown_s: float = Field(
-        30.0, gt=0, validation_alias=aliases("RETRIEVAL_BREAKER_COOLDOWN_S", "retrieval_breaker_cooldown_s")
+        30.0, gt=0, validation_alias=aliases("RETRIEVAL_BREAKER_COOLDOWN_S")
     )
     llm_base_url: str | None = Field(
         None,
-        validation_alias=aliases("LLM_BASE_URL", "llm_base_url"),
+        validation_alias=aliases("LLM_BASE_URL"),
         description="An OpenAI-compatible endpoint (…/v1); unset = the built-in offline extractive generator.",
     )
-    llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY", "llm_api_key"))
+    llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY"))
     llm_model: str = Field(
-        "", validation_alias=aliases("LLM_MODEL", "llm_model"), description="Default model; required with LLM_BASE_URL."
+        "", validation_alias=aliases("LLM_MODEL"), description="Default model; required with LLM_BASE_URL."
     )
     chat_models: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        validation_alias=aliases("CHAT_MODELS", "chat_models"),
+        validation_alias=aliases("CHAT_MODELS"),
         description="Models a request may name as model_id (comma-separated or a JSON list); LLM_MODEL is always allowed.",
     )
     llm_timeout_s: float = Field(
-        60.0, gt=0, validation_alias=aliases("LLM_TIMEOUT_S", "llm_timeout_s"),
+        60.0, gt=0, validation_alias=aliases("LLM_TIMEOUT_S"),
         description="Longest wait for the model to connect or to send its next bytes, per attempt.",
     )
     llm_deadline_s: float = Field(
-        90.0, gt=0, validation_alias=aliases("LLM_DEADLINE_S", "llm_deadline_s"),
+        90.0, gt=0, validation_alias=aliases("LLM_DEADLINE_S"),
         description="Longest a request waits for an answer (a stream: for its first text), retries included; "
         "below the gateway's UPSTREAM_TIMEOUT_S so the caller gets 502 llm_unavailable, not a 504.",
     )
@@ -63,50 +63,50 @@ class Settings(CommonSettings):
         3,
         ge=0,
         le=10,
-        validation_alias=aliases("LLM_MAX_RETRIES", "llm_max_retries"),
+        validation_alias=aliases("LLM_MAX_RETRIES"),
         description="Retries after a 429, 5xx, timeout or dropped connection; other 4xx fail at once.",
     )
     llm_backoff_base_s: float = Field(
-        1.0, ge=0, validation_alias=aliases("LLM_BACKOFF_BASE_S", "llm_backoff_base_s"),
+        1.0, ge=0, validation_alias=aliases("LLM_BACKOFF_BASE_S"),
         description="First retry delay; doubles per retry up to LLM_BACKOFF_CAP_S, plus 0-25 % jitter.",
     )
-    llm_backoff_cap_s: float = Field(10.0, ge=0, validation_alias=aliases("LLM_BACKOFF_CAP_S", "llm_backoff_cap_s"))
-    llm_temperature: float = Field(0.1, ge=0, le=2, validation_alias=aliases("LLM_TEMPERATURE", "llm_temperature"))
-    llm_max_tokens: int = Field(512, ge=1, validation_alias=aliases("LLM_MAX_TOKENS", "llm_max_tokens"))
+    llm_backoff_cap_s: float = Field(10.0, ge=0, validation_alias=aliases("LLM_BACKOFF_CAP_S"))
+    llm_temperature: float = Field(0.1, ge=0, le=2, validation_alias=aliases("LLM_TEMPERATURE"))
+    llm_max_tokens: int = Field(512, ge=1, validation_alias=aliases("LLM_MAX_TOKENS"))
     # all-MiniLM-L6-v2 cosine similarity: on-topic passages usually score 0.35-0.75, unrelated text 0.0-0.2.
     relevance_threshold: float = Field(
-        0.25, ge=-1, le=1, validation_alias=aliases("RELEVANCE_THRESHOLD", "relevance_threshold")
+        0.25, ge=-1, le=1, validation_alias=aliases("RELEVANCE_THRESHOLD")
     )
-    default_top_k: int = Field(8, ge=1, le=50, validation_alias=aliases("DEFAULT_TOP_K", "default_top_k"))
+    default_top_k: int = Field(8, ge=1, le=50, validation_alias=aliases("DEFAULT_TOP_K"))
     context_token_budget: int = Field(
         3500,
         ge=100,
-        validation_alias=aliases("CONTEXT_TOKEN_BUDGET", "context_token_budget"),
+        validation_alias=aliases("CONTEXT_TOKEN_BUDGET"),
         description="Tokens of retrieved text put in the prompt, approximated as characters / 4.",
     )
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
-        validation_alias=aliases("REDIS_URL", "redis_url"),
+        validation_alias=aliases("REDIS_URL"),
         description="Where conversations are kept for follow-up questions.",
     )
     redis_prefix: str = Field(
-        "cairn", validation_alias=aliases("REDIS_PREFIX", "redis_prefix"), description="Prefix of chat's Redis keys."
+        "cairn", validation_alias=aliases("REDIS_PREFIX"), description="Prefix of chat's Redis keys."
     )
-    redis_timeout_s: float = Field(2.0, gt=0, validation_alias=aliases("REDIS_TIMEOUT_S", "redis_timeout_s"))
+    redis_timeout_s: float = Field(2.0, gt=0, validation_alias=aliases("REDIS_TIMEOUT_S"))
     conversation_ttl_s: int = Field(
-        86400, ge=60, validation_alias=aliases("CONVERSATION_TTL_S", "conversation_ttl_s"),
+        86400, ge=60, validation_alias=aliases("CONVERSATION_TTL_S"),
         description="A conversation is forgotten this long after its last turn.",
     )
     conversation_max_turns: int = Field(
-        10, ge=1, le=100, validation_alias=aliases("CONVERSATION_MAX_TURNS", "conversation_max_turns")
+        10, ge=1, le=100, validation_alias=aliases("CONVERSATION_MAX_TURNS")
     )
     reformulation_timeout_s: float = Field(
-        10.0, gt=0, validation_alias=aliases("REFORMULATION_TIMEOUT_S", "reformulation_timeout_s"),
+        10.0, gt=0, validation_alias=aliases("REFORMULATION_TIMEOUT_S"),
         description="Longest the LLM may take to rewrite a question; then the offline heuristic rewrites it.",
     )
     query_reformulation: Literal["off", "followups", "always"] = Field(
         "followups",
-        validation_alias=aliases("QUERY_REFORMULATION", "query_reformulation"),
+        validation_alias=aliases("QUERY_REFORMULATION"),
         description="Rewrite questions before retrieval: follow-ups only, every question (typos too; needs an LLM), or never.",
     )
 

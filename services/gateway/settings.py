@@ -11,53 +11,53 @@ from shared.settings import CommonSettings, aliases
 
 
 class Settings(CommonSettings):
-    host: str = Field("127.0.0.1", validation_alias=aliases("GATEWAY_HOST", "host"))
-    port: int = Field(8000, validation_alias=aliases("GATEWAY_PORT", "port"))
-    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL", "redis_url"))
-    redis_prefix: str = Field("cairn", validation_alias=aliases("REDIS_PREFIX", "redis_prefix"))
-    redis_timeout_s: float = Field(2.0, gt=0, validation_alias=aliases("REDIS_TIMEOUT_S", "redis_timeout_s"))
+    host: str = Field("127.0.0.1", validation_alias=aliases("GATEWAY_HOST"))
+    port: int = Field(8000, validation_alias=aliases("GATEWAY_PORT"))
+    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL"))
+    redis_prefix: str = Field("cairn", validation_alias=aliases("REDIS_PREFIX"))
+    redis_timeout_s: float = Field(2.0, gt=0, validation_alias=aliases("REDIS_TIMEOUT_S"))
     # A session ends after SESSION_TTL_SECONDS without use (sliding), and SESSION_MAX_AGE_SECONDS after login at the latest.
-    session_ttl_seconds: int = Field(86_400, gt=0, validation_alias=aliases("SESSION_TTL_SECONDS", "session_ttl_seconds"))
-    session_max_age_seconds: int = Field(604_800, gt=0, validation_alias=aliases("SESSION_MAX_AGE_SECONDS", "session_max_age_seconds"))
+    session_ttl_seconds: int = Field(86_400, gt=0, validation_alias=aliases("SESSION_TTL_SECONDS"))
+    session_max_age_seconds: int = Field(604_800, gt=0, validation_alias=aliases("SESSION_MAX_AGE_SECONDS"))
     # Each service's replicas, balanced round robin; CHAT_URL / RETRIEVAL_URL (one URL or several) still work.
     chat_urls: UrlList = Field(
-        ("http://127.0.0.1:8001",), validation_alias=aliases("CHAT_URLS", "CHAT_URL", "chat_urls", "chat_url")
+        ("http://127.0.0.1:8001",), validation_alias=aliases("CHAT_URLS", "CHAT_URL")
     )
     retrieval_urls: UrlList = Field(
         ("http://127.0.0.1:8002",),
-        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL", "retrieval_urls", "retrieval_url"),
+        validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL"),
     )
-    analytics_url: str = Field("http://127.0.0.1:8003", validation_alias=aliases("ANALYTICS_URL", "analytics_url"))
-    upstream_timeout_s: float = Field(120.0, validation_alias=aliases("UPSTREAM_TIMEOUT_S", "upstream_timeout_s"))
+    analytics_url: str = Field("http://127.0.0.1:8003", validation_alias=aliases("ANALYTICS_URL"))
+    upstream_timeout_s: float = Field(120.0, validation_alias=aliases("UPSTREAM_TIMEOUT_S"))
     # Rate limits, 0 turning one off: failed logins per username and per client address within
     # LOGIN_WINDOW_S, questions (/api/chat, /api/chat/stream, /v1/chat/completions) per user per minute.
     login_attempts_per_username: int = Field(
-        5, ge=0, validation_alias=aliases("LOGIN_ATTEMPTS_PER_USERNAME", "login_attempts_per_username")
+        5, ge=0, validation_alias=aliases("LOGIN_ATTEMPTS_PER_USERNAME")
     )
     login_attempts_per_ip: int = Field(
-        20, ge=0, validation_alias=aliases("LOGIN_ATTEMPTS_PER_IP", "login_attempts_per_ip")
+        20, ge=0, validation_alias=aliases("LOGIN_ATTEMPTS_PER_IP")
     )
-    login_window_s: float = Field(300.0, gt=0, validation_alias=aliases("LOGIN_WINDOW_S", "login_window_s"))
+    login_window_s: float = Field(300.0, gt=0, validation_alias=aliases("LOGIN_WINDOW_S"))
     chat_requests_per_minute: int = Field(
-        30, ge=0, validation_alias=aliases("CHAT_REQUESTS_PER_MINUTE", "chat_requests_per_minute")
+        30, ge=0, validation_alias=aliases("CHAT_REQUESTS_PER_MINUTE")
     )
     # Peers (addresses or CIDR ranges, comma-separated) whose X-Forwarded-For names the client;
     # empty: the socket peer is the client.
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), validation_alias=aliases("TRUSTED_PROXIES", "trusted_proxies")
+        (), validation_alias=aliases("TRUSTED_PROXIES")
     )
-    max_body_bytes: int = Field(1_048_576, ge=0, validation_alias=aliases("MAX_BODY_BYTES", "max_body_bytes"))
+    max_body_bytes: int = Field(1_048_576, ge=0, validation_alias=aliases("MAX_BODY_BYTES"))
     # POST /api/documents only; the same variable and default as the retrieval service's.
-    max_upload_bytes: int = Field(20_971_520, ge=0, validation_alias=aliases("MAX_UPLOAD_BYTES", "max_upload_bytes"))
+    max_upload_bytes: int = Field(20_971_520, ge=0, validation_alias=aliases("MAX_UPLOAD_BYTES"))
     # Origins (comma-separated) whose pages may call the API from a browser; empty: no CORS headers at all.
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), validation_alias=aliases("CORS_ORIGINS", "cors_origins")
+        (), validation_alias=aliases("CORS_ORIGINS")
     )
     cors_allow_credentials: bool = Field(
-        False, validation_alias=aliases("CORS_ALLOW_CREDENTIALS", "cors_allow_credentials")
+        False, validation_alias=aliases("CORS_ALLOW_CREDENTIALS")
     )
     # How long after asking a user may rate the answer (the gateway remembers who asked for that long).
-    feedback_window_s: int = Field(604_800, gt=0, validation_alias=aliases("FEEDBACK_WINDOW_S", "feedback_window_s"))
+    feedback_window_s: int = Field(604_800, gt=0, validation_alias=aliases("FEEDBACK_WINDOW_S"))
 
     @field_validator("trusted_proxies", "cors_origins", mode="before")
     @classmethod

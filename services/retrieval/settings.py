@@ -10,33 +10,33 @@ from shared.settings import CommonSettings, aliases
 
 
 class Settings(CommonSettings):
-    host: str = Field("127.0.0.1", validation_alias=aliases("RETRIEVAL_HOST", "host"))
-    port: int = Field(8002, validation_alias=aliases("RETRIEVAL_PORT", "port"))
+    host: str = Field("127.0.0.1", validation_alias=aliases("RETRIEVAL_HOST"))
+    port: int = Field(8002, validation_alias=aliases("RETRIEVAL_PORT"))
     chroma_url: str | None = Field(
         None,
-        validation_alias=aliases("CHROMA_URL", "chroma_url"),
+        validation_alias=aliases("CHROMA_URL"),
         description="Chroma server (http://host:port); unset = embedded PersistentClient under data_dir/chroma.",
     )
-    chroma_collection: str = Field("cairn", validation_alias=aliases("CHROMA_COLLECTION", "chroma_collection"))
-    chroma_timeout_s: float = Field(10.0, gt=0, validation_alias=aliases("CHROMA_TIMEOUT_S", "chroma_timeout_s"))
+    chroma_collection: str = Field("cairn", validation_alias=aliases("CHROMA_COLLECTION"))
+    chroma_timeout_s: float = Field(10.0, gt=0, validation_alias=aliases("CHROMA_TIMEOUT_S"))
     embedding_model_path: Path | None = Field(
         None,
-        validation_alias=aliases("EMBEDDING_MODEL_PATH", "embedding_model_path"),
+        validation_alias=aliases("EMBEDDING_MODEL_PATH"),
         description="A sentence-transformers model directory; unset = the packaged all-MiniLM-L6-v2.",
     )
-    chunk_size_tokens: int = Field(256, ge=16, validation_alias=aliases("CHUNK_SIZE_TOKENS", "chunk_size_tokens"))
-    chunk_overlap_tokens: int = Field(32, ge=0, validation_alias=aliases("CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens"))
-    embed_batch_size: int = Field(64, ge=1, validation_alias=aliases("EMBED_BATCH_SIZE", "embed_batch_size"))
-    query_cache_size: int = Field(1024, ge=0, validation_alias=aliases("QUERY_CACHE_SIZE", "query_cache_size"))
-    torch_threads: int = Field(2, ge=1, validation_alias=aliases("TORCH_THREADS", "torch_threads"))
+    chunk_size_tokens: int = Field(256, ge=16, validation_alias=aliases("CHUNK_SIZE_TOKENS"))
+    chunk_overlap_tokens: int = Field(32, ge=0, validation_alias=aliases("CHUNK_OVERLAP_TOKENS"))
+    embed_batch_size: int = Field(64, ge=1, validation_alias=aliases("EMBED_BATCH_SIZE"))
+    query_cache_size: int = Field(1024, ge=0, validation_alias=aliases("QUERY_CACHE_SIZE"))
+    torch_threads: int = Field(2, ge=1, validation_alias=aliases("TORCH_THREADS"))
     embedding_backend: Literal["torch", "onnx-int8"] = Field(
         "torch",
-        validation_alias=aliases("EMBEDDING_BACKEND", "embedding_backend"),
+        validation_alias=aliases("EMBEDDING_BACKEND"),
         description="torch (sentence-transformers) or onnx-int8 (exported once to the models folder, run by onnxruntime).",
     )
     models_folder: Path | None = Field(
         None,
-        validation_alias=aliases("MODELS_DIR", "models_folder"),
+        validation_alias=aliases("MODELS_DIR"),
         description="Where ONNX copies of the embedding model are exported and kept; unset = data_dir/models.",
     )
     # 0: both backends now encode a query about as cheaply alone as in company, so waiting for company only
@@ -45,19 +45,19 @@ class Settings(CommonSettings):
         0.0,
         ge=0,
         le=1000,
-        validation_alias=aliases("EMBED_BATCH_WINDOW_MS", "embed_batch_window_ms"),
+        validation_alias=aliases("EMBED_BATCH_WINDOW_MS"),
         description="Once searches overlap, how long an idle embedder waits for more queries to encode together.",
     )
     embed_max_query_batch: int = Field(
         32,
         ge=1,
-        validation_alias=aliases("EMBED_MAX_QUERY_BATCH", "embed_max_query_batch"),
+        validation_alias=aliases("EMBED_MAX_QUERY_BATCH"),
         description="Most concurrent queries encoded together (in model calls of at most 16); 1 turns micro-batching off.",
     )
     search_max_query_batch: int = Field(
         32,
         ge=1,
-        validation_alias=aliases("SEARCH_MAX_QUERY_BATCH", "search_max_query_batch"),
+        validation_alias=aliases("SEARCH_MAX_QUERY_BATCH"),
         description="Most concurrent searches (same top_k and filter) sent to Chroma in one call; 1 turns this off.",
     )
     # A lone query's scan (one BLAS thread) took 2.3 ms at 18,156 chunks and 6.0 ms at 40,000, where Chroma's
@@ -66,54 +66,54 @@ class Settings(CommonSettings):
     exact_search_max_chunks: int = Field(
         30_000,
         ge=0,
-        validation_alias=aliases("EXACT_SEARCH_MAX_CHUNKS", "exact_search_max_chunks"),
+        validation_alias=aliases("EXACT_SEARCH_MAX_CHUNKS"),
         description="Up to this many chunks, unfiltered dense queries scan every vector held in memory (exact) "
         "instead of Chroma's HNSW index; 0 keeps no vectors in memory.",
     )
     embedding_cache: bool = Field(
         False,
-        validation_alias=aliases("EMBEDDING_CACHE", "embedding_cache"),
+        validation_alias=aliases("EMBEDDING_CACHE"),
         description="Keep chunk embeddings in data_dir/embedding-cache.sqlite3 and reuse them for identical text.",
     )
 
     max_upload_bytes: int = Field(
         20 * 1024 * 1024,
         ge=1,
-        validation_alias=aliases("MAX_UPLOAD_BYTES", "max_upload_bytes"),
+        validation_alias=aliases("MAX_UPLOAD_BYTES"),
         description="Largest POST /documents body (JSON or file upload) accepted; larger ones get 413.",
     )
     # Contextual chunking: a model-written prefix situating each chunk, through the LLM endpoint chat uses.
-    contextual_chunks: bool = Field(False, validation_alias=aliases("CONTEXTUAL_CHUNKS", "contextual_chunks"))
-    llm_base_url: str | None = Field(None, validation_alias=aliases("LLM_BASE_URL", "llm_base_url"))
-    llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY", "llm_api_key"))
-    llm_model: str = Field("", validation_alias=aliases("LLM_MODEL", "llm_model"))
-    contextual_timeout_s: float = Field(30.0, gt=0, validation_alias=aliases("CONTEXTUAL_TIMEOUT_S", "contextual_timeout_s"))
-    contextual_max_retries: int = Field(1, ge=0, le=10, validation_alias=aliases("CONTEXTUAL_MAX_RETRIES", "contextual_max_retries"))
-    contextual_concurrency: int = Field(4, ge=1, validation_alias=aliases("CONTEXTUAL_CONCURRENCY", "contextual_concurrency"))
+    contextual_chunks: bool = Field(False, validation_alias=aliases("CONTEXTUAL_CHUNKS"))
+    llm_base_url: str | None = Field(None, validation_alias=aliases("LLM_BASE_URL"))
+    llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY"))
+    llm_model: str = Field("", validation_alias=aliases("LLM_MODEL"))
+    contextual_timeout_s: float = Field(30.0, gt=0, validation_alias=aliases("CONTEXTUAL_TIMEOUT_S"))
+    contextual_max_retries: int = Field(1, ge=0, le=10, validation_alias=aliases("CONTEXTUAL_MAX_RETRIES"))
+    contextual_concurrency: int = Field(4, ge=1, validation_alias=aliases("CONTEXTUAL_CONCURRENCY"))
     contextual_max_document_chars: int = Field(
-        16000, ge=1, validation_alias=aliases("CONTEXTUAL_MAX_DOCUMENT_CHARS", "contextual_max_document_chars")
+        16000, ge=1, validation_alias=aliases("CONTEXTUAL_MAX_DOCUMENT_CHARS")
     )
 
     # Search: HNSW parameters (cosine space), hybrid fusion, keyword index sync, optional rerank.
-    hnsw_ef_search: int = Field(100, ge=1, validation_alias=aliases("HNSW_EF_SEARCH", "hnsw_ef_search"))
-    hnsw_ef_construction: int = Field(200, ge=1, validation_alias=aliases("HNSW_EF_CONSTRUCTION", "hnsw_ef_construction"))
-    hnsw_max_neighbors: int = Field(32, ge=1, validation_alias=aliases("HNSW_MAX_NEIGHBORS", "hnsw_max_neighbors"))
-    hybrid_candidates: int = Field(200, ge=1, le=1000, validation_alias=aliases("HYBRID_CANDIDATES", "hybrid_candidates"))
-    rrf_k: float = Field(60.0, ge=0, validation_alias=aliases("RRF_K", "rrf_k"))
-    hybrid_dense_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_DENSE_WEIGHT", "hybrid_dense_weight"))
-    hybrid_keyword_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_KEYWORD_WEIGHT", "hybrid_keyword_weight"))
+    hnsw_ef_search: int = Field(100, ge=1, validation_alias=aliases("HNSW_EF_SEARCH"))
+    hnsw_ef_construction: int = Field(200, ge=1, validation_alias=aliases("HNSW_EF_CONSTRUCTION"))
+    hnsw_max_neighbors: int = Field(32, ge=1, validation_alias=aliases("HNSW_MAX_NEIGHBORS"))
+    hybrid_candidates: int = Field(200, ge=1, le=1000, validation_alias=aliases("HYBRID_CANDIDATES"))
+    rrf_k: float = Field(60.0, ge=0, validation_alias=aliases("RRF_K"))
+    hybrid_dense_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_DENSE_WEIGHT"))
+    hybrid_keyword_weight: float = Field(1.0, ge=0, validation_alias=aliases("HYBRID_KEYWORD_WEIGHT"))
     keyword_sync_interval_s: float = Field(
         1.0,
         gt=0,
-        validation_alias=aliases("KEYWORD_SYNC_INTERVAL_S", "keyword_sync_interval_s"),
+        validation_alias=aliases("KEYWORD_SYNC_INTERVAL_S"),
         description="How often each replica checks Chroma for documents written through other replicas.",
     )
     rerank_model: Path | None = Field(
         None,
-        validation_alias=aliases("RERANK_MODEL", "rerank_model"),
+        validation_alias=aliases("RERANK_MODEL"),
         description="A local sentence-transformers CrossEncoder directory; unset = no reranking.",
     )
-    rerank_candidates: int = Field(30, ge=1, le=200, validation_alias=aliases("RERANK_CANDIDATES", "rerank_candidates"))
+    rerank_candidates: int = Field(30, ge=1, le=200, validation_alias=aliases("RERANK_CANDIDATES"))
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> "Settings":
