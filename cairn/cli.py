@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -76,6 +78,17 @@ def main(argv: list[str] | None = None) -> int:
         settings = CliSettings(**_up_options(args))
     except ValidationError as exc:
         parser.error("; ".join(": ".join(filter(None, (".".join(map(str, e["loc"])), e["msg"]))) for e in exc.errors()))
+    try:
+        return _run(args, settings)
+    except KeyboardInterrupt:  # `cairn up` stops its services itself; elsewhere Ctrl-C needs no traceback
+        print("\ninterrupted", file=sys.stderr)
+        return commands.INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`cairn ask ... | head -1`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
+        return 1
+
+
+def _run(args: argparse.Namespace, settings: CliSettings) -> int:
     match args.command:
         case "up":
             return commands.up(settings, ingest_demo=not args.no_demo_docs)

@@ -30,6 +30,8 @@ from services.gateway.users import (
 )
 from shared.errors import DependencyUnavailable
 
+INTERRUPTED = 130  # the exit code shells give a command stopped by Ctrl-C (128 + SIGINT)
+
 
 class StopRequested(Exception):
     """Ctrl-C or `cairn down` while `cairn up` is still starting."""
@@ -291,6 +293,8 @@ def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(summary.describe())
+    if summary.interrupted_at is not None:
+        return INTERRUPTED
     return 1 if summary.failed else 0
 
 
@@ -307,20 +311,41 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
     with httpx.Client(base_url=url, timeout=120) as client:
         try:
             login = client.post("/auth/login", json={"username": username, "password": password})
-            if login.status_code != 200:
-                print(f"login failed: {login.json().get('message', login.text)}", file=sys.stderr)
+            if (token := _json_field(login, "token")) is None:
+                print(f"login failed: {_message_of(login)}", file=sys.stderr)
                 return 1
-            headers = {"Authorization": f"Bearer {login.json()['token']}"}
+            headers = {"Authorization": f"Bearer {token}"}
             answer = client.post("/api/chat", json={"query": question, "top_k": top_k}, headers=headers)
             client.post("/auth/logout", headers=headers)
         except httpx.HTTPError as exc:
             print(f"cannot reach Cairn at {url}: {exc}", file=sys.stderr)
             return 1
-    if answer.status_code != 200:
-        print(f"error {answer.status_code}: {answer.json().get('message', answer.text)}", file=sys.stderr)
+    if _json_field(answer, "answer") is None:
+        print(f"error {answer.status_code}: {_message_of(answer)}", file=sys.stderr)
         return 1
     _print_answer(answer.json())
     return 0
+
+
+def _json_field(response: httpx.Response, name: str) -> object | None:
+    """A field of a 200 JSON object answer; None for anything else (an error, a proxy's HTML page)."""
+    try:
+        body = response.json() if response.status_code == 200 else None
+    except ValueError:
+        return None
+    return body.get(name) if isinstance(body, dict) else None
+
+
+def _message_of(response: httpx.Response) -> str:
+    """Cairn's error message, else what came instead (a proxy's 502 page, say), cut short."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    text = " ".join(response.text.split())[:200]
+    return f"HTTP {response.status_code}" + (f": {text}" if text else "")
 
 
 def _print_answer(body: dict) -> None:

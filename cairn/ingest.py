@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mimetypes
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ class IngestSummary:
     replaced: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
     skipped: list[str] = field(default_factory=list)  # files of other types found in folders
+    interrupted_at: str | None = None  # the file being sent when Ctrl-C stopped the run
 
     @property
     def failed(self) -> int:
@@ -50,7 +52,11 @@ class IngestSummary:
         line = f"{self.added} added, {self.replaced} replaced, {self.unchanged} unchanged, {self.failed} failed"
         if self.skipped:
             line += f" ({len(self.skipped)} files of other types skipped)"
-        return "\n".join([line, *(f"  failed: {name}: {reason}" for name, reason in self.failures)])
+        lines = [line, *(f"  failed: {name}: {reason}" for name, reason in self.failures)]
+        if self.interrupted_at is not None:
+            lines.append(f"interrupted while sending {self.interrupted_at} (it may or may not have been added); "
+                         "the files after it were not sent: run the same command again to finish")
+        return "\n".join(lines)
 
 
 def source_name(path: Path, base: Path | None = None) -> str:
@@ -137,7 +143,10 @@ def ingest_paths(
                 setattr(summary, status, getattr(summary, status) + 1)
             except ValueError as exc:
                 summary.failures.append((name, str(exc)))
-                bar.write(f"failed: {name}: {exc}")
+                bar.write(f"failed: {name}: {exc}", file=sys.stderr)  # beside the bar; the summary goes to stdout
+            except KeyboardInterrupt:  # what went in so far is worth knowing: the summary says it
+                summary.interrupted_at = name
+                break
             bar.update(1)
     return summary
 

@@ -145,3 +145,28 @@ def test_a_file_name_that_is_not_utf8_is_ingested_under_a_readable_name(retrieva
     with httpx.Client(base_url=retrieval_url, headers={"X-Service-Token": TOKEN}) as client:
         documents = [d["doc_id"] for d in client.get("/documents").json()["documents"]]
     assert "notes/deep/caf\ufffd.md" in documents
+
+
+
+def test_ctrl_c_stops_the_run_with_what_went_in_so_far(
+    retrieval_url: str, tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cairn import cli, ingest
+
+    read = ingest._read
+
+    def interrupted_at_intro(path: Path) -> bytes:  # the last file, in name order
+        if path.name == "intro.md":
+            raise KeyboardInterrupt
+        return read(path)
+
+    monkeypatch.setattr(ingest, "_read", interrupted_at_intro)
+    monkeypatch.setenv("RETRIEVAL_URL", retrieval_url)
+    monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
+    assert cli.main(["ingest", "notes"]) == 130
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "1 added, 0 replaced, 0 unchanged, 2 failed (1 files of other types skipped)"
+    assert lines[-1].startswith("interrupted while sending notes/intro.md") and "run the same command again" in lines[-1]
+    assert "Traceback" not in err
+    assert "failed: notes/empty.md" in err and out.count("failed: notes/empty.md") == 1, "live on stderr, once on stdout"
