@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from tqdm import tqdm
 
 from services.retrieval import ingestion
@@ -56,8 +57,14 @@ def run(
     settings: Settings | None = None,
     embedder: Embedder | None = None,
 ) -> int:
-    """Print the report; 2 when the dataset cannot be read. `embedder` replaces the configured model (tests)."""
-    settings = settings or Settings()
+    """Print the report; 2 when the settings are invalid or the dataset cannot be read. `embedder` replaces
+    the configured model (tests)."""
+    try:
+        settings = settings or Settings()
+    except ValidationError as exc:
+        for problem in _settings_problems(exc):
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     modes = [m for m in MODE_ORDER if m in search_module.MODES] if mode == "all" else [mode]
     try:
         dataset = load_beir(dataset_dir, split=split)
@@ -69,6 +76,17 @@ def run(
     )
     print(json.dumps(report.as_dict(), indent=2, allow_nan=False) if as_json else report.as_table())
     return 0
+
+
+def _settings_problems(exc: ValidationError) -> list[str]:
+    """`VARIABLE: message` per problem, without the values given: pydantic's own text would print those,
+    and the input of a check across fields is every setting read from the environment, secrets included."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(map(str, error["loc"]))
+        message = error["msg"].removeprefix("Value error, ")  # as pydantic words our own checks
+        problems.append(f"{where}: {message}" if where else message)
+    return problems
 
 
 async def _evaluate(

@@ -4,7 +4,9 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-from collections.abc import Iterator
+import re
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,18 +37,37 @@ def _find(folder: Path, stem: str) -> Path:
     raise DatasetError(f"{folder}: no {stem}.jsonl or {stem}.jsonl.gz")
 
 
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # where errors="surrogateescape" leaves the bytes it could not decode
+
+
+def _utf8_lines(lines: Iterable[str], path: Path) -> Iterator[str]:
+    # Files are opened with errors="surrogateescape" and checked here: a strict decoder fails in its
+    # read-ahead, before the line holding the bad byte is known.
+    for number, line in enumerate(lines, start=1):
+        if _NOT_UTF8.search(line):
+            raise DatasetError(f"{path.name} line {number}: not UTF-8 text")
+        yield line
+
+
 def _records(path: Path) -> Iterator[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as lines:
-            for number, line in enumerate(lines, start=1):
+        with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as lines:
+            for number, line in enumerate(_utf8_lines(lines, path), start=1):
                 if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise DatasetError(f"{path.name} line {number}: {exc.msg}") from exc
-    except (OSError, EOFError) as exc:
+                    yield _record(line, path, number)
+    except (OSError, EOFError, zlib.error) as exc:
         raise DatasetError(f"{path.name}: {exc}") from exc
+
+
+def _record(line: str, path: Path, number: int) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path.name} line {number}: {exc.msg}") from exc
+    if not isinstance(record, dict):
+        raise DatasetError(f"{path.name} line {number}: not a JSON object")
+    return record
 
 
 def _id(record: dict, path: Path) -> str:
@@ -60,8 +81,8 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     if not path.is_file():
         raise DatasetError(f"{path}: no such qrels file")
     qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8", newline="") as handle:
-        rows = csv.reader(handle, delimiter="\t")
+    with path.open(encoding="utf-8", errors="surrogateescape", newline="") as handle:
+        rows = csv.reader(_utf8_lines(handle, path), delimiter="\t")
         for number, row in enumerate(rows, start=1):
             if not row or (number == 1 and row[0] == "query-id"):
                 continue
@@ -80,6 +101,8 @@ def load_beir(folder: Path, *, split: str = "test") -> BeirDataset:
     if not folder.is_dir():
         raise DatasetError(f"{folder}: not a folder")
     qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
+    if not qrels:  # found now, not after the whole corpus is ingested
+        raise DatasetError(f"qrels/{split}.tsv judges no queries: the {split!r} split has nothing to score")
     corpus_path, queries_path = _find(folder, "corpus"), _find(folder, "queries")
     corpus = {}
     for record in _records(corpus_path):

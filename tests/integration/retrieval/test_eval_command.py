@@ -128,6 +128,44 @@ def test_a_folder_that_is_not_a_dataset_is_refused_before_loading_the_model(caps
     assert "not a folder" in capsys.readouterr().err
 
 
+def test_qrels_with_only_a_header_are_refused_before_loading_the_model(
+    capsys, monkeypatch: pytest.MonkeyPatch, dataset: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path / "data"))
+    (dataset / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n", encoding="utf-8")
+    assert cli.main(["eval", str(dataset), "--json"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: qrels/test.tsv judges no queries: the 'test' split has nothing to score"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("environment", "errors"),
+    [
+        (
+            {"CHUNK_SIZE_TOKENS": "twelve", "HNSW_EF_SEARCH": "0"},
+            [
+                "error: CHUNK_SIZE_TOKENS: Input should be a valid integer, unable to parse string as an integer",
+                "error: HNSW_EF_SEARCH: Input should be greater than or equal to 1",
+            ],
+        ),
+        (
+            {"CHUNK_SIZE_TOKENS": "16", "CHUNK_OVERLAP_TOKENS": "32", "LLM_API_KEY": "sk-not-to-be-printed"},
+            ["error: CHUNK_OVERLAP_TOKENS must be smaller than CHUNK_SIZE_TOKENS"],
+        ),
+    ],
+    ids=["field values", "overlap"],
+)
+def test_invalid_retrieval_settings_are_one_line_each_without_their_values(
+    capsys, monkeypatch: pytest.MonkeyPatch, dataset: Path, tmp_path: Path, environment: dict, errors: list[str]
+) -> None:
+    monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path / "data"))
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["eval", str(dataset), "--json"]) == 2
+    assert capsys.readouterr().err.splitlines() == errors
+
+
 @pytest.fixture
 def llm() -> Iterator[tuple[str, list[str]]]:
     calls: list[str] = []

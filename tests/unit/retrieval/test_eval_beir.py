@@ -99,3 +99,57 @@ def test_truncation_keeps_the_longest_prefix_within_the_token_limit() -> None:
     assert truncate_to_tokens("  spaced   words here ", max_tokens=2, count_tokens=words) == "  spaced   words"
     # A tokenizer that splits on characters: each prefix is cut at a word end.
     assert truncate_to_tokens("ab cd ef", max_tokens=5, count_tokens=lambda t: len(t.replace(" ", ""))) == "ab cd"
+
+
+def insert_line(path: Path, line: bytes, *, at: int) -> None:
+    """Put `line` at line number `at` (1-based) of a plain or gzipped file."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        lines = handle.readlines()
+    lines.insert(at - 1, line)
+    with opener(path, "wb") as handle:
+        handle.writelines(lines)
+
+
+def test_a_qrels_file_with_only_its_header_is_refused_before_the_corpus_is_read(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n", encoding="utf-8")
+    (folder / "corpus.jsonl").write_text("not json\n", encoding="utf-8")  # reading the corpus would fail first
+    with pytest.raises(DatasetError, match=r"qrels/test\.tsv judges no queries: the 'test' split has nothing to score"):
+        load_beir(folder)
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("corpus.jsonl", b'{"_id": "d9", "text": "caf\xe9"}\n'),
+        ("corpus.jsonl.gz", b'{"_id": "d9", "text": "caf\xe9"}\n'),
+        ("queries.jsonl", b'{"_id": "q9", "text": "caf\xe9"}\n'),
+        ("qrels/test.tsv", b"q1\td\xe9\t1\n"),
+    ],
+    ids=["corpus.jsonl", "corpus.jsonl.gz", "queries.jsonl", "qrels"],
+)
+def test_a_byte_that_is_not_utf8_is_reported_with_its_file_and_line(tmp_path: Path, name: str, line: bytes) -> None:
+    folder = write_dataset(tmp_path / "d", gz=name.endswith(".gz"))
+    insert_line(folder / name, line, at=2)
+    with pytest.raises(DatasetError, match=rf"^{Path(name).name} line 2: not UTF-8 text$"):
+        load_beir(folder)
+
+
+@pytest.mark.parametrize("value", ["42", "[1]", '"d1"', "null"])
+@pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl"])
+def test_a_line_that_is_not_a_json_object_is_reported_with_its_file_and_line(tmp_path: Path, name: str, value: str) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    insert_line(folder / name, value.encode() + b"\n", at=2)
+    with pytest.raises(DatasetError, match=rf"^{name} line 2: not a JSON object$"):
+        load_beir(folder)
+
+
+def test_a_corrupt_gzipped_corpus_is_reported(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    (folder / "corpus.jsonl").unlink()
+    packed = gzip.compress(b"".join(json.dumps({"_id": f"d{i}", "text": "x" * 50}).encode() + b"\n" for i in range(50)))
+    damaged = packed[:20] + bytes(byte ^ 0xFF for byte in packed[20:40]) + packed[40:]  # header intact, data not
+    (folder / "corpus.jsonl.gz").write_bytes(damaged)
+    with pytest.raises(DatasetError, match=r"^corpus\.jsonl\.gz: .*decompressing"):
+        load_beir(folder)
