@@ -7,6 +7,7 @@ from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode
 
 from shared.settings import CommonSettings, aliases
+from shared.urls import FirstListedHttpUrl, OptionalHttpUrl, RedisUrl
 
 SERVICES = ("retrieval", "analytics", "chat", "gateway")  # start order: dependencies first
 SCALABLE = ("chat", "retrieval")  # the services `cairn up --replicas` can run several of
@@ -40,7 +41,7 @@ class CliSettings(CommonSettings):
     chat_port: int = Field(8001, validation_alias=aliases("CHAT_PORT"))
     retrieval_port: int = Field(8002, validation_alias=aliases("RETRIEVAL_PORT"))
     analytics_port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT"))
-    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL"))
+    redis_url: RedisUrl = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL"))
     redis_prefix: str = Field("cairn", validation_alias=aliases("REDIS_PREFIX"))
     demo_password: str | None = Field(None, validation_alias=aliases("CAIRN_DEMO_PASSWORD"))
     start_timeout_s: float = Field(180.0, validation_alias=aliases("CAIRN_START_TIMEOUT_S"))
@@ -61,7 +62,7 @@ class CliSettings(CommonSettings):
         description="Run a Chroma server for retrieval even with one replica (always with several).",
     )
     chroma_port: int = Field(8004, validation_alias=aliases("CHROMA_PORT"))
-    chroma_url: str | None = Field(
+    chroma_url: OptionalHttpUrl = Field(
         None,
         validation_alias=aliases("CHROMA_URL"),
         description="A Chroma server of your own: retrieval uses it and `cairn up` starts none.",
@@ -81,13 +82,14 @@ class CliSettings(CommonSettings):
     def runs_chroma_server(self) -> bool:
         return self.chroma_url is None and (self.chroma_server or self.replicas_of("retrieval") > 1)
 
-    gateway_url: str | None = Field(None, validation_alias=aliases("GATEWAY_URL"))
-    chat_url: str | None = Field(None, validation_alias=aliases("CHAT_URL"))
-    retrieval_url: str | None = Field(None, validation_alias=aliases("RETRIEVAL_URL"))
-    analytics_url: str | None = Field(None, validation_alias=aliases("ANALYTICS_URL"))
+    # A Cairn elsewhere; the services read these too, as lists of replicas: the command uses the first.
+    gateway_url: FirstListedHttpUrl = Field(None, validation_alias=aliases("GATEWAY_URL"))
+    chat_url: FirstListedHttpUrl = Field(None, validation_alias=aliases("CHAT_URL"))
+    retrieval_url: FirstListedHttpUrl = Field(None, validation_alias=aliases("RETRIEVAL_URL"))
+    analytics_url: FirstListedHttpUrl = Field(None, validation_alias=aliases("ANALYTICS_URL"))
 
     def url_of(self, service: str) -> str:
-        """`<SERVICE>_URL` when set (a Cairn elsewhere), else the local port `cairn up` uses."""
+        """`<SERVICE>_URL` when set (the first URL of a list), else the local port `cairn up` uses."""
         return getattr(self, f"{service}_url") or f"http://127.0.0.1:{self.port_of(service)}"
 
     def local_url_of(self, service: str) -> str:

@@ -16,6 +16,8 @@ from prometheus_client import Counter
 from pydantic import AfterValidator, BeforeValidator
 from pydantic_settings import NoDecode
 
+from shared.urls import checked_http_url
+
 UNREACHABLE = Counter(
     "cairn_upstream_unreachable_total",
     "Connections to a replica that failed; the replica is then skipped for a cool-down",
@@ -34,8 +36,8 @@ def _split(value: object) -> object:
 def _http_urls(urls: tuple[str, ...]) -> tuple[str, ...]:
     if not urls:
         raise ValueError("name at least one URL")
-    if wrong := [url for url in urls if not url.startswith(("http://", "https://"))]:
-        raise ValueError(f"not an http(s) URL: {wrong[0]}")
+    for url in urls:
+        checked_http_url(url)
     return urls
 
 

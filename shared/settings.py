@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.urls import AmqpUrl
+
 PLACEHOLDER_SERVICE_TOKEN = "change-me-internal-service-token"
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
 
 
 def aliases(*names: str) -> AliasChoices:
@@ -25,15 +31,18 @@ class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_prefix="CAIRN_FIELD_")
 
     env: Literal["local", "test", "production"] = Field("local", validation_alias=aliases("CAIRN_ENV"))
-    log_level: str = Field("INFO", validation_alias=aliases("LOG_LEVEL"))
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)] = Field(
+        "INFO", validation_alias=aliases("LOG_LEVEL")
+    )
     service_token: SecretStr = Field(
         SecretStr(PLACEHOLDER_SERVICE_TOKEN),
         validation_alias=aliases("CAIRN_SERVICE_TOKEN"),
         description="Shared secret the gateway sends to internal services.",
     )
-    amqp_url: str = Field("amqp://guest:guest@127.0.0.1:5672/", validation_alias=aliases("AMQP_URL"))
-    events_exchange: str = Field("cairn.events", validation_alias=aliases("EVENTS_EXCHANGE"))
-    analytics_queue: str = Field("cairn.analytics", validation_alias=aliases("ANALYTICS_QUEUE"))
+    amqp_url: AmqpUrl = Field("amqp://guest:guest@127.0.0.1:5672/", validation_alias=aliases("AMQP_URL"))
+    # Not empty: RabbitMQ's default exchange refuses these publishes, and events would wait forever.
+    events_exchange: str = Field("cairn.events", min_length=1, validation_alias=aliases("EVENTS_EXCHANGE"))
+    analytics_queue: str = Field("cairn.analytics", min_length=1, validation_alias=aliases("ANALYTICS_QUEUE"))
     data_dir: Path = Field(Path("data"), validation_alias=aliases("CAIRN_DATA_DIR"))
     outbox_path: Path | None = Field(
         None,

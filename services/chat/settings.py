@@ -8,6 +8,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from shared.replicas import UrlList
+from shared.urls import OptionalHttpUrl, RedisUrl
 from shared.settings import CommonSettings, aliases
 
 OFFLINE_MODEL = "cairn-extractive"
@@ -36,7 +37,7 @@ class Settings(CommonSettings):
     retrieval_breaker_cooldown_s: float = Field(
         30.0, gt=0, validation_alias=aliases("RETRIEVAL_BREAKER_COOLDOWN_S")
     )
-    llm_base_url: str | None = Field(
+    llm_base_url: OptionalHttpUrl = Field(
         None,
         validation_alias=aliases("LLM_BASE_URL"),
         description="An OpenAI-compatible endpoint (…/v1); unset = the built-in offline extractive generator.",
@@ -84,7 +85,7 @@ class Settings(CommonSettings):
         validation_alias=aliases("CONTEXT_TOKEN_BUDGET"),
         description="Tokens of retrieved text put in the prompt, approximated as characters / 4.",
     )
-    redis_url: str = Field(
+    redis_url: RedisUrl = Field(
         "redis://127.0.0.1:6379/0",
         validation_alias=aliases("REDIS_URL"),
         description="Where conversations are kept for follow-up questions.",

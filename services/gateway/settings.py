@@ -7,13 +7,14 @@ from pydantic_settings import NoDecode
 
 from services.gateway.rate_limits import parse_networks
 from shared.replicas import UrlList
+from shared.urls import HttpUrl, RedisUrl
 from shared.settings import CommonSettings, aliases
 
 
 class Settings(CommonSettings):
     host: str = Field("127.0.0.1", validation_alias=aliases("GATEWAY_HOST"))
     port: int = Field(8000, validation_alias=aliases("GATEWAY_PORT"))
-    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL"))
+    redis_url: RedisUrl = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL"))
     redis_prefix: str = Field("cairn", validation_alias=aliases("REDIS_PREFIX"))
     redis_timeout_s: float = Field(2.0, gt=0, validation_alias=aliases("REDIS_TIMEOUT_S"))
     # A session ends after SESSION_TTL_SECONDS without use (sliding), and SESSION_MAX_AGE_SECONDS after login at the latest.
@@ -27,8 +28,9 @@ class Settings(CommonSettings):
         ("http://127.0.0.1:8002",),
         validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL"),
     )
-    analytics_url: str = Field("http://127.0.0.1:8003", validation_alias=aliases("ANALYTICS_URL"))
-    upstream_timeout_s: float = Field(120.0, validation_alias=aliases("UPSTREAM_TIMEOUT_S"))
+    analytics_url: HttpUrl = Field("http://127.0.0.1:8003", validation_alias=aliases("ANALYTICS_URL"))
+    # More than 0: aiohttp reads 0 as "no timeout", and a negative one fails every call at once.
+    upstream_timeout_s: float = Field(120.0, gt=0, validation_alias=aliases("UPSTREAM_TIMEOUT_S"))
     # Rate limits, 0 turning one off: failed logins per username and per client address within
     # LOGIN_WINDOW_S, questions (/api/chat, /api/chat/stream, /v1/chat/completions) per user per minute.
     login_attempts_per_username: int = Field(

@@ -7,12 +7,13 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 
 from shared.settings import CommonSettings, aliases
+from shared.urls import OptionalHttpUrl
 
 
 class Settings(CommonSettings):
     host: str = Field("127.0.0.1", validation_alias=aliases("RETRIEVAL_HOST"))
     port: int = Field(8002, validation_alias=aliases("RETRIEVAL_PORT"))
-    chroma_url: str | None = Field(
+    chroma_url: OptionalHttpUrl = Field(
         None,
         validation_alias=aliases("CHROMA_URL"),
         description="Chroma server (http://host:port); unset = embedded PersistentClient under data_dir/chroma.",
@@ -84,7 +85,7 @@ class Settings(CommonSettings):
     )
     # Contextual chunking: a model-written prefix situating each chunk, through the LLM endpoint chat uses.
     contextual_chunks: bool = Field(False, validation_alias=aliases("CONTEXTUAL_CHUNKS"))
-    llm_base_url: str | None = Field(None, validation_alias=aliases("LLM_BASE_URL"))
+    llm_base_url: OptionalHttpUrl = Field(None, validation_alias=aliases("LLM_BASE_URL"))
     llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY"))
     llm_model: str = Field("", validation_alias=aliases("LLM_MODEL"))
     contextual_timeout_s: float = Field(30.0, gt=0, validation_alias=aliases("CONTEXTUAL_TIMEOUT_S"))

@@ -1,5 +1,6 @@
 """Where every service's settings come from: their documented environment variables only."""
 import pytest
+from pydantic import ValidationError
 
 from cairn.settings import CliSettings
 from services.analytics.settings import Settings as AnalyticsSettings
@@ -37,3 +38,51 @@ def test_each_setting_still_comes_from_its_own_variable_and_code_may_pass_it_by_
 def test_a_field_name_cannot_be_made_an_environment_name_by_mistake():
     with pytest.raises(ValueError, match="upper case"):
         aliases("GATEWAY_PORT", "port")
+
+
+@pytest.mark.parametrize(
+    ("settings_class", "variable", "value", "reason"),
+    [
+        (GatewaySettings, "CHAT_URLS", "http://127.0.0.1:8001 http://127.0.0.1:8011", "invalid port number"),
+        (GatewaySettings, "ANALYTICS_URL", "127.0.0.1:8003", "relative URL without a base"),
+        (GatewaySettings, "REDIS_URL", "redis://:secret@127.0.0.1:63x9/0", "invalid port number"),
+        (GatewaySettings, "UPSTREAM_TIMEOUT_S", "0", "greater than 0"),
+        (GatewaySettings, "LOG_LEVEL", "verbose", "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
+        (ChatSettings, "LLM_BASE_URL", "api.example.com/v1", "relative URL without a base"),
+        (ChatSettings, "RETRIEVAL_URLS", "http://retrieval:80x2", "invalid port number"),
+        (ChatSettings, "AMQP_URL", "amqp//guest:secret@127.0.0.1:5672/", "relative URL without a base"),
+        (ChatSettings, "EVENTS_EXCHANGE", "", "at least 1 character"),
+        (RetrievalSettings, "CHROMA_URL", "chroma.internal:8000", "scheme should be"),
+        (CliSettings, "GATEWAY_URL", "https://cairn example.com", "invalid international domain name"),
+    ],
+)
+def test_a_malformed_value_stops_the_service_at_start_naming_the_variable_not_the_value(
+    settings_class, variable, value, reason, monkeypatch
+):
+    # Before, each of these started and reported ready, then failed every request that used it.
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as caught:
+        settings_class()
+    (error,) = caught.value.errors(include_input=False)
+    assert error["loc"] == (variable,) and reason in error["msg"]
+    assert "secret" not in str(error["msg"])
+
+
+def test_good_values_pass_as_given_and_empty_optional_urls_mean_unset(monkeypatch):
+    monkeypatch.setenv("LOG_LEVEL", "debug")
+    monkeypatch.setenv("REDIS_URL", "unix:///run/redis.sock")
+    monkeypatch.setenv("LLM_BASE_URL", "")  # as a ConfigMap leaves it
+    chat = ChatSettings()
+    assert (chat.log_level, chat.redis_url, chat.llm_base_url, chat.offline) == (
+        "DEBUG", "unix:///run/redis.sock", None, True
+    )
+    monkeypatch.setenv("CHROMA_URL", "http://chroma:8000")
+    assert RetrievalSettings().chroma_url == "http://chroma:8000"
+
+
+def test_the_cli_talks_to_the_first_replica_of_a_list(monkeypatch):
+    monkeypatch.setenv("RETRIEVAL_URL", "http://10.0.0.5:8002/, http://10.0.0.6:8002")
+    monkeypatch.setenv("CHAT_URL", "")
+    settings = CliSettings()
+    assert settings.url_of("retrieval") == "http://10.0.0.5:8002"
+    assert settings.url_of("chat") == f"http://127.0.0.1:{settings.chat_port}"
