@@ -50,7 +50,7 @@ class Settings(CommonSettings):
     )
     max_body_bytes: int = Field(1_048_576, ge=0, validation_alias=aliases("MAX_BODY_BYTES"))
     # POST /api/documents only; the same variable and default as the retrieval service's.
-    max_upload_bytes: int = Field(20_971_520, ge=0, validation_alias=aliases("MAX_UPLOAD_BYTES"))
+    max_upload_bytes: int = Field(20_971_520, ge=1, validation_alias=aliases("MAX_UPLOAD_BYTES"))  # as retrieval
     # Origins (comma-separated) whose pages may call the API from a browser; empty: no CORS headers at all.
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
         (), validation_alias=aliases("CORS_ORIGINS")

@@ -47,6 +47,7 @@ def test_a_field_name_cannot_be_made_an_environment_name_by_mistake():
         (GatewaySettings, "ANALYTICS_URL", "127.0.0.1:8003", "relative URL without a base"),
         (GatewaySettings, "REDIS_URL", "redis://:secret@127.0.0.1:63x9/0", "invalid port number"),
         (GatewaySettings, "UPSTREAM_TIMEOUT_S", "0", "greater than 0"),
+        (GatewaySettings, "MAX_UPLOAD_BYTES", "0", "greater than or equal to 1"),  # retrieval refused 0 already
         (GatewaySettings, "LOG_LEVEL", "verbose", "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
         (ChatSettings, "LLM_BASE_URL", "api.example.com/v1", "relative URL without a base"),
         (ChatSettings, "RETRIEVAL_URLS", "http://retrieval:80x2", "invalid port number"),
