@@ -38,7 +38,11 @@ class StopRequested(Exception):
 
 
 def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"cannot start: CAIRN_DATA_DIR: {settings.data_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     if state := read_state(settings):
         if still_running(state, state["supervisor"]):
             print(f"Cairn is already running (pid {state['supervisor']}); `cairn status` or `cairn down`.", file=sys.stderr)
@@ -75,7 +79,11 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     try:
         starting = True
         supervisor.start_all()
-        if ingest_demo and demo.collection_is_empty(settings):
+        not_ready = _warn_of_services_not_ready(supervisor)
+        if ingest_demo and "retrieval" in not_ready:  # its collection cannot be looked at: no reason to stop Cairn
+            print("warning: the demo collection was not looked for, as retrieval is not ready; "
+                  "a later `cairn up` adds it", flush=True)
+        elif ingest_demo and demo.collection_is_empty(settings):
             print(f"first run: adding the demo collection ({demo.DOCS_DIR.name}/) ...", flush=True)
             demo.ingest_docs(settings)
         password = demo.create_demo_user(settings)
@@ -95,6 +103,15 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
         print("stopping Cairn ...", flush=True)
         supervisor.stop_all()
     return 0
+
+
+def _warn_of_services_not_ready(supervisor: Supervisor) -> set[str]:
+    """Warns of each service that answers but says a dependency it needs is down; Cairn starts anyway, as
+    the dependency may still come up. Returns their names."""
+    not_ready = supervisor.not_ready()
+    for name, what in not_ready.items():
+        print(f"warning: {name} is not ready: {what} (see {supervisor.log_path(name)})", flush=True)
+    return set(not_ready)
 
 
 def _print_welcome(settings: CliSettings, password: str | None, *, children: list[Child]) -> None:

@@ -35,6 +35,7 @@ from services.retrieval.evaluation.report import EvalReport
 from services.retrieval.evaluation.runner import IngestReport, ModeReport, chunks_to_request, ingest_corpus, run_mode
 from services.retrieval.ports import Embedder
 from services.retrieval.settings import Settings
+from shared.web import settings_problems
 
 MODE_ORDER = ("dense", "keyword", "hybrid")  # report order: the two legs, then their fusion
 
@@ -62,7 +63,7 @@ def run(
     try:
         settings = settings or Settings()
     except ValidationError as exc:
-        for problem in _settings_problems(exc):
+        for problem in settings_problems(exc):
             print(f"error: {problem}", file=sys.stderr)
         return 2
     modes = [m for m in MODE_ORDER if m in search_module.MODES] if mode == "all" else [mode]
@@ -76,17 +77,6 @@ def run(
     )
     print(json.dumps(report.as_dict(), indent=2, allow_nan=False) if as_json else report.as_table())
     return 0
-
-
-def _settings_problems(exc: ValidationError) -> list[str]:
-    """`VARIABLE: message` per problem, without the values given: pydantic's own text would print those,
-    and the input of a check across fields is every setting read from the environment, secrets included."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(map(str, error["loc"]))
-        message = error["msg"].removeprefix("Value error, ")  # as pydantic words our own checks
-        problems.append(f"{where}: {message}" if where else message)
-    return problems
 
 
 async def _evaluate(

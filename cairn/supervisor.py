@@ -21,6 +21,7 @@ from cairn.settings import SERVICES, CliSettings
 
 MAX_RESTARTS = 5
 STABLE_AFTER_S = 60.0  # a process that ran this long before dying starts its count of restarts afresh
+READY_WINDOW_S = 10.0  # a service may connect to a dependency a moment after it first answers /healthz
 CHROMA = "chroma"
 
 
@@ -45,6 +46,10 @@ class Child:
     @property
     def health_url(self) -> str:
         return f"{self.url}/api/v2/heartbeat" if self.service == CHROMA else f"{self.url}/healthz"
+
+    @property
+    def ready_url(self) -> str:
+        return f"{self.url}/readyz"
 
     @property
     def first_replica(self) -> bool:
@@ -126,6 +131,7 @@ class Supervisor:
         self.restarts: dict[str, int] = {child.name: 0 for child in self.children}
         self.started_at: dict[str, float] = {}
         self.stable_after_s = STABLE_AFTER_S
+        self.ready_window_s = READY_WINDOW_S
         self._env = {**os.environ, **shared_env(settings)}
 
     def describe(self) -> str:
@@ -187,6 +193,18 @@ class Supervisor:
             if time.monotonic() > deadline:
                 names = ", ".join(child.name for child in pending)
                 raise StartFailed(f"{names} did not answer within {self.settings.start_timeout_s:.0f}s")
+            time.sleep(0.3)
+
+    def not_ready(self) -> dict[str, str]:
+        """The services whose /readyz still says not ready after up to `ready_window_s`, each with what is
+        down, as `chroma down`. The Chroma server has no /readyz: its heartbeat answered already."""
+        deadline = time.monotonic() + self.ready_window_s
+        pending = [child for child in self.children if child.service != CHROMA]
+        while True:
+            down = {child.name: what for child in pending if (what := _what_is_down(child.ready_url))}
+            pending = [child for child in pending if child.name in down]
+            if not pending or time.monotonic() >= deadline:
+                return down
             time.sleep(0.3)
 
     def log_path(self, name: str) -> Path:
@@ -260,6 +278,22 @@ def _answers(health_url: str) -> bool:
         return httpx.get(health_url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _what_is_down(ready_url: str) -> str | None:
+    """None when the service is ready; else the checks its /readyz reports down."""
+    try:
+        response = httpx.get(ready_url, timeout=2)
+    except httpx.HTTPError:
+        return "/readyz did not answer"
+    if response.status_code == 200:
+        return None
+    try:
+        checks = response.json().get("checks", {})
+    except ValueError:
+        checks = {}
+    down = [name for name, up in checks.items() if not up]
+    return ", ".join(f"{name} down" for name in down) or f"/readyz answered {response.status_code}"
 
 
 def _port_free(port: int) -> bool:

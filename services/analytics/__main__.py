@@ -1,9 +1,9 @@
 from services.analytics.settings import Settings
 from shared.logging import configure_logging
 from shared.tracing import configure_tracing
-from shared.web import serve
+from shared.web import serve, settings_or_exit
 
-settings = Settings()
+settings = settings_or_exit("analytics", Settings)
 configure_logging("analytics", settings.log_level)
 configure_tracing("analytics")
 serve("services.analytics.main:create_app", settings)

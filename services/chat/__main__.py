@@ -2,10 +2,10 @@
 from services.chat.settings import Settings
 from shared.logging import configure_logging
 from shared.tracing import configure_tracing
-from shared.web import serve
+from shared.web import serve, settings_or_exit
 
 if __name__ == "__main__":
-    settings = Settings()
+    settings = settings_or_exit("chat", Settings)
     configure_logging("chat", settings.log_level)
     configure_tracing("chat")
     serve("services.chat.main:create_app", settings)

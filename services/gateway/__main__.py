@@ -1,9 +1,9 @@
 from services.gateway.settings import Settings
 from shared.logging import configure_logging
 from shared.tracing import configure_tracing
-from shared.web import serve
+from shared.web import serve, settings_or_exit
 
-settings = Settings()
+settings = settings_or_exit("gateway", Settings)
 configure_logging("gateway", settings.log_level)
 configure_tracing("gateway")
 serve("services.gateway.main:create_app", settings)

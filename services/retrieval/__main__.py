@@ -6,7 +6,7 @@ import os
 from services.retrieval.settings import Settings
 from shared.logging import configure_logging
 from shared.tracing import configure_tracing
-from shared.web import serve
+from shared.web import serve, settings_or_exit
 
 # How long an idle OpenMP thread spins before it sleeps, read once when PyTorch (or Chroma, linked to the
 # same OpenMP) loads it. OpenMP's default let PyTorch's threads sleep between the steps of a query encode:
@@ -19,7 +19,7 @@ OPENMP_SPIN_COUNT = "30000"
 
 def main() -> None:
     os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT)
-    settings = Settings()
+    settings = settings_or_exit("retrieval", Settings)
     configure_logging("retrieval", settings.log_level)
     configure_tracing("retrieval")
     serve("services.retrieval.main:create_app", settings)
