@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from cairn import commands
 from cairn.settings import CliSettings
+from shared.web import settings_problems
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = CliSettings(**_up_options(args))
-    except ValidationError as exc:
-        parser.error("; ".join(": ".join(filter(None, (".".join(map(str, e["loc"])), e["msg"]))) for e in exc.errors()))
+    except ValidationError as exc:  # a bad --replicas or environment variable: named, its value never shown
+        for problem in settings_problems(exc):
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         return _run(args, settings)
     except KeyboardInterrupt:  # `cairn up` stops its services itself; elsewhere Ctrl-C needs no traceback
