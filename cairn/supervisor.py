@@ -130,6 +130,7 @@ class Supervisor:
         self.processes: dict[str, subprocess.Popen] = {}
         self.restarts: dict[str, int] = {child.name: 0 for child in self.children}
         self.started_at: dict[str, float] = {}
+        self.log_starts: dict[str, int] = {}
         self.stable_after_s = STABLE_AFTER_S
         self.ready_window_s = READY_WINDOW_S
         self._env = {**os.environ, **shared_env(settings)}
@@ -150,6 +151,7 @@ class Supervisor:
     def spawn(self, child: Child) -> None:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path(child.name), "ab")
+        self.log_starts[child.name] = log.seek(0, os.SEEK_END)  # the log is kept across runs: this run's part
         self.started_at[child.name] = time.monotonic()
         with _stop_signals_held():  # a stop asked meanwhile waits until the child is recorded, to be stopped too
             self.processes[child.name] = subprocess.Popen(
@@ -187,7 +189,10 @@ class Supervisor:
             for child in list(pending):
                 process = self.processes[child.name]
                 if process.poll() is not None:
-                    raise StartFailed(f"{child.name} exited with code {process.returncode}; see {self.log_path(child.name)}")
+                    log = self.log_path(child.name)
+                    problems = _settings_problems_in(log, since=self.log_starts.get(child.name, 0))
+                    reasons = "".join(f"\n  {line}" for line in problems)
+                    raise StartFailed(f"{child.name} exited with code {process.returncode}; see {log}{reasons}")
                 if _answers(child.health_url):
                     pending.remove(child)
             if time.monotonic() > deadline:
@@ -278,6 +283,17 @@ def _answers(health_url: str) -> bool:
         return httpx.get(health_url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _settings_problems_in(log: Path, *, since: int) -> list[str]:
+    """The `<service>: cannot start: VARIABLE: ...` lines a service printed, from byte `since` of its log on."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(since)
+            lines = handle.read(65536).decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line.strip() for line in lines if ": cannot start: " in line]
 
 
 def _what_is_down(ready_url: str) -> str | None:

@@ -15,6 +15,7 @@ from cairn.commands import _status_rows
 from cairn.settings import CliSettings, parse_replicas
 from cairn.run_state import state_file, write_state
 from cairn.supervisor import CHROMA, MAX_RESTARTS, Child, StartFailed, Supervisor, plan, shared_env
+from tests.support import free_port
 
 pytestmark = pytest.mark.unit
 
@@ -182,3 +183,17 @@ def test_a_process_is_restarted_after_each_death_and_given_up_only_after_deaths_
     with pytest.raises(StartFailed, match="chat keeps dying"):
         supervisor.watch(should_stop=lambda: False)
     assert supervisor.restarts["chat"] == MAX_RESTARTS
+
+
+def test_a_service_that_refuses_its_settings_is_reported_with_its_own_lines(tmp_path):
+    script = "import sys; print('chat: cannot start: LOG_LEVEL: Input should be ...', file=sys.stderr); sys.exit(2)"
+    refusing = Child(name="chat", service="chat", port=free_port(), command=(sys.executable, "-c", script))
+    supervisor = Supervisor(settings(tmp_path))
+    supervisor.settings.log_dir.mkdir(parents=True)
+    supervisor.log_path("chat").write_text("chat: cannot start: CHAT_URLS: an earlier run's problem\n")
+    supervisor.children = [refusing]
+    supervisor.spawn(refusing)
+    with pytest.raises(StartFailed) as failed:
+        supervisor.wait_healthy([refusing])
+    assert str(failed.value).splitlines()[1:] == ["  chat: cannot start: LOG_LEVEL: Input should be ..."]
+    assert str(failed.value).startswith("chat exited with code 2; see ")
