@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import DirectoryPath, Field, SecretStr, model_validator
 
 from shared.settings import CommonSettings, aliases
 from shared.urls import OptionalHttpUrl
@@ -20,7 +20,7 @@ class Settings(CommonSettings):
     )
     chroma_collection: str = Field("cairn", validation_alias=aliases("CHROMA_COLLECTION"))
     chroma_timeout_s: float = Field(10.0, gt=0, validation_alias=aliases("CHROMA_TIMEOUT_S"))
-    embedding_model_path: Path | None = Field(
+    embedding_model_path: DirectoryPath | None = Field(  # checked at start: named, not a traceback on load
         None,
         validation_alias=aliases("EMBEDDING_MODEL_PATH"),
         description="A sentence-transformers model directory; unset = the packaged all-MiniLM-L6-v2.",
@@ -109,7 +109,7 @@ class Settings(CommonSettings):
         validation_alias=aliases("KEYWORD_SYNC_INTERVAL_S"),
         description="How often each replica checks Chroma for documents written through other replicas.",
     )
-    rerank_model: Path | None = Field(
+    rerank_model: DirectoryPath | None = Field(
         None,
         validation_alias=aliases("RERANK_MODEL"),
         description="A local sentence-transformers CrossEncoder directory; unset = no reranking.",

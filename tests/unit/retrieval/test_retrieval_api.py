@@ -157,5 +157,5 @@ def test_openapi_says_rerank_cannot_be_true_without_a_model(tmp_path: Path) -> N
         return create_app(settings).openapi()["components"]["schemas"]["SearchRequest"]["properties"]["rerank"]
 
     assert {"type": "boolean", "enum": [False]} in rerank(Settings(service_token=TOKEN, data_dir=tmp_path))["anyOf"]
-    offered = rerank(Settings(service_token=TOKEN, data_dir=tmp_path, rerank_model="some/cross-encoder"))
+    offered = rerank(Settings(service_token=TOKEN, data_dir=tmp_path, rerank_model=tmp_path))
     assert {"type": "boolean"} in offered["anyOf"]

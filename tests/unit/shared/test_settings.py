@@ -87,3 +87,12 @@ def test_the_cli_talks_to_the_first_replica_of_a_list(monkeypatch):
     settings = CliSettings()
     assert settings.url_of("retrieval") == "http://10.0.0.5:8002"
     assert settings.url_of("chat") == f"http://127.0.0.1:{settings.chat_port}"
+
+
+@pytest.mark.parametrize("variable", ["RERANK_MODEL", "EMBEDDING_MODEL_PATH"])
+def test_a_model_folder_that_is_not_there_is_named_at_start(variable, tmp_path, monkeypatch):
+    monkeypatch.setenv(variable, str(tmp_path / "missing"))
+    with pytest.raises(ValidationError) as caught:
+        RetrievalSettings()
+    (error,) = caught.value.errors(include_input=False)
+    assert error["loc"] == (variable,) and "directory" in error["msg"]
