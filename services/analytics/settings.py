@@ -1,15 +1,30 @@
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from shared.replicas import UrlList
 from shared.settings import CommonSettings, aliases
 
 
+def _database_url(value: str | None) -> str | None:
+    """Checked by SQLAlchemy's own parser at start; the message never repeats the value (it holds a password)."""
+    if value is None:
+        return None
+    try:
+        make_url(value)
+    except ArgumentError:
+        raise ValueError("not a SQLAlchemy database URL such as postgresql+psycopg://user:password@host:5432/db") from None
+    return value
+
+
 class Settings(CommonSettings):
     host: str = Field("127.0.0.1", validation_alias=aliases("ANALYTICS_HOST"))
     port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT"))
-    db_url: str | None = Field(
+    db_url: Annotated[str | None, AfterValidator(_database_url)] = Field(
         None,
         validation_alias=aliases("ANALYTICS_DB_URL"),
         description="SQLAlchemy URL; default a SQLite file under the data directory. "

@@ -96,3 +96,13 @@ def test_a_model_folder_that_is_not_there_is_named_at_start(variable, tmp_path, 
         RetrievalSettings()
     (error,) = caught.value.errors(include_input=False)
     assert error["loc"] == (variable,) and "directory" in error["msg"]
+
+
+def test_a_database_url_sqlalchemy_cannot_read_is_named_at_start(monkeypatch):
+    monkeypatch.setenv("ANALYTICS_DB_URL", "notaurl")
+    with pytest.raises(ValidationError) as caught:
+        AnalyticsSettings()
+    (error,) = caught.value.errors(include_input=False)
+    assert error["loc"] == ("ANALYTICS_DB_URL",) and "not a SQLAlchemy database URL" in error["msg"]
+    monkeypatch.setenv("ANALYTICS_DB_URL", "postgresql+psycopg://cairn:secret@db:5432/analytics")
+    assert AnalyticsSettings().db_url == "postgresql+psycopg://cairn:secret@db:5432/analytics"
