@@ -44,7 +44,7 @@ class CliSettings(CommonSettings):
     redis_url: RedisUrl = Field("redis://127.0.0.1:6379/0", validation_alias=aliases("REDIS_URL"))
     redis_prefix: str = Field("cairn", validation_alias=aliases("REDIS_PREFIX"))
     demo_password: str | None = Field(None, validation_alias=aliases("CAIRN_DEMO_PASSWORD"))
-    start_timeout_s: float = Field(180.0, validation_alias=aliases("CAIRN_START_TIMEOUT_S"))
+    start_timeout_s: float = Field(180.0, gt=0, validation_alias=aliases("CAIRN_START_TIMEOUT_S"))
     replicas: ReplicaCounts = Field(
         default_factory=dict,
         validation_alias=aliases("CAIRN_REPLICAS"),
