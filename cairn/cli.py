@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from cairn import commands
 from cairn.settings import CliSettings
-from shared.web import settings_problems
+from shared.settings import print_settings_problems
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = CliSettings(**_up_options(args))
     except ValidationError as exc:  # a bad --replicas or environment variable: named, its value never shown
-        for problem in settings_problems(exc):
-            print(f"error: {problem}", file=sys.stderr)
+        print_settings_problems(exc, prefix="error: ")
         return 2
     try:
         return _run(args, settings)

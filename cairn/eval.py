@@ -35,7 +35,7 @@ from services.retrieval.evaluation.report import EvalReport
 from services.retrieval.evaluation.runner import IngestReport, ModeReport, chunks_to_request, ingest_corpus, run_mode
 from services.retrieval.ports import Embedder
 from services.retrieval.settings import Settings
-from shared.web import settings_problems
+from shared.settings import print_settings_problems
 
 MODE_ORDER = ("dense", "keyword", "hybrid")  # report order: the two legs, then their fusion
 
@@ -63,8 +63,7 @@ def run(
     try:
         settings = settings or Settings()
     except ValidationError as exc:
-        for problem in settings_problems(exc):
-            print(f"error: {problem}", file=sys.stderr)
+        print_settings_problems(exc, prefix="error: ")
         return 2
     modes = [m for m in MODE_ORDER if m in search_module.MODES] if mode == "all" else [mode]
     try:

@@ -1,10 +1,12 @@
 """Settings base shared by every service: environment variables first, defaults that work on one machine."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.urls import AmqpUrl
@@ -74,3 +76,29 @@ class CommonSettings(BaseSettings):
         if self.env != "local" and self.service_token.get_secret_value() == PLACEHOLDER_SERVICE_TOKEN:
             raise ValueError("CAIRN_SERVICE_TOKEN is the placeholder; set a real secret outside CAIRN_ENV=local")
         return self
+
+
+SettingsT = TypeVar("SettingsT", bound=CommonSettings)
+
+
+def settings_or_exit(service: str, settings_class: type[SettingsT]) -> SettingsT:
+    """The service's settings from the environment. Invalid ones end the process with exit code 2 after one
+    line per problem on stderr (see print_settings_problems)."""
+    try:
+        return settings_class()
+    except ValidationError as exc:
+        print_settings_problems(exc, prefix=f"{service}: cannot start: ")
+        raise SystemExit(2) from None
+
+
+def print_settings_problems(exc: ValidationError, *, prefix: str) -> None:
+    """One line on stderr per invalid setting, naming its variable but never a value: the input of a
+    cross-field check is every setting, secrets included."""
+    for error in exc.errors(include_url=False, include_context=False, include_input=False):
+        print(f"{prefix}{_settings_problem(error)}", file=sys.stderr)
+
+
+def _settings_problem(error: ErrorDetails) -> str:
+    variable = ".".join(str(part) for part in error["loc"])  # the environment variable; none for a cross-field check
+    message = error["msg"].removeprefix("Value error, ")  # as pydantic words our own checks
+    return f"{variable}: {message}" if variable else message

@@ -5,18 +5,15 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-import sys
 import time
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from opentelemetry.trace import Span
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
-from pydantic import ValidationError
-from pydantic_core import ErrorDetails
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -255,32 +252,6 @@ def internal_headers(settings: CommonSettings, **identity: str | None) -> dict[s
 # uvicorn's own proxy-header handling is off: it would take any X-Forwarded-For sent from 127.0.0.1 as
 # the client's address, where the gateway trusts only its TRUSTED_PROXIES (empty: nobody's header).
 SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "access_log": False, "proxy_headers": False}
-
-
-SettingsT = TypeVar("SettingsT", bound=CommonSettings)
-
-
-def settings_or_exit(service: str, settings_class: type[SettingsT]) -> SettingsT:
-    """The service's settings from the environment. Invalid ones end the process with exit code 2 after one
-    line per problem on stderr, naming its variable but never a value: the input of a cross-field check is
-    every setting, secrets included."""
-    try:
-        return settings_class()
-    except ValidationError as exc:
-        for problem in settings_problems(exc):
-            print(f"{service}: cannot start: {problem}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def settings_problems(exc: ValidationError) -> list[str]:
-    """`VARIABLE: message` for each invalid setting, without the values given."""
-    return [_settings_problem(error) for error in exc.errors(include_url=False, include_context=False, include_input=False)]
-
-
-def _settings_problem(error: ErrorDetails) -> str:
-    variable = ".".join(str(part) for part in error["loc"])  # the environment variable; none for a cross-field check
-    message = error["msg"].removeprefix("Value error, ")  # as pydantic words our own checks
-    return f"{variable}: {message}" if variable else message
 
 
 def serve(app_path: str, settings: CommonSettings) -> None:

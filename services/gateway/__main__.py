@@ -1,7 +1,8 @@
 from services.gateway.settings import Settings
 from shared.logging import configure_logging
+from shared.settings import settings_or_exit
 from shared.tracing import configure_tracing
-from shared.web import serve, settings_or_exit
+from shared.web import serve
 
 settings = settings_or_exit("gateway", Settings)
 configure_logging("gateway", settings.log_level)

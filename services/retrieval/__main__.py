@@ -5,8 +5,9 @@ import os
 
 from services.retrieval.settings import Settings
 from shared.logging import configure_logging
+from shared.settings import settings_or_exit
 from shared.tracing import configure_tracing
-from shared.web import serve, settings_or_exit
+from shared.web import serve
 
 # How long an idle OpenMP thread spins before it sleeps, read once when PyTorch (or Chroma, linked to the
 # same OpenMP) loads it. OpenMP's default let PyTorch's threads sleep between the steps of a query encode:
