@@ -328,38 +328,41 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
     with httpx.Client(base_url=url, timeout=120) as client:
         try:
             login = client.post("/auth/login", json={"username": username, "password": password})
-            if (token := _json_field(login, "token")) is None:
+            if (session := _answered(login, "token")) is None:
                 print(f"login failed: {_message_of(login)}", file=sys.stderr)
                 return 1
-            headers = {"Authorization": f"Bearer {token}"}
+            headers = {"Authorization": f"Bearer {session['token']}"}
             answer = client.post("/api/chat", json={"query": question, "top_k": top_k}, headers=headers)
             client.post("/auth/logout", headers=headers)
         except httpx.HTTPError as exc:
             print(f"cannot reach Cairn at {url}: {exc}", file=sys.stderr)
             return 1
-    if _json_field(answer, "answer") is None:
+    if (body := _answered(answer, "answer")) is None:
         print(f"error {answer.status_code}: {_message_of(answer)}", file=sys.stderr)
         return 1
-    _print_answer(answer.json())
+    _print_answer(body)
     return 0
 
 
-def _json_field(response: httpx.Response, name: str) -> object | None:
-    """A field of a 200 JSON object answer; None for anything else (an error, a proxy's HTML page)."""
+def _json_object(response: httpx.Response) -> dict | None:
+    """The body as a JSON object; None for anything else (a proxy's HTML page, say)."""
     try:
-        body = response.json() if response.status_code == 200 else None
+        body = response.json()
     except ValueError:
         return None
-    return body.get(name) if isinstance(body, dict) else None
+    return body if isinstance(body, dict) else None
+
+
+def _answered(response: httpx.Response, field: str) -> dict | None:
+    """The JSON object of a 200 answer holding `field`; None for an error or anything else."""
+    body = _json_object(response) if response.status_code == 200 else None
+    return body if body is not None and body.get(field) is not None else None
 
 
 def _message_of(response: httpx.Response) -> str:
     """Cairn's error message, else what came instead (a proxy's 502 page, say), cut short."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
+    body = _json_object(response)
+    if body is not None and isinstance(body.get("message"), str):
         return body["message"]
     text = " ".join(response.text.split())[:200]
     return f"HTTP {response.status_code}" + (f": {text}" if text else "")
