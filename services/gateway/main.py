@@ -4,7 +4,9 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException
 
+from services.gateway import openai_errors
 from services.gateway.adapters.redis_rate_limits import RedisRateLimiter
 from services.gateway.adapters.redis_request_owners import RedisRequestOwners
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
@@ -78,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_router)
     app.include_router(feedback_router)
     app.include_router(openai_router)
+    app.add_exception_handler(HTTPException, openai_errors.under_v1(app.exception_handlers[HTTPException]))
     app.include_router(web_page_router)
     app.include_router(dashboard_router)
     return app

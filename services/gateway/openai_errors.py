@@ -102,6 +102,19 @@ def from_relayed(response: Response) -> JSONResponse:
     return openai_error(status, code=code, message=message, headers=kept)
 
 
+def under_v1(handler: Callable[[Request, HTTPException], Response]) -> Callable[[Request, HTTPException], Response]:
+    """The app's handler of router errors, answering in OpenAI's shape under /v1: a path no route matches
+    (an unknown model path holding a newline, say) or a method a route does not take never reaches
+    OpenAIRoute, yet an OpenAI client reads the answer."""
+
+    def openai_or_cairn(request: Request, exc: HTTPException) -> Response:
+        if request.url.path == "/v1" or request.url.path.startswith("/v1/"):
+            return from_http_exception(exc)
+        return handler(request, exc)
+
+    return openai_or_cairn
+
+
 class OpenAIRoute(QuestionRoute):
     """A /v1 route: every error answer, raised by the gateway or relayed from chat, in OpenAI's shape.
     Unexpected exceptions are left to the app's handler (500, logged there)."""

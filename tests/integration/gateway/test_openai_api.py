@@ -110,6 +110,16 @@ def test_the_openai_client_reads_the_message_and_code_of_every_error(gateway, to
     assert two_choices.value.message.endswith("n: Cairn answers with one choice; n must be 1 or left out")
 
 
+def test_a_v1_path_no_route_matches_is_answered_in_openais_shape(gateway, token):
+    headers = {"Authorization": f"Bearer {token}"}
+    for path in ("/v1/models/a%0Ab", "/v1/embeddings"):  # a newline is outside the {model:path} pattern
+        response = httpx.get(f"{gateway}{path}", headers=headers)
+        assert response.status_code == 404
+        assert response.json() == {"error": {"message": "Not Found", "type": "not_found_error", "code": "not_found",
+                                             "param": None}}
+    assert httpx.get(f"{gateway}/api/nothing-here", headers=headers).json()["error"] == "not_found"
+
+
 def test_the_api_routes_keep_cairns_error_shape(gateway):
     response = httpx.post(f"{gateway}/api/chat", json={"query": "q"}, headers={"Authorization": "Bearer nonsense"})
     assert response.status_code == 401 and response.json()["error"] == "unauthorized"
