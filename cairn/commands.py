@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 
@@ -293,10 +294,16 @@ def _read_password(from_stdin: bool, *, confirm: bool = False) -> str:
     try:
         password = getpass.getpass("password: ")
         if confirm and getpass.getpass("again: ") != password:
-            raise SystemExit("error: the passwords differ")
+            _refuse("the passwords differ")
     except EOFError:  # no terminal to prompt on, and nothing on standard input
-        raise SystemExit("error: no password given: type it at the prompt, or pipe it in with --password-stdin") from None
+        _refuse("no password given: type it at the prompt, or pipe it in with --password-stdin")
     return password
+
+
+def _refuse(message: str) -> NoReturn:
+    """Stop on input the user must correct, with the exit status 2 of every other such refusal."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def ingest(settings: CliSettings, *, paths: list[Path]) -> int:

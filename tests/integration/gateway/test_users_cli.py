@@ -2,6 +2,7 @@
 import asyncio
 import getpass
 import io
+import re
 
 import pytest
 
@@ -84,15 +85,18 @@ def test_every_user_command(cairn_user, redis_url, unique):
     assert _login(redis_url, unique, "a brand new password")
 
 
-def test_the_password_prompt_asks_twice(cairn_user, redis_url, unique, monkeypatch):
+def test_the_password_prompt_asks_twice(cairn_user, redis_url, unique, monkeypatch, capsys):
     cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\n")
     answers = iter(["another password", "another password"])
     monkeypatch.setattr(getpass, "getpass", lambda prompt: next(answers))
     assert cairn_user("reset-password", "ann")[0] == 0
     assert _login(redis_url, unique, "another password")
     answers = iter(["one password", "a different one"])
-    with pytest.raises(SystemExit, match="differ"):
+    with pytest.raises(SystemExit) as refused:
         cairn_user("reset-password", "ann")
+    assert refused.value.code == 2  # as for an unknown user: input to correct
+    assert capsys.readouterr().err == "error: the passwords differ\n"
+    assert _login(redis_url, unique, "another password"), "the password stays as it was"
 
 
 def test_refusals_are_one_clear_line(cairn_user, monkeypatch):
@@ -155,8 +159,9 @@ def test_cairn_ask_writes_no_demo_password(redis_url, unique, tmp_path, monkeypa
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setattr(getpass, "getpass", no_terminal)
-    with pytest.raises(SystemExit, match="no password given"):  # no password kept: it asks, as for any user
+    with pytest.raises(SystemExit) as refused:  # no password kept: it asks, as for any user
         cli.main(["ask", "anything"])
+    assert refused.value.code == 2 and "error: no password given" in capsys.readouterr().err
     assert not (tmp_path / "data").exists(), "a question leaves the data directory as it was"
 
 
@@ -173,8 +178,11 @@ def test_no_password_to_read_and_a_bad_redis_url_are_messages_not_tracebacks(cai
         raise EOFError  # what getpass raises with no terminal and nothing on standard input
 
     monkeypatch.setattr(getpass, "getpass", no_terminal)
-    with pytest.raises(SystemExit, match="no password given: .* --password-stdin"):
+    with pytest.raises(SystemExit) as refused:
         cairn_user("add", "carol", "--role", "user")
+    assert refused.value.code == 2
+    assert re.match(r"error: no password given: .* --password-stdin\n$", capsys.readouterr().err)
     monkeypatch.setenv("REDIS_URL", "notaurl")
     code, _, err = cairn_user("list")
     assert code == 2 and err.startswith("error: REDIS_URL: ")
+
