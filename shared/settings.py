@@ -1,6 +1,7 @@
 """Settings base shared by every service: environment variables first, defaults that work on one machine."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -76,6 +77,20 @@ class CommonSettings(BaseSettings):
         if self.env != "local" and self.service_token.get_secret_value() == PLACEHOLDER_SERVICE_TOKEN:
             raise ValueError("CAIRN_SERVICE_TOKEN is the placeholder; set a real secret outside CAIRN_ENV=local")
         return self
+
+
+def unusable_folder(path: Path) -> str | None:
+    """Why the service could not create and write files in the folder `path` (made when missing), or None.
+    Checked with the settings, so a bad folder stops the start naming its variable, instead of a traceback
+    or a store that retries forever. The reason never repeats the path: messages show no setting's value."""
+    existing = path.absolute()
+    while not os.path.exists(existing):  # os.path.exists: False, not an error, under an unreadable folder
+        existing = existing.parent
+    if not existing.is_dir():
+        return "a file stands where a folder is needed" if existing == path.absolute() else "a part of the path is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "the folder is not writable by this user"
+    return None
 
 
 SettingsT = TypeVar("SettingsT", bound=CommonSettings)

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from shared.replicas import UrlList
-from shared.settings import CommonSettings, aliases
+from shared.settings import CommonSettings, aliases, unusable_folder
 
 
 def _database_url(value: str | None) -> str | None:
@@ -50,6 +51,22 @@ class Settings(CommonSettings):
     retrieval_timeout_s: float = Field(
         5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S")
     )
+
+    @model_validator(mode="after")
+    def _database_folder_usable(self) -> "Settings":
+        variable, folder = self._database_folder()
+        if folder is not None and (problem := unusable_folder(folder)):
+            raise ValueError(f"{variable}: {problem}")
+        return self
+
+    def _database_folder(self) -> tuple[str, Path | None]:
+        """The folder of a SQLite database file, which analytics creates when missing; none for a server."""
+        if self.db_url is None:
+            return "CAIRN_DATA_DIR", self.data_dir
+        url = make_url(self.db_url)
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return "ANALYTICS_DB_URL", None
+        return "ANALYTICS_DB_URL", Path(url.database).parent
 
     @property
     def retrieval_url(self) -> str:

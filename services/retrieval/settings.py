@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import DirectoryPath, Field, SecretStr, model_validator
 
-from shared.settings import CommonSettings, aliases
+from shared.settings import CommonSettings, aliases, unusable_folder
 from shared.urls import OptionalHttpUrl
 
 
@@ -121,6 +121,24 @@ class Settings(CommonSettings):
         if self.chunk_overlap_tokens >= self.chunk_size_tokens:
             raise ValueError("CHUNK_OVERLAP_TOKENS must be smaller than CHUNK_SIZE_TOKENS")
         return self
+
+    @model_validator(mode="after")
+    def _folders_usable(self) -> "Settings":
+        for variable, folder in self._folders_written():
+            if problem := unusable_folder(folder):
+                raise ValueError(f"{variable}: {problem}")
+        return self
+
+    def _folders_written(self) -> list[tuple[str, Path]]:
+        """The folders this configuration must write to, each with the variable that places it."""
+        folders = []
+        if self.chroma_url is None:
+            folders.append(("CAIRN_DATA_DIR", self.chroma_path))
+        if self.embedding_cache or self.contextual_chunks:  # their SQLite caches
+            folders.append(("CAIRN_DATA_DIR", self.data_dir))
+        if self.embedding_backend == "onnx-int8":  # torch only speeds single queries with it, and goes on without
+            folders.append(("MODELS_DIR" if self.models_folder else "CAIRN_DATA_DIR", self.models_dir))
+        return folders
 
     @property
     def chroma_path(self) -> Path:

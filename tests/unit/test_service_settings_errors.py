@@ -60,3 +60,39 @@ def test_a_cross_field_check_prints_its_own_message_and_no_setting_value():
     assert (result.returncode, result.stderr) == (2, "chat: cannot start: LLM_MODEL is required when LLM_BASE_URL is set\n")
     printed = result.stdout + result.stderr
     assert secret not in printed and "another-secret-token" not in printed
+
+
+@pytest.fixture
+def a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "a-file"
+    path.write_text("not a folder")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("module", "env", "line"),
+    [
+        ("services.retrieval", {"CAIRN_DATA_DIR": "{file}/data"},
+         "retrieval: cannot start: CAIRN_DATA_DIR: a part of the path is a file"),
+        ("services.retrieval", {"EMBEDDING_BACKEND": "onnx-int8", "MODELS_DIR": "{file}"},
+         "retrieval: cannot start: MODELS_DIR: a file stands where a folder is needed"),
+        ("services.analytics", {"CAIRN_DATA_DIR": "{file}/data"},
+         "analytics: cannot start: CAIRN_DATA_DIR: a part of the path is a file"),
+        ("services.analytics", {"ANALYTICS_DB_URL": "sqlite:///{file}/analytics.db"},
+         "analytics: cannot start: ANALYTICS_DB_URL: a file stands where a folder is needed"),
+    ],
+)
+def test_a_folder_the_service_cannot_write_is_named_at_start(module, env, line, a_file):
+    """Not a traceback from the model export or the database, nor an embedded Chroma retried forever."""
+    result = start(module, **{name: value.format(file=a_file) for name, value in env.items()})
+    assert (result.returncode, result.stderr) == (2, line + "\n")
+
+
+def test_only_the_folders_a_configuration_writes_are_checked(a_file):
+    from services.analytics.settings import Settings as AnalyticsSettings
+    from services.retrieval.settings import Settings as RetrievalSettings
+
+    unused = a_file / "data"
+    # Chroma on a server and the torch backend: nothing is written under the data folder.
+    RetrievalSettings(CHROMA_URL="http://chroma.internal:8000", CAIRN_DATA_DIR=unused)
+    AnalyticsSettings(ANALYTICS_DB_URL="postgresql+psycopg://analytics@db.internal/analytics", CAIRN_DATA_DIR=unused)
