@@ -25,6 +25,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from services.retrieval.adapters.exact_dense import ExactDense, ExactSearch
 from services.retrieval.adapters.heap import release_free_memory
+from services.retrieval.adapters.top_rows import best_rows
 from shared.filters import Filter, matches
 from services.retrieval.keyword_sync import KeywordSync, SyncedStore
 from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
@@ -239,9 +240,8 @@ class Bm25Index:
             return []
         scores = built.bm25.get_scores_from_ids(ids)
         candidates = np.flatnonzero(scores > 0)
-        if not where and len(candidates) > top_k:
-            candidates = candidates[np.argpartition(-scores[candidates], top_k - 1)[:top_k]]
-        ordered = candidates[np.argsort(-scores[candidates], kind="stable")]
+        # With a filter every candidate is ranked: those it refuses leave room for ones further down.
+        ordered = candidates[best_rows(scores[candidates], len(candidates) if where else top_k)]
         hits: list[KeywordHit] = []
         for row in ordered:
             chunk_id, entry = built.rows[row]

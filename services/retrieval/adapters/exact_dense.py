@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from services.retrieval.adapters.top_rows import best_rows
 from services.retrieval.microbatch import MicroBatcher
 
 
@@ -44,19 +45,13 @@ class ExactDense:
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
         similarities = np.asarray(queries, dtype=np.float32) @ self._vectors.T
-        k = min(top_k, len(self._ids))
-        if k < len(self._ids):
-            rows = np.argpartition(-similarities, k - 1, axis=1)[:, :k]
-        else:
-            rows = np.broadcast_to(np.arange(k), (len(similarities), k))
-        scores = np.take_along_axis(similarities, rows, axis=1)
-        order = np.argsort(-scores, axis=1, kind="stable")
-        rows, scores = np.take_along_axis(rows, order, axis=1), np.take_along_axis(scores, order, axis=1)
         ids = self._ids
-        return [
-            [(ids[row], 1.0 - float(score)) for row, score in zip(row_list, score_list)]
-            for row_list, score_list in zip(rows.tolist(), scores.tolist())
-        ]
+        nearest = []
+        for query_similarities in similarities:
+            rows = best_rows(query_similarities, top_k)
+            scores = query_similarities[rows]
+            nearest.append([(ids[row], 1.0 - score) for row, score in zip(rows.tolist(), scores.tolist())])
+        return nearest
 
 
 class _Scan:

@@ -71,6 +71,15 @@ def test_search_ranks_by_bm25_and_matches_word_forms() -> None:
         index.search_now(query="x", top_k=0)
 
 
+def test_duplicate_chunks_rank_alike_whatever_top_k() -> None:
+    copies = [chunk(f"doc{i:03d}", 0, "Results may vary; consult your physician.") for i in range(300)]
+    index = loaded(*copies, chunk("other", 0, "A physician wrote this about vitamins and other results."))
+    longest = ids(index.search_now(query="consult physician results", top_k=300))
+    assert longest == [f"doc{i:03d}#0" for i in range(300)]
+    for top_k in (1, 4, 10, 17, 100):
+        assert ids(index.search_now(query="consult physician results", top_k=top_k)) == longest[:top_k]
+
+
 def test_the_contextual_prefix_is_indexed_but_not_returned() -> None:
     index = loaded(chunk("a", 0, "It rose by 3%.", **{CONTEXT_KEY: "ACME revenue in 2023"}))
     (hit,) = index.search_now(query="acme revenue", top_k=1)

@@ -34,6 +34,17 @@ def test_the_scan_returns_the_true_top_k_with_cosine_distances() -> None:
     assert [d for _, d in alone] == pytest.approx([d for _, d in found[0]], abs=1e-6)
 
 
+def test_duplicate_chunks_rank_alike_whatever_top_k() -> None:
+    """The same text in many documents has one vector: which copies come first must not depend on top_k."""
+    vectors = np.concatenate([unit_rows(1, seed=3).repeat(40, axis=0), unit_rows(300, seed=4)])
+    dense = ExactDense([f"c{i:03d}" for i in range(len(vectors))], vectors)
+    query = unit_rows(1, seed=3)  # nearest to the 40 copies, all at the same distance
+    (longest,) = dense.nearest(query, 40)
+    assert [cid for cid, _ in longest] == [f"c{i:03d}" for i in range(40)]
+    for top_k in (1, 3, 10, 25):
+        assert dense.nearest(query, top_k)[0] == longest[:top_k]
+
+
 def test_asking_for_more_than_it_holds_returns_everything_in_order() -> None:
     dense = ExactDense(["a", "b", "c"], np.asarray([[1, 0], [0, 1], [0.6, 0.8]], dtype=np.float32))
     (found,) = dense.nearest(np.asarray([[1, 0]], dtype=np.float32), 10)
