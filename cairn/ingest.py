@@ -60,14 +60,25 @@ class IngestSummary:
 
 
 def source_name(path: Path, base: Path | None = None) -> str:
-    """The path relative to `base` (default: the current directory) when inside it, else absolute; posix separators."""
+    """The path relative to `base` (default: the current directory) when inside it, else absolute; posix separators.
+
+    A symbolic link is named by the file it leads to when that lies inside `base` (a file and a link to it
+    are one document), else by its own path: a link out of `base`, or a linked folder, keeps a relative name
+    instead of the absolute path of its target.
+    """
+    root = base or Path.cwd()
     resolved = path.resolve()
-    try:
-        name = resolved.relative_to((base or Path.cwd()).resolve()).as_posix()
-    except ValueError:
-        name = resolved.as_posix()
+    name = _relative(resolved, root.resolve()) or _relative(Path(os.path.abspath(path)), Path(os.path.abspath(root)))
+    name = name or resolved.as_posix()
     # A name that is not UTF-8 (Python keeps its bytes as surrogates) becomes text with U+FFFD in their place.
     return os.fsencode(name).decode("utf-8", "replace")
+
+
+def _relative(path: Path, root: Path) -> str | None:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return None
 
 
 def _link_name(link: Path, base: Path | None) -> str:

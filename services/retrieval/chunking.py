@@ -10,9 +10,13 @@ from dataclasses import dataclass
 CountTokens = Callable[[str], int]
 
 # Raised whenever a change here cuts the same text differently (2: CommonMark fences, setext headings,
-# front matter left out). Documents keep the version they were cut with, so re-ingesting them after an
-# upgrade cuts them again rather than reporting them unchanged.
-CHUNKER_VERSION = 2
+# front matter left out; 3: paragraphs of CRLF text, MAX_CHARS_PER_TOKEN). Documents keep the version
+# they were cut with, so re-ingesting them after an upgrade cuts them again rather than reporting them
+# unchanged.
+CHUNKER_VERSION = 3
+# Most characters one token may stand for. A word the tokenizer cannot split (a DNA sequence, a long hex
+# string) counts as a single unknown token however long it is: a 200,000-character line was one chunk.
+MAX_CHARS_PER_TOKEN = 16
 
 # The title's closing '#'s and trailing blanks are cut in Python (_heading_text): a pattern that did it
 # backtracked quadratically on a long run of spaces ("# a" + 40,000 spaces + "b" took 30 s).
@@ -33,7 +37,7 @@ _FRONT_MATTER = re.compile(
 _YAML_TITLE = re.compile(r"^title:[ \t]*(?P<value>[^\s|>].*)$", re.MULTILINE)  # trailing blanks cut in Python
 # Coarse to fine; a span still over budget after the last one is cut by characters.
 _SEPARATORS = (
-    re.compile(r"\n[ \t]*\n\s*"),  # paragraphs
+    re.compile(r"\n[ \t]*\r?\n\s*"),  # paragraphs, also between Windows (CRLF) lines
     re.compile(r"\n\s*"),  # lines
     re.compile(r"(?<=[.!?;:])\s+"),  # sentences
     re.compile(r"\s+"),  # words
@@ -256,6 +260,10 @@ def _by_page(spans: list[tuple[str, int, int]], page_starts: tuple[int, ...]) ->
     return cut
 
 
+def _at_least_by_length(count_tokens: CountTokens) -> CountTokens:
+    return lambda text: max(count_tokens(text), -(-len(text) // MAX_CHARS_PER_TOKEN))
+
+
 def chunk_text(
     text: str,
     *,
@@ -266,9 +274,9 @@ def chunk_text(
     page_starts: tuple[int, ...] = (),
     section_starts: tuple[tuple[int, str], ...] = (),
 ) -> list[Chunk]:
-    """Chunks of at most `chunk_size` tokens (as counted by `count_tokens`), consecutive chunks of a
-    section sharing up to `chunk_overlap` tokens; markdown headings start new sections, and markdown
-    front matter is left out.
+    """Chunks of at most `chunk_size` tokens (as counted by `count_tokens`, a token standing for at most
+    MAX_CHARS_PER_TOKEN characters), consecutive chunks of a section sharing up to `chunk_overlap` tokens;
+    markdown headings start new sections, and markdown front matter is left out.
 
     With `page_starts` (the offset where each page begins, ascending), chunks never cross a page
     boundary and each carries its 1-based `page`; overlap does not reach back into the previous page.
@@ -285,9 +293,10 @@ def chunk_text(
         spans = _markdown_sections(text) if markdown else _sections(text, [])
     if page_starts:
         spans = _by_page(spans, page_starts)
+    count = _at_least_by_length(count_tokens)
     chunks: list[Chunk] = []
     for section, start, end in spans:
-        pieces = _split(text, start, end, 0, count_tokens, chunk_size)
+        pieces = _split(text, start, end, 0, count, chunk_size)
         for span_start, span_end in _merge(pieces, budget=chunk_size, overlap=chunk_overlap):
             page = bisect.bisect_right(page_starts, span_start) if page_starts else None
             chunks.append(Chunk(text[span_start:span_end], len(chunks), section, span_start, span_end, page))

@@ -43,6 +43,14 @@ def _checked_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else user_metadata(value)
 
 
+def _without_line_break(value: str | None) -> str | None:
+    """A doc_id (or the source it defaults to) holding a line break could be stored, but neither read nor
+    deleted: the routes' path parameters, here and in the gateway, match anything but a line break."""
+    if value is not None and "\n" in value:
+        raise ValueError("must not contain a line break")
+    return value
+
+
 def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
     """The `metadata` form field of an upload: a JSON object, checked like DocumentIn.metadata."""
     if text is None:
@@ -68,6 +76,7 @@ class DocumentIn(BaseModel):
     metadata: MetadataIn | None = Field(None, description=_METADATA_DESCRIPTION, examples=[{"team": "ops", "published": 1714521600}])
 
     _valid_metadata = field_validator("metadata")(_checked_metadata)
+    _valid_ids = field_validator("doc_id", "source")(_without_line_break)
 
     @field_validator("text")
     @classmethod
@@ -99,6 +108,8 @@ class UploadFields(BaseModel):
         BeforeValidator(_metadata_form_field),
         WithJsonSchema({"anyOf": [METADATA_SCHEMA, {"type": "null"}]}),
     ] = Field(None, description='A JSON object, such as {"team": "ops"}. ' + _METADATA_DESCRIPTION)
+
+    _valid_ids = field_validator("doc_id", "source")(_without_line_break)
 
 
 class DocumentSummary(BaseModel):

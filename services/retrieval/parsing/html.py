@@ -3,9 +3,11 @@ page furniture (scripts, styles, navigation) and the head's metadata are dropped
 refer to this text, not the HTML."""
 from __future__ import annotations
 
+import codecs
 import re
 
 from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4.dammit import EncodingDetector
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
 from services.retrieval.chunking import Heading, sections_under
@@ -25,6 +27,10 @@ _BLOCKS = {
 }
 _SPACE = re.compile(r"[ \t\r\n\f\v\u00a0]+")
 _SKIPPED = (Comment, Declaration, Doctype, ProcessingInstruction)
+# The web's default for a page that declares no encoding, also read for pages labelled Latin-1 or ASCII
+# (as browsers do): Latin-1 would turn their curly quotes, dashes and euro signs into control characters.
+_WEB_DEFAULT = "cp1252"
+_READ_AS_WEB_DEFAULT = {"iso8859-1", "ascii"}
 
 
 class _Writer:
@@ -117,10 +123,33 @@ def _title(soup: BeautifulSoup) -> str:
     return ""
 
 
+def _declared_codec(body: bytes) -> str:
+    """The codec the page's <meta charset> (or XML declaration) names, read the way browsers read it."""
+    try:
+        codec = codecs.lookup(EncodingDetector.find_declared_encoding(body, is_html=True) or _WEB_DEFAULT).name
+    except LookupError:
+        return _WEB_DEFAULT
+    if codec.startswith(("utf-16", "utf-32")):
+        return "utf-8"  # a byte-order mark, not a declaration, makes a page UTF-16
+    return _WEB_DEFAULT if codec in _READ_AS_WEB_DEFAULT else codec
+
+
+def _decoded(data: bytes) -> str:
+    """UTF-8 when the bytes are UTF-8, even if a stale declaration names a legacy charset (text sent as
+    JSON always is); else the byte-order mark's encoding, else the declared one, else Windows-1252. Never a
+    guess from the bytes: a German paragraph was guessed to be Baltic, a French line Central European."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    body, marked = EncodingDetector.strip_byte_order_mark(data)
+    return body.decode(marked or _declared_codec(body), errors="replace")
+
+
 def parse_html(filename: str, data: bytes) -> ParsedDocument:
     if not data.strip():
         raise UnprocessableDocument(f"{filename}: the file is empty")
-    soup = BeautifulSoup(data, "html.parser")
+    soup = BeautifulSoup(_decoded(data), "html.parser")
     out = _Writer()
     _walk(soup, out)  # the whole document: text after </body>, or in a head never closed, is still page text
     out.flush()

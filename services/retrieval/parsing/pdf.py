@@ -5,7 +5,7 @@ import io
 import logging
 
 from pypdf import PdfReader
-from pypdf.errors import PyPdfError
+from pypdf.errors import DependencyError, PyPdfError
 
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
@@ -31,10 +31,19 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         outline = _outline(reader)
     except UnprocessableDocument:
         raise
+    except DependencyError:
+        # AES needs the cryptography package, even for a PDF that opens without a password.
+        log.warning("pdf needs the cryptography package", extra={"file": filename})
+        raise UnprocessableDocument(
+            f"{filename}: the PDF is encrypted with AES, which this service cannot decrypt (the cryptography "
+            "package is not installed)"
+        ) from None
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError) as exc:
         # pypdf reports damage through many exception types; any of them means we cannot read this file.
         log.info("unreadable pdf", extra={"file": filename, "error": type(exc).__name__, "detail": str(exc)[:200]})
         raise UnprocessableDocument(f"{filename}: not a readable PDF ({type(exc).__name__})") from None
+    if not pages:
+        raise UnprocessableDocument(f"{filename}: the PDF has no pages")
     if not any(pages):
         raise UnprocessableDocument(f"{filename}: the PDF has no extractable text (a scan without OCR?)")
     starts, offset = [], 0

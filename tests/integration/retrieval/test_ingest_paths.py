@@ -70,6 +70,22 @@ def test_a_file_named_twice_in_different_spellings_is_uploaded_once(tree: Path) 
     assert sorted(names) == ["deep/deeper/faq.txt", "deep/latin1.md", "empty.md", "intro.md"]
 
 
+def test_links_to_files_and_folders_elsewhere_keep_their_own_relative_names(
+    retrieval_url: str, tree: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # outside the current directory
+    (elsewhere / "policy.md").write_text("# Policy\n\nLeave is booked with a form.\n")
+    (tree / "policy-link.md").symlink_to(elsewhere / "policy.md")
+    Path("handbook").symlink_to(elsewhere, target_is_directory=True)
+    summary = ingest_paths(
+        [tree / "policy-link.md", Path("handbook")], retrieval_url=retrieval_url, service_token=TOKEN, progress=False
+    )
+    assert summary.added == 2, summary.describe()
+    with httpx.Client(base_url=retrieval_url, headers={"X-Service-Token": TOKEN}) as client:
+        documents = {d["doc_id"]: d["source"] for d in client.get("/documents").json()["documents"]}
+    assert documents == {"notes/policy-link.md": "notes/policy-link.md", "handbook/policy.md": "handbook/policy.md"}
+
+
 def test_a_wrong_token_or_a_dead_service_stops_at_once(retrieval_url: str, tree: Path) -> None:
     with pytest.raises(IngestError, match="service token"):
         ingest_paths([tree], retrieval_url=retrieval_url, service_token="wrong", progress=False)

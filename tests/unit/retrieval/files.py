@@ -1,7 +1,10 @@
-"""Document files written by the tests themselves: real PDFs (fpdf2) and HTML pages."""
+"""Document files written by the tests themselves: real PDFs (fpdf2, pypdf, or written out by hand) and HTML pages."""
 from __future__ import annotations
 
+import io
+
 from fpdf import FPDF
+from pypdf import PdfWriter
 
 GUIDE_HTML = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Pump guide</title>
@@ -42,3 +45,32 @@ def make_pdf(pages: list[str | list[Block]], *, title: str | None = None) -> byt
                 pdf.set_x(pdf.l_margin)
                 pdf.multi_cell(0, 6, text)
     return bytes(pdf.output())
+
+
+def pdf_encrypted_with_aes() -> bytes:
+    """A one-page PDF whose trailer says it is encrypted with AES-256 (revision 6) and whose keys fit no
+    password: opening it takes AES, with or without the cryptography package."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
+        b"<< /Filter /Standard /V 5 /R 6 /Length 256 /P -4 /O <%s> /U <%s> /OE <%s> /UE <%s> /Perms <%s> >>"
+        % (b"11" * 48, b"22" * 48, b"33" * 32, b"44" * 32, b"55" * 16),
+    ]
+    pdf = bytearray(b"%PDF-1.7\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(pdf))
+        pdf += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(pdf)
+    pdf += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    pdf += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    pdf += b"trailer\n<< /Size %d /Root 1 0 R /Encrypt 4 0 R /ID [<%s> <%s>] >>\n" % (len(objects) + 1, b"ab" * 16, b"ab" * 16)
+    pdf += b"startxref\n%d\n%%%%EOF\n" % xref
+    return bytes(pdf)
+
+
+def pdf_without_pages() -> bytes:
+    output = io.BytesIO()
+    PdfWriter().write(output)
+    return output.getvalue()

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from services.retrieval.chunking import Chunk, chunk_text, document_title
+from services.retrieval.chunking import MAX_CHARS_PER_TOKEN, Chunk, chunk_text, document_title
 
 pytestmark = pytest.mark.unit
 
@@ -149,6 +149,27 @@ def test_paragraphs_are_kept_whole_when_they_fit() -> None:
     assert len(chunks) == 3
     for chunk in chunks:
         assert all(part in paragraphs for part in chunk.text.split("\n\n"))
+
+
+def test_windows_line_endings_separate_paragraphs_too() -> None:
+    paragraphs = ["\n".join(numbered(4, i * 100 + line * 10) for line in range(3)) for i in range(5)]
+    unix = chunk_text("\n\n".join(paragraphs), count_tokens=words, chunk_size=20, chunk_overlap=0)
+    crlf = "\n\n".join(paragraphs).replace("\n", "\r\n")
+    windows = chunk_text(crlf, count_tokens=words, chunk_size=20, chunk_overlap=0)
+    assert [c.text for c in unix] == paragraphs
+    assert [c.text.replace("\r\n", "\n") for c in windows] == paragraphs, "a chunk ends where a paragraph ends"
+
+
+def wordpieces(text: str) -> int:  # like BERT's tokenizer: a word over 100 characters is one unknown token
+    return sum(1 if len(word) > 100 else -(-len(word) // 4) for word in text.split())
+
+
+def test_a_word_the_tokenizer_counts_as_one_token_is_still_cut_to_the_chunk_size() -> None:
+    sequence = "ACGT" * 50_000
+    chunks = chunk_text(f"The sequence follows.\n\n{sequence}\n", count_tokens=wordpieces, chunk_size=50, chunk_overlap=0)
+    assert chunks[0].text == "The sequence follows."
+    assert max(len(c.text) for c in chunks) <= 50 * MAX_CHARS_PER_TOKEN
+    assert "".join(c.text for c in chunks[1:]) == sequence
 
 
 def test_title_is_the_first_level_one_heading_else_the_fallback() -> None:

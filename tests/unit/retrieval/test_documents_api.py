@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -10,7 +11,7 @@ from fastapi.testclient import TestClient
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
-from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
+from tests.unit.retrieval.files import GUIDE_HTML, make_pdf, pdf_encrypted_with_aes
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +55,7 @@ def test_a_pdf_upload_is_stored_with_pages_under_its_file_name(client: TestClien
         "content_hash": store.chunks["manual.pdf#0"].metadata["content_hash"],
         "pages": 2,
         "context_model": None,
-        "chunking": "256 tokens, 32 overlap, chunker 2",
+        "chunking": "256 tokens, 32 overlap, chunker 3",
         "metadata": {},
     }
     again = upload(client, "manual.pdf", data, "application/pdf", category="manuals")
@@ -85,7 +86,12 @@ def test_an_unsupported_file_is_415_naming_it(client: TestClient) -> None:
 
 @pytest.mark.parametrize(
     ("filename", "data"),
-    [("broken.pdf", b"%PDF-1.4 nonsense"), ("empty.txt", b""), ("latin1.md", "caf\xe9".encode("latin-1"))],
+    [
+        ("broken.pdf", b"%PDF-1.4 nonsense"),
+        ("locked.pdf", pdf_encrypted_with_aes()),
+        ("empty.txt", b""),
+        ("latin1.md", "caf\xe9".encode("latin-1")),
+    ],
 )
 def test_a_corrupt_or_empty_file_is_422_naming_it(client: TestClient, store: FakeStore, filename: str, data: bytes) -> None:
     response = upload(client, filename, data)
@@ -216,3 +222,17 @@ def test_json_markdown_that_is_only_front_matter_is_refused_naming_the_document(
     refused = client.post("/documents", json={"doc_id": "empty.md", "text": "---\ntitle: Draft\n---\n"}, headers=AUTH)
     assert refused.status_code == 422 and refused.json()["message"] == "empty.md: no text to index after its front matter"
     assert client.get("/documents/empty.md", headers=AUTH).status_code == 404
+
+
+def test_an_id_with_a_line_break_that_no_route_could_reach_is_refused(client: TestClient, store: FakeStore) -> None:
+    for body in ({"doc_id": "notes\nv2.md", "text": "Some text."}, {"source": "notes\nv2.md", "text": "Some text."}):
+        refused = client.post("/documents", json=body, headers=AUTH)
+        assert refused.status_code == 422 and "line break" in refused.json()["message"], refused.text
+    refused = upload(client, "notes.md", b"# Notes\n\ntext", doc_id="notes\nv2.md")
+    assert refused.status_code == 422 and refused.json()["message"].startswith("doc_id: "), refused.text
+    assert not store.chunks
+
+    odd = "team a/notes\t#1?.md"  # other unusual characters are reachable, so they are kept
+    assert client.post("/documents", json={"doc_id": odd, "text": "Some text."}, headers=AUTH).status_code == 200
+    assert client.get(f"/documents/{quote(odd, safe='')}", headers=AUTH).json()["doc_id"] == odd
+    assert client.delete(f"/documents/{quote(odd, safe='')}", headers=AUTH).status_code == 200

@@ -63,7 +63,7 @@ async def test_the_same_content_under_new_chunk_settings_is_chunked_again(embedd
     again = await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)
     assert (again.status, again.chunks) == ("replaced", 3)
     assert sorted(store.chunks) == ["g#0", "g#1", "g#2"]
-    assert store.chunks["g#0"].metadata["chunking"] == "120 tokens, 2 overlap, chunker 2"
+    assert store.chunks["g#0"].metadata["chunking"] == "120 tokens, 2 overlap, chunker 3"
     assert (await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)).status == "unchanged"
 
 
@@ -179,6 +179,12 @@ def test_json_text_from_an_html_source_is_converted() -> None:
     assert document.markdown is False, "its headings come as section starts, not read back from the text"
     kept = from_text(text="# Notes\n\n<b>raw</b>", source="notes.md")
     assert kept.text == "# Notes\n\n<b>raw</b>" and kept.markdown is None
+
+
+def test_json_html_keeps_its_characters_whatever_charset_its_meta_tag_names() -> None:
+    page = '<html><head><meta charset="windows-1252"><title>Caf\xe9</title></head><body><p>Cr\xe8me \u20ac</p></body></html>'
+    document = from_text(text=page, source="menu.html")
+    assert (document.title, document.text) == ("Caf\xe9", "Cr\xe8me \u20ac")
 
 
 async def test_an_explicit_markdown_flag_overrides_the_source_suffix(embedder, store) -> None:

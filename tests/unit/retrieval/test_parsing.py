@@ -5,7 +5,7 @@ import pytest
 from services.retrieval.chunking import chunk_text, document_title
 from services.retrieval.errors import UnprocessableDocument, UnsupportedMediaType
 from services.retrieval.parsing import ParsedDocument, format_of, parse
-from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
+from tests.unit.retrieval.files import GUIDE_HTML, make_pdf, pdf_encrypted_with_aes, pdf_without_pages
 
 pytestmark = pytest.mark.unit
 
@@ -86,6 +86,31 @@ def test_html_title_falls_back_to_the_first_h1_and_honours_the_declared_charset(
     assert "crème brûlée" in parsed.text
 
 
+def test_a_page_labelled_latin1_is_read_as_windows_1252_as_browsers_do() -> None:
+    page = b'<meta charset="iso-8859-1"><p>He said \x93fine\x94 \x96 it\x92s \x805</p>'
+    assert parse("quotes.html", page).text == "He said \u201cfine\u201d \u2013 it\u2019s \u20ac5"
+
+
+def test_a_page_without_a_declared_charset_is_utf8_else_windows_1252_never_a_guess() -> None:
+    german = (
+        "Die Sicherung l\xe4uft jede Nacht. Pr\xfcfen Sie, ob die Festplatte angeschlossen ist, bevor Sie das B\xfcro "
+        "verlassen; sonst schl\xe4gt die Kopie fehl und das Team erh\xe4lt eine Nachricht \xfcber den Fehler."
+    )
+    page = f"<html><body><p>{german}</p></body></html>"
+    assert parse("legacy.html", page.encode("cp1252")).text == german, "a guess read this as Baltic (cp775)"
+    assert parse("modern.html", page.encode("utf-8")).text == german
+
+
+def test_a_utf8_page_with_a_stale_legacy_charset_is_read_as_utf8() -> None:
+    page = '<meta charset="windows-1252"><title>Caf\xe9</title><p>cr\xe8me br\xfbl\xe9e</p>'.encode("utf-8")
+    parsed = parse("saved.html", page)
+    assert (parsed.title, parsed.text) == ("Caf\xe9", "cr\xe8me br\xfbl\xe9e")
+
+
+def test_a_utf16_page_is_read_by_its_byte_order_mark() -> None:
+    assert parse("wide.html", "<h1>Caf\xe9</h1><p>cr\xe8me</p>".encode("utf-16")).text == "# Caf\xe9\n\ncr\xe8me"
+
+
 def test_a_paragraph_starting_with_a_hash_does_not_become_a_heading_and_is_kept_as_written() -> None:
     parsed = parse("x.html", b"<h1>T</h1><h2>Rules</h2><p># 1 rule: be kind</p><p>## 2 rule: be brief</p>")
     assert sections(parsed) == [("Rules", "# T\n\n## Rules\n\n# 1 rule: be kind\n\n## 2 rule: be brief")]
@@ -131,6 +156,8 @@ def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
         ("broken.pdf", b"%PDF-1.4\n1 0 obj garbage", "not a readable PDF"),
         ("broken.pdf", b"this is not a pdf at all", "not a readable PDF"),
         ("scan.pdf", make_pdf(["", ""]), "no extractable text"),
+        ("locked.pdf", pdf_encrypted_with_aes(), "encrypted"),
+        ("no-pages.pdf", pdf_without_pages(), "has no pages"),
         ("empty.pdf", b"", "empty"),
         ("empty.md", b"  \n\t", "empty"),
         ("front-matter-only.md", b"---\ntitle: Draft\n---\n\n", "no text after its front matter"),
@@ -166,3 +193,18 @@ def test_a_name_without_suffix_is_read_by_its_media_type() -> None:
     assert format_of("notes.md", "application/pdf") == "markdown", "a known suffix wins"
     assert format_of("photo.png", "text/plain") is None, "an unknown suffix is not rescued by the media type"
     assert parse("README", b"# Read me\n\ntext", media_type="text/markdown").title == "Read me"
+
+
+@pytest.mark.parametrize("method", ["AES_128", "AES_256"])
+def test_a_pdf_encrypted_with_aes_that_opens_without_a_password_is_read(method: str) -> None:
+    """Copy- or print-protected PDFs are often encrypted with AES and an empty user password."""
+    from fpdf import FPDF
+    from fpdf.enums import EncryptionMethod
+
+    pdf = FPDF()
+    pdf.set_encryption(owner_password="the owner's", encryption_method=getattr(EncryptionMethod, method))
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.multi_cell(0, 6, "Invoices are archived for ten years.")
+    parsed = parse("protected.pdf", bytes(pdf.output()))
+    assert "Invoices are archived for ten years." in parsed.text
