@@ -14,7 +14,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from services.gateway.auth import authenticate
 from services.gateway.deps import SessionsDep, SettingsDep
 from services.gateway.roles import grants
-from services.gateway.web_page import CONTENT_TYPES, WEB_DIR
+from services.gateway.web_page import CONTENT_TYPES, PAGE_METHODS, WEB_DIR
 from shared.errors import Forbidden
 from shared.json_body import StrictJsonRoute
 
@@ -46,7 +46,7 @@ async def _refuse_non_analysts(request: Request, sessions: SessionsDep, settings
         raise Forbidden("the dashboard is for analysts only")
 
 
-@router.get("/dashboard")
+@router.api_route("/dashboard", methods=PAGE_METHODS)
 async def dashboard(request: Request, sessions: SessionsDep, settings: SettingsDep) -> FileResponse:
     await _refuse_non_analysts(request, sessions, settings)
     return FileResponse(WEB_DIR / PAGE, media_type=CONTENT_TYPES[".html"], headers=_HEADERS)

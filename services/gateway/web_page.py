@@ -28,6 +28,7 @@ CONTENT_TYPES = {
     ".png": "image/png",
 }
 _HEADERS = {"Cache-Control": "no-cache"}
+PAGE_METHODS = ["GET", "HEAD"]  # HEAD too: uptime checks and `curl -I` ask for a page without its body
 
 router = APIRouter(route_class=StrictJsonRoute, include_in_schema=False)
 
@@ -51,7 +52,7 @@ def plotly_path() -> Path:
     return path
 
 
-@router.get("/")
+@router.api_route("/", methods=PAGE_METHODS)
 async def page() -> FileResponse:
     return FileResponse(WEB_DIR / PAGE, media_type=CONTENT_TYPES[".html"], headers=_HEADERS)
 

@@ -5,7 +5,8 @@ the event stream, and an analyst sees the seeded counts in the tiles and every c
 gets 403 for the page over HTTP and the analysts-only message in the browser.
 
 Against the gateway and a stand-in analytics service with known figures: how each figure is written,
-questions with markup shown as text, the model filter, the CSV export, and the empty state.
+questions with markup shown as text, the model filter, the CSV export, the empty state, log-out, and a
+session store outage while the page opens (a gateway on its own redis-server).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tests.integration.gateway.analytics_stand_in import (
     seed_users,
 )
 from tests.integration.gateway.analytics_stand_in import PASSWORD as STAND_IN_PASSWORD
+from tests.own_redis import OwnRedis
 from tests.support import serve_in_thread, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -165,19 +167,24 @@ def stand_in() -> StandInState:
 
 @pytest.fixture(scope="module")
 def gateway(stand_in, redis_url, amqp_url) -> Iterator[str]:
+    with serve_in_thread(analytics_stand_in(stand_in)) as analytics:
+        with serve_in_thread(create_app(gateway_settings(redis_url, amqp_url, analytics))) as url:
+            yield url
+
+
+def gateway_settings(redis_url: str, amqp_url: str, analytics_url: str, **overrides) -> Settings:
+    """A gateway of its own: a fresh Redis prefix, exchange and queue, the stand-in behind it."""
     name = f"test-dashboard-{uuid.uuid4().hex[:10]}"
     seed_users(redis_url, name)
-    with serve_in_thread(analytics_stand_in(stand_in)) as analytics:
-        settings = Settings(
-            redis_url=redis_url,
-            redis_prefix=name,
-            analytics_url=analytics,
-            amqp_url=amqp_url,
-            events_exchange=f"{name}.events",
-            analytics_queue=f"{name}.analytics",
-        )
-        with serve_in_thread(create_app(settings)) as url:
-            yield url
+    return Settings(
+        redis_url=redis_url,
+        redis_prefix=name,
+        analytics_url=analytics_url,
+        amqp_url=amqp_url,
+        events_exchange=f"{name}.events",
+        analytics_queue=f"{name}.analytics",
+        **overrides,
+    )
 
 
 @pytest.fixture
@@ -310,3 +317,58 @@ def test_never_cited_documents_beyond_the_list_are_counted(gateway, browser, fig
         ["", True],
     ]
     assert problems == [], problems
+
+
+@pytest.mark.parametrize("name", ["constructor", "__proto__"])
+def test_a_range_name_every_object_has_is_no_preset_and_gives_the_last_24_hours(gateway, browser, figures, name):
+    page, problems = open_page(browser, f"{gateway}/dashboard?range={name}")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    expect(page.get_by_test_id("range")).to_have_value("24h")
+    assert kpi(page, "queries") == "42" and "range=24h" in page.url
+    assert problems == [], problems
+
+
+def test_log_out_leaves_none_of_the_figures_in_the_tab(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    page.get_by_role("button", name="Log out").click()
+    expect(page.get_by_role("heading", name="Log in to Cairn analytics")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('cairn.token')") is None
+    assert page.get_by_test_id("kpi-queries").text_content() == "—"
+    hidden = page.get_by_test_id("dashboard").text_content()
+    assert "Exactly the command I needed." not in hidden and "How do I add a user?" not in hidden
+    assert page.locator(".chart svg").count() == 0
+    assert problems == [], problems
+
+
+def test_a_session_store_outage_when_the_page_opens_keeps_the_session(browser, amqp_url):
+    """Redis hangs while an analyst reloads the page: /auth/me answers 503, which says nothing about the
+    session. The page keeps it, says what is down, and Refresh shows the figures once Redis is back."""
+    redis = OwnRedis()
+    redis.start()
+    try:
+        with serve_in_thread(analytics_stand_in(StandInState())) as analytics:
+            settings = gateway_settings(redis.url, amqp_url, analytics, redis_timeout_s=0.5)
+            with serve_in_thread(create_app(settings)) as url:
+                page, problems = open_page(browser, f"{url}/dashboard")
+                log_in(page, "ana", STAND_IN_PASSWORD)
+                wait_for_figures(page)
+                token = page.evaluate("sessionStorage.getItem('cairn.token')")
+
+                redis.freeze()
+                page.reload()
+                dashboard = page.get_by_test_id("dashboard")
+                expect(dashboard).to_have_attribute("data-state", "error", timeout=LOAD_TIMEOUT_MS)
+                expect(page.get_by_test_id("status")).to_contain_text("session store (Redis) is unavailable")
+                assert page.evaluate("sessionStorage.getItem('cairn.token')") == token
+
+                redis.thaw()
+                page.get_by_test_id("refresh").click()
+                wait_for_figures(page)
+                assert kpi(page, "queries") == "42"
+                expect(page.get_by_test_id("whoami")).to_have_text("ana")
+                assert problems == [], problems
+    finally:
+        redis.stop()

@@ -257,8 +257,8 @@ CITATIONS = [citation(1, PASSAGE_1, 1), citation(2, PASSAGE_2, 2)]
 
 class FakeGateway:
     """The gateway's routes the chat page calls. `plans` says how the next questions are answered, in order:
-    {"answer": text}, {"status": 401}, {"error": code} (an error event) or {"hang": text} (the stream stays
-    open after that text until the page closes it)."""
+    {"answer": text}, {"status": 401}, {"error": code} (an error event), {"hang": text} (the stream stays
+    open after that text until the page closes it) or {"break": text} (the connection breaks after that text)."""
 
     def __init__(self) -> None:
         self.plans: list[dict] = []
@@ -308,6 +308,10 @@ class FakeGateway:
         if "error" in plan:
             yield event("error", {"error": plan["error"], "message": "The model failed."})
             return
+        if "break" in plan:
+            yield event("token", {"text": plan["break"]})
+            await asyncio.sleep(0.1)
+            raise ConnectionAbortedError("the gateway went away mid-answer")  # uvicorn drops the connection
         if "hang" in plan:
             yield event("token", {"text": plan["hang"]})
             try:
@@ -458,6 +462,22 @@ def test_an_error_event_puts_the_question_back(browser, fake):
     turn = page.locator(".turn").last
     expect(turn).to_have_class(re.compile(r"\bfailed\b"))
     expect(turn.locator(".answer-status")).to_contain_text("language model is not answering")
+    expect(box).to_have_value("How do I add a user?")
+    assert problems == [], problems
+
+
+def test_a_connection_broken_mid_answer_keeps_the_text_so_far_and_puts_the_question_back(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"break": "To add a user, run"}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    box = page.get_by_label("Your question")
+    box.fill("How do I add a user?")
+    box.press("Enter")
+    turn = page.locator(".turn").last
+    expect(turn).to_have_class(re.compile(r"\bfailed\b"))
+    expect(turn.locator(".answer-status")).to_have_text("The answer was cut off. Try again.")
+    expect(turn.locator(".answer-text")).to_have_text("To add a user, run")
     expect(box).to_have_value("How do I add a user?")
     assert problems == [], problems
 

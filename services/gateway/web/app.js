@@ -213,7 +213,7 @@ async function ask(query) {
       state.conversationId = null;
       turn.fail("This conversation has expired. Ask again to start a new one.", { keepText: false });
     } else {
-      turn.fail(describe(error), { keepText: false });
+      turn.fail(describe(error)); // a connection broken mid-answer keeps the text so far, as a stream cut short does
     }
     if (!view.question.value) view.question.value = query; // ready to send again
   } finally {

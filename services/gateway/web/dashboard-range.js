@@ -14,7 +14,8 @@ export function readFilters(search) {
   const to = parseDate(params.get("to"));
   if (from && to) return { range: "custom", from, to, model };
   const range = params.get("range");
-  return { range: range in PRESETS ? range : DEFAULT_RANGE, from: null, to: null, model };
+  // Own keys only: "constructor" or "toString" are in every object and name no range.
+  return { range: Object.hasOwn(PRESETS, range) ? range : DEFAULT_RANGE, from: null, to: null, model };
 }
 
 /** The query string that reads back as `filters`. */

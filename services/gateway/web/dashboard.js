@@ -78,7 +78,11 @@ function enter(user) {
     show("forbidden", user.username);
     return;
   }
-  show("dashboard", user.username);
+  showDashboard(user.username);
+}
+
+function showDashboard(username) {
+  show("dashboard", username);
   showFilters();
   load();
 }
@@ -226,6 +230,7 @@ view.loginForm.addEventListener("submit", async (event) => {
 view.logout.addEventListener("click", async () => {
   const token = state.token;
   showLogin("You are logged out.");
+  clearFigures(); // the next person at this tab sees none of them
   try {
     await api.logout(token);
   } catch {
@@ -242,7 +247,9 @@ async function start() {
     enter((await api.me(state.token)).user);
   } catch (error) {
     if (error.status === 401) showLogin("Your session has ended. Please log in again.", "error");
-    else showLogin(describe(error), "error");
+    // Cairn unreachable or its session store down: the session may well be alive, so it is kept. The
+    // reports check the session and the role themselves, and the status line says what failed.
+    else showDashboard(sessionStorage.getItem(USER_KEY) ?? "");
   }
 }
 

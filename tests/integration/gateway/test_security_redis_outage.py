@@ -3,20 +3,17 @@ tests kill and restart, or freeze and thaw, while the gateway serves."""
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from redis import Redis
-from redis.exceptions import RedisError
 
 from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
+from tests.own_redis import OwnRedis
 from tests.support import free_port, serve_in_thread, wait_until
 
 pytestmark = pytest.mark.integration
@@ -24,48 +21,6 @@ PASSWORD = "correct horse battery"
 TIMEOUT_S = 0.5  # REDIS_TIMEOUT_S of the gateway under test
 SLACK_S = 1.5  # for a busy two-core machine
 UNAVAILABLE = {"error": "session_store_unavailable", "message": "the session store (Redis) is unavailable"}
-
-
-class OwnRedis:
-    """A throw-away redis-server on its own port, without persistence."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(self.answers, timeout=10, what=f"redis-server on port {self.port}")
-
-    def answers(self) -> bool:
-        try:
-            with Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5) as client:
-                return bool(client.ping())
-        except RedisError:
-            return False
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(timeout=10)
-
-    def freeze(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.thaw()
-            self.kill()
 
 
 @pytest.fixture

@@ -66,6 +66,14 @@ def test_without_a_token_the_page_is_served_and_asks_for_a_log_in(client):
     assert 'id="login-form"' in response.text
 
 
+def test_a_head_request_gets_the_page_s_headers_without_its_body(client, bearer):
+    head = client.head("/dashboard")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-security-policy"] == DASHBOARD_CSP
+    assert head.headers["content-length"] == client.get("/dashboard").headers["content-length"]
+    assert client.head("/dashboard", headers=bearer("ann")).status_code == 403
+
+
 @pytest.mark.parametrize("username", ["ana", "ada"])
 def test_analysts_and_admins_get_the_page_with_their_bearer(client, bearer, username):
     _is_the_page(client.get("/dashboard", headers=bearer(username)))

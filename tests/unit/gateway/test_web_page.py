@@ -108,6 +108,13 @@ def test_nothing_a_self_only_content_security_policy_would_block(page):
     assert not re.search(r"https?://|@import", (WEB_DIR / "style.css").read_text())
 
 
+def test_a_head_request_gets_the_page_s_headers_without_its_body(client):
+    page, head = client.get("/"), client.head("/")
+    assert head.status_code == 200 and head.content == b""
+    for name in ("content-type", "content-security-policy", "content-length", "cache-control"):
+        assert head.headers[name] == page.headers[name], name
+
+
 @pytest.mark.parametrize("path", ["/web/missing.js", "/web/..%2Fweb_page.py", "/web/index.html", "/web/"])
 def test_only_the_page_s_own_files_are_served(client, path):
     response = client.get(path)
