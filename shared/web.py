@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from opentelemetry.trace import Span
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -174,6 +175,9 @@ def narrow_schema_field(app: FastAPI, *, model: str, field: str, any_of: list[di
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+DOCS_ASSETS = "/docs/assets"  # under /docs, so a proxy that routes /docs routes them too
+
+
 def create_service_app(
     *,
     service: str,
@@ -189,7 +193,10 @@ def create_service_app(
     its load balancer (in Kubernetes, a gateway leaving its Service because chat is down would take
     every route down with it). Without `request_lines`, the app is part of another service's request
     (served in process): it keeps its span, but writes no request line and counts no request of its own."""
-    app = FastAPI(
+    # The API pages' scripts come from the service itself: they work on a machine without internet access,
+    # and no other origin's script runs beside the gateway's pages and their session token.
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS,
         title=title,
         lifespan=lifespan,
         responses={400: {"description": "Malformed JSON"}, 422: {"description": "Invalid request"}},

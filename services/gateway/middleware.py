@@ -21,12 +21,12 @@ PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
-# FastAPI's /docs and /redoc pages load Swagger UI / ReDoc from a CDN and start them with an inline script.
+# The /docs and /redoc pages run Swagger UI and ReDoc from the gateway itself (shared.web.DOCS_ASSETS) and
+# start them with an inline script; ReDoc draws in a worker made from a blob.
 DOCS_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
-    "font-src 'self' https://fonts.gstatic.com; img-src 'self' data: https:; worker-src 'self' blob:; "
-    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'"
 )
 DOCS_PATHS = ("/docs", "/redoc")
 UPLOAD_PATH = "/api/documents"
@@ -105,8 +105,9 @@ def _content_length(scope: Scope) -> int | None:
 
 
 class SecurityHeadersMiddleware:
-    """nosniff and no-referrer on every response; on HTML pages also a Content-Security-Policy and
-    X-Frame-Options DENY. A header the route set itself is left as it is."""
+    """nosniff, no-referrer and Cache-Control no-store on every response; on HTML pages also a
+    Content-Security-Policy and X-Frame-Options DENY. A header the route set itself is left as it is (the
+    pages and their assets say no-cache: kept, but checked again on each use)."""
 
     def __init__(self, app: ASGIApp, *, page_csp: str = PAGE_CSP, docs_csp: str = DOCS_CSP) -> None:
         self.app = app
@@ -123,7 +124,12 @@ class SecurityHeadersMiddleware:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
-                added = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
+                added = [
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"),
+                    # Answers hold tokens (log-in), questions and analytics: no cache keeps them, shared or not.
+                    (b"cache-control", b"no-store"),
+                ]
                 content_type = dict(headers).get(b"content-type", b"")
                 if content_type.startswith(b"text/html"):
                     csp = self.docs_csp if is_docs else self.page_csp

@@ -127,3 +127,6 @@ def test_the_web_page_is_served_with_security_headers(settings):
         assert "<script>" not in page.text and " style=" not in page.text  # nothing inline that the policy blocks
         api = client.get("/healthz")
         assert api.headers["x-content-type-options"] == "nosniff" and "content-security-policy" not in api.headers
+        assert page.headers["cache-control"] == "no-cache"  # the page's own: kept, checked again on each use
+        login = client.post("/auth/login", json={"username": "nobody", "password": "wrong password"})
+        assert login.status_code == 401 and login.headers["cache-control"] == "no-store"

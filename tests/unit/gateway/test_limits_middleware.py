@@ -118,6 +118,7 @@ def test_html_gets_the_page_policy_and_every_answer_nosniff(client):
     api = client.get("/healthz")
     assert api.headers["x-content-type-options"] == "nosniff" and api.headers["referrer-policy"] == "no-referrer"
     assert "content-security-policy" not in api.headers and "x-frame-options" not in api.headers
+    assert api.headers["cache-control"] == "no-store"  # an answer may hold a token or someone's questions
 
 
 def test_a_policy_the_route_sets_is_kept(client):
