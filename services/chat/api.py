@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel
 
@@ -45,6 +46,7 @@ async def models(pipeline: PipelineDep) -> ModelsOut:
 @router.post(
     "/chat/stream",
     response_model=None,
+    response_class=StreamingResponse,  # so the schema's 200 is the stream alone, not JSON as well
     responses={200: {"description": _STREAM_DESCRIPTION, "content": {"text/event-stream": {}}}, **_ERRORS},
 )
 async def chat_stream(body: ChatRequest, pipeline: PipelineDep, caller: CallerDep) -> EventSourceResponse:

@@ -79,6 +79,11 @@ class Citation(BaseModel):
     url: str | None = None
     snippet: str = Field(description="The start of the passage, at most 200 characters.")
     content: str = Field(description="The passage in full, as the model was given it.")
+    chunk_ids: list[str] = Field(
+        default_factory=list,
+        description="Every passage cited under this number, chunk_id first: the passages of one document page "
+        "that the answer cites share one number.",
+    )
     support: Support | None = None
 
 

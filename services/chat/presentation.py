@@ -21,11 +21,13 @@ def passage_out(number: int, chunk: RetrievedChunk, *, snippet: str | None = Non
         url=chunk.url,
         snippet=snippet if snippet is not None else snippet_of(chunk.content),
         content=chunk.content,
+        chunk_ids=[chunk.chunk_id],
     )
 
 
 def citation_out(citation: Citation, support: CitationSupport | None = None) -> CitationOut:
     out = passage_out(citation.number, citation.chunk, snippet=citation.snippet)
+    out.chunk_ids = [passage.chunk_id for passage in citation.cited_passages]
     if support is not None:
         out.support = SupportOut(verdict=support.verdict, score=round(support.score, 3))
     return out

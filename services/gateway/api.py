@@ -5,6 +5,7 @@ import json
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
 
 from services.gateway import auth, rate_limits
 from services.gateway.adapters.upstream import Upstream
@@ -118,7 +119,9 @@ async def chat(request: Request, session: AskingSession, settings: SettingsDep, 
 @api_router.post(
     "/chat/stream",
     summary="Ask a question and receive the answer as Server-Sent Events (sources, token..., done | error)",
-    responses=forwarded("chat", _CHAT, asking=True),
+    response_class=StreamingResponse,  # so the schema's 200 is the stream alone, not JSON as well
+    responses={200: {"description": "The events of chat's POST /chat/stream", "content": {"text/event-stream": {}}},
+               **forwarded("chat", _CHAT, asking=True)},
 )
 async def chat_stream(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     headers = headers_for(request, session, settings)

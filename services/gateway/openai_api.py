@@ -16,6 +16,7 @@ from services.gateway.model_offer import ModelOffer
 from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
 from services.gateway.openai_errors import OpenAIRoute, in_openai_shape
 from services.gateway.responses import forwarded
+from shared.context import request_id_var
 from shared.errors import DependencyUnavailable, NotFound, ServiceError
 
 router = APIRouter(route_class=OpenAIRoute, prefix="/v1", tags=["openai-compatible"])
@@ -94,7 +95,7 @@ async def _streamed(chat: Upstream, *, headers: dict[str, str], payload: bytes, 
     if upstream.status_code != 200:
         return await chat.read_whole(upstream)
     return StreamingResponse(
-        _chunks(upstream, ChunkWriter(model=model)),
+        _chunks(upstream, ChunkWriter(model=model, request_id=request_id_var.get())),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         background=BackgroundTask(upstream.aclose),
@@ -109,8 +110,8 @@ async def _chunks(upstream: UpstreamStream, writer: ChunkWriter) -> AsyncIterato
             if chunk := _chunk_for(event.event, json.loads(event.data), writer):
                 yield chunk
             ended = ended or event.event in ("done", "error")
-    except ServiceError:  # chat went away or silent mid-stream
-        yield writer.error({"error": "chat_unavailable", "message": "the chat service stopped answering"})
+    except ServiceError as exc:  # chat went away (chat_unavailable) or silent (chat_timeout) mid-stream
+        yield writer.error(exc.body())
         ended = True
     finally:
         await upstream.aclose()

@@ -179,17 +179,17 @@ def completion(answer: dict[str, Any], *, model: str) -> dict[str, Any]:
 class ChunkWriter:
     """The chunks of one streamed completion, as `data: ...` lines of Server-Sent Events."""
 
-    def __init__(self, *, model: str) -> None:
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+    def __init__(self, *, model: str, request_id: str | None = None) -> None:
+        self.id = f"chatcmpl-{request_id or uuid.uuid4().hex}"  # as a completion's id, when the request has one
         self.model = model
         self.created = int(time.time())
-        self.passages: dict[str, int] = {}  # chunk_id -> the number the streamed text cites it by
+        self.passages: dict[str, dict[str, Any]] = {}  # chunk_id -> the passage, numbered as the streamed text cites it
 
     def first(self) -> str:
         return self._chunk({"role": "assistant", "content": ""})
 
     def sources(self, data: dict[str, Any]) -> None:
-        self.passages = {source["chunk_id"]: source["n"] for source in data["sources"]}
+        self.passages = {source["chunk_id"]: source for source in data["sources"]}
 
     def token(self, data: dict[str, Any]) -> str:
         return self._chunk({"content": data["text"]})
@@ -197,10 +197,23 @@ class ChunkWriter:
     def done(self, answer: dict[str, Any]) -> str:
         """The closing chunk: finish_reason, usage and the citations, numbered as the streamed text cites
         them (the streamed text is the model's own, before chat renumbers its markers)."""
-        citations = [{**c, "n": self.passages.get(c["chunk_id"], c["n"])} for c in answer["citations"]]
+        citations = [entry for citation in answer["citations"] for entry in self._as_streamed(citation)]
         return self._chunk(
             {}, finish_reason=_finish_reason(answer), usage=answer["metadata"]["usage"], **_extras(answer, citations)
         )
+
+    def _as_streamed(self, citation: dict[str, Any]) -> list[dict[str, Any]]:
+        """`citation` under the number the streamed text gave its passage. Chat gives the cited passages of
+        one document page one number (`chunk_ids`); the streamed text cited each by its own, so each is
+        listed under it, with the citation's support."""
+        first, *others = citation.get("chunk_ids") or [citation["chunk_id"]]
+        if first not in self.passages:
+            return [citation]
+        same_page = [self.passages[chunk_id] for chunk_id in others if chunk_id in self.passages]
+        return [
+            {**citation, "n": self.passages[first]["n"]},
+            *({**passage, "support": citation.get("support")} for passage in same_page),
+        ]
 
     def error(self, data: dict[str, Any]) -> str:
         """Chat's `error` event (`{"error": code, "message": ...}`) as OpenAI's error, which its clients raise."""

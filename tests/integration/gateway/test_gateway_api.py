@@ -148,6 +148,18 @@ def test_the_chat_stream_is_passed_through_unbuffered(settings):
             assert "event: done" in list(lines)
 
 
+def test_the_schema_names_the_content_type_the_chat_stream_answers_with(settings):
+    RELEASE_STREAM.set()
+    app = create_app(settings)
+    success = app.openapi()["paths"]["/api/chat/stream"]["post"]["responses"]["200"]
+    with serve_in_thread(app) as gateway:
+        login = httpx.post(f"{gateway}/auth/login", json={"username": "ann", "password": PASSWORD}).json()
+        auth = {"Authorization": f"Bearer {login['token']}"}
+        response = httpx.post(f"{gateway}/api/chat/stream", json={"query": "q"}, headers=auth, timeout=10)
+    assert response.status_code == 200
+    assert list(success["content"]) == [response.headers["content-type"].split(";")[0]] == ["text/event-stream"]
+
+
 def test_a_stream_that_goes_silent_ends_with_an_error_event(settings):
     RELEASE_STREAM.clear()
     try:

@@ -1,5 +1,6 @@
 """/v1 through the official openai client, over real HTTP, in front of a chat stand-in that can fail,
-refuse a question or cut a stream short, with the real Redis counting questions."""
+refuse a question, or cut a stream short or leave it silent, with the real Redis counting questions."""
+import asyncio
 import json
 
 import httpx
@@ -24,7 +25,8 @@ def _answer(request: Request) -> dict:
 
 
 def unreliable_chat() -> FastAPI:
-    """Answers "fail" with chat's 502, "invalid" with chat's 422, and streams "cut" without its `done` event."""
+    """Answers "fail" with chat's 502, "invalid" with chat's 422, streams "cut" without its `done` event and
+    "silent" with a pause of 5 s before it."""
     app = FastAPI()
 
     @app.get("/healthz")
@@ -46,12 +48,14 @@ def unreliable_chat() -> FastAPI:
 
     @app.post("/chat/stream")
     async def chat_stream(request: Request) -> StreamingResponse:
-        cut = (await request.json()).get("query") == "cut"
+        query = (await request.json()).get("query")
 
         async def events():
             yield f"event: sources\ndata: {json.dumps({'sources': []})}\n\n"
             yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
-            if not cut:
+            if query == "silent":
+                await asyncio.sleep(5)
+            if query != "cut":
                 yield f"event: done\ndata: {json.dumps(_answer(request))}\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -159,6 +163,23 @@ def test_a_stream_cut_short_by_chat_ends_with_an_error(gateway, token):
                       json={"messages": [{"role": "user", "content": "cut"}], "stream": True}) as raw:
         lines = [line for line in raw.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]" and json.loads(lines[-2].removeprefix("data: "))["error"]["type"] == "server_error"
+
+
+def test_a_stream_chat_leaves_silent_ends_with_chat_timeout(redis_url, unique, chat_url):
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=chat_url, upstream_timeout_s=0.5)
+    with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+        token = login(http)["Authorization"].removeprefix("Bearer ")
+        with pytest.raises(openai.APIError) as silent:
+            for _ in _ask(_client(gateway, token), "silent", stream=True):
+                pass
+    assert silent.value.code == "chat_timeout" and silent.value.message == "chat did not answer in time"
+
+
+def test_a_streamed_completion_is_named_by_the_request_id_as_a_whole_one_is(gateway, token):
+    client = _client(gateway, token)
+    whole = _ask(client, extra_headers={"X-Request-ID": "named-1"})
+    chunks = list(_ask(client, stream=True, extra_headers={"X-Request-ID": "named-2"}))
+    assert whole.id == "chatcmpl-named-1" and {chunk.id for chunk in chunks} == {"chatcmpl-named-2"}
 
 
 def test_refused_questions_use_up_no_limit_and_free_their_request_id(gateway, token):

@@ -38,7 +38,7 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
         "query", "answer", "conversation_id", "citations", "sources", "related_docs", "confidence", "grounding", "metadata"
     }
     assert set(body["citations"][0]) == {
-        "n", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet", "content", "support"
+        "n", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet", "content", "chunk_ids", "support"
     }
     assert set(body["confidence"]) == {"level", "score", "reason"}
     assert set(body["metadata"]["timings_ms"]) == {"reformulate", "retrieval", "generation", "citations", "total"}
@@ -175,3 +175,9 @@ async def test_a_filter_retrieval_would_refuse_is_refused_before_any_work():
         response = await client.post("/chat", json=body, headers=HEADERS)
     assert response.status_code == 422 and "filters: filter key 'bad-key'" in response.json()["message"], response.text
     assert retriever.calls == [] and generator.calls == []
+
+
+def test_the_schema_names_only_the_event_stream_for_a_streamed_answer():
+    """A client generated from the schema would otherwise try to read the stream as JSON."""
+    stream = create_app(Settings()).openapi()["paths"]["/chat/stream"]["post"]["responses"]["200"]
+    assert list(stream["content"]) == ["text/event-stream"]

@@ -123,6 +123,12 @@ def test_two_chunks_of_one_document_page_become_one_citation():
     assert result.answer == "A [1]. B [1]. C [2]. D [1]."
     assert [(c.number, c.chunk.chunk_id, c.chunk.page) for c in result.citations] == [(1, "chunk-2", 4), (2, "chunk-3", 5)]
 
+    from services.chat.presentation import citation_out
+
+    # The answer names every passage a number covers, in the order the model cited them, so a client of the
+    # model's own numbering (the /v1 stream) can list each.
+    assert [citation_out(c).chunk_ids for c in result.citations] == [["chunk-2", "chunk-1"], ["chunk-3"]]
+
 
 def test_chunks_without_page_stay_separate_citations():
     chunks = [make_chunk(1, "x.", doc_id="guide"), make_chunk(2, "y.", doc_id="guide")]

@@ -120,6 +120,37 @@ def test_the_streams_last_chunk_numbers_citations_as_the_streamed_text_does():
     assert last["choices"][0]["finish_reason"] == "stop" and last["citations"][0]["n"] == 2
 
 
+def _passage(n: int, chunk_id: str, page: int | None) -> dict:
+    doc_id = chunk_id.split("#")[0]
+    return {"n": n, "doc_id": doc_id, "chunk_id": chunk_id, "title": doc_id, "section": "", "page": page,
+            "url": None, "snippet": f"passage {n}", "content": f"passage {n}", "chunk_ids": [chunk_id], "support": None}
+
+
+def test_passages_of_one_page_merged_by_chat_keep_each_number_the_streamed_text_gave_them():
+    writer = ChunkWriter(model="cairn")
+    writer.sources({"sources": [_passage(1, "guide.pdf#1", 1), _passage(2, "guide.pdf#0", 1),
+                                _passage(3, "guide.pdf#2", 1), _passage(4, "guide.pdf#3", 1),
+                                _passage(5, "notes.md#0", None), _passage(6, "notes.md#1", None)]})
+    for text in ("Align it [1]. ", "It hums [2, 5]. ", "Recalibrate [Citation 3]."):
+        writer.token({"text": text})
+    support = {"verdict": "supported", "score": 0.9}
+    merged = {**_passage(1, "guide.pdf#1", 1), "support": support,  # chat's [1]: the passages cited of page 1
+              "chunk_ids": ["guide.pdf#1", "guide.pdf#0", "guide.pdf#2"]}
+    answer = {**ANSWER, "answer": "Align it [1]. It hums [1, 2]. Recalibrate [1].",
+              "citations": [merged, {**_passage(2, "notes.md#0", None)}]}
+    citations = json.loads(writer.done(answer).removeprefix("data: "))["citations"]
+    assert [(c["n"], c["chunk_id"]) for c in citations] == [
+        (1, "guide.pdf#1"), (2, "guide.pdf#0"), (3, "guide.pdf#2"), (5, "notes.md#0")
+    ]  # passage 4 shares the page but is not cited; 6 is another chunk of a document without pages
+    assert all(c["support"] == support for c in citations[:3]) and citations[1]["snippet"] == "passage 2"
+
+
+def test_a_streamed_completion_is_named_by_its_request_id():
+    writer = ChunkWriter(model="cairn", request_id="req-7")
+    assert json.loads(writer.first().removeprefix("data: "))["id"] == "chatcmpl-req-7"
+    assert json.loads(ChunkWriter(model="cairn").first().removeprefix("data: "))["id"].startswith("chatcmpl-")
+
+
 def test_models_lists_cairn_first():
     assert [m["id"] for m in models_list(["cairn-extractive"])["data"]] == ["cairn", "cairn-extractive"]
 
