@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
+from pydantic import AfterValidator
 
 from services.analytics.deps import LibraryDep, LimitQuery, ScopeDep, StoreDep
 from services.analytics.models import (
@@ -22,6 +24,7 @@ from services.analytics.reports import export, per_model, queries
 from services.analytics.reports import feedback as feedback_report
 from services.analytics.reports import summary as summary_report
 from services.analytics.reports import timeseries as timeseries_report
+from services.analytics.reports.buckets import DEFAULT_ZONE, time_zone
 from shared.json_body import StrictJsonRoute
 from shared.web import error_responses
 
@@ -32,11 +35,28 @@ _BAD_INPUT = (
 )
 _STATUSES = {401: "Missing or wrong service token", 422: _BAD_INPUT, 503: "Database unavailable (database_unavailable)"}
 _ERRORS = error_responses(_STATUSES)
-_TIMESERIES_ERRORS = error_responses(_STATUSES | {422: f"{_BAD_INPUT}; or more than 10,000 buckets"})
+_TIMESERIES_ERRORS = error_responses(
+    _STATUSES | {422: f"{_BAD_INPUT}; tz is no IANA time zone name; or more than 10,000 buckets"}
+)
 _DOCUMENTS_ERRORS = error_responses(
     _STATUSES | {503: "Database unavailable (database_unavailable), or retrieval did not list its documents "
                  "(retrieval_unavailable)"}
 )
+
+
+def _known_zone(name: str) -> str:
+    time_zone(name)
+    return name
+
+
+TimeZoneQuery = Annotated[
+    str,
+    Query(
+        max_length=64,
+        description="IANA time zone whose clock the buckets follow, e.g. America/New_York or Asia/Kolkata",
+    ),
+    AfterValidator(_known_zone),
+]
 
 
 class CsvResponse(StreamingResponse):
@@ -58,10 +78,13 @@ async def summary(store: StoreDep, scope: ScopeDep) -> SummaryResponse:
 
 @router.get("/timeseries", response_model=TimeSeriesResponse, responses=_TIMESERIES_ERRORS)
 async def timeseries(
-    store: StoreDep, scope: ScopeDep, bucket: Bucket = Query("hour", description="Width of a point, in UTC")
+    store: StoreDep,
+    scope: ScopeDep,
+    bucket: Bucket = Query("hour", description="Width of a point: a minute, hour or day of tz's clock"),
+    tz: TimeZoneQuery = DEFAULT_ZONE,
 ) -> TimeSeriesResponse:
     """Volume, outcomes, answer rate and latency percentiles per minute, hour or day, empty buckets included."""
-    return await asyncio.to_thread(store.read, timeseries_report.timeseries, scope=scope, bucket=bucket)
+    return await asyncio.to_thread(store.read, timeseries_report.timeseries, scope=scope, bucket=bucket, tz=tz)
 
 
 @router.get("/top-queries", response_model=TopQueriesResponse, responses=_ERRORS)

@@ -81,7 +81,9 @@ class SummaryResponse(_Range):
 
 
 class TimePoint(BaseModel):
-    start: datetime = Field(description="Start of the bucket, UTC.")
+    start: datetime = Field(
+        description="Start of the bucket, with the offset `tz` has at that instant (Z when it is zero)."
+    )
     queries: int
     answered: int
     no_answer: int
@@ -92,6 +94,11 @@ class TimePoint(BaseModel):
 
 class TimeSeriesResponse(_Range):
     bucket: Bucket
+    tz: str = Field(
+        "UTC",
+        description="The IANA time zone whose clock the buckets follow: a bucket starts where that clock shows a "
+        "new minute, hour or day, so a day around a daylight saving change lasts 23 or 25 hours.",
+    )
     points: list[TimePoint] = Field(
         description="One per bucket from the bucket holding `from` to the one holding the instant before `to`, "
         "empty buckets included (zeros); without from/to, from the first to the last request."

@@ -1,15 +1,16 @@
-"""The time series: per bucket of submission time, the volume, outcomes, answer rate and latency percentiles."""
+"""The time series: per bucket of submission time (minutes, hours or days of a time zone's clock), the volume,
+outcomes, answer rate and latency percentiles."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from sqlalchemy import Connection, func, select
 
 from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.domain import ANSWERED, FAILED, NO_ANSWER, PENDING
 from services.analytics.models import Bucket, TimePoint, TimeSeriesResponse
-from services.analytics.reports.buckets import STEPS, bucket_starts, floor
+from services.analytics.reports.buckets import DEFAULT_ZONE, bucket_index, bucket_starts, time_zone
 from services.analytics.reports.percentiles import percentiles, ratio
 from services.analytics.reports.scope import Scope
 
@@ -36,11 +37,11 @@ class _Tally:
         )
 
 
-def timeseries(conn: Connection, *, scope: Scope, bucket: Bucket) -> TimeSeriesResponse:
-    starts = _bucket_starts(conn, scope=scope, bucket=bucket)
+def timeseries(conn: Connection, *, scope: Scope, bucket: Bucket, tz: str = DEFAULT_ZONE) -> TimeSeriesResponse:
+    zone = time_zone(tz)
+    starts = _bucket_starts(conn, scope=scope, bucket=bucket, zone=zone)
     tallies = [_Tally() for _ in starts]
     if starts:
-        step, origin = STEPS[bucket], starts[0]
         stmt = (
             select(requests.c.submitted_at, requests.c.outcome, requests.c.latency_ms)
             .where(*scope.conditions())
@@ -48,19 +49,18 @@ def timeseries(conn: Connection, *, scope: Scope, bucket: Bucket) -> TimeSeriesR
             .execution_options(yield_per=1000)
         )
         for submitted_at, outcome, latency in conn.execute(stmt):
-            tally = tallies[(floor(submitted_at, bucket) - origin) // step]
+            tally = tallies[bucket_index(starts, submitted_at)]
             tally.queries += 1
             if outcome != PENDING:
                 tally.completed += 1
                 tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
                 if latency is not None:
                     tally.latencies.append(latency)
-    return TimeSeriesResponse(
-        **scope.echo(), bucket=bucket, points=[tally.point(start) for start, tally in zip(starts, tallies)]
-    )
+    points = [tally.point(start.astimezone(zone)) for start, tally in zip(starts, tallies)]
+    return TimeSeriesResponse(**scope.echo(), bucket=bucket, tz=tz, points=points)
 
 
-def _bucket_starts(conn: Connection, *, scope: Scope, bucket: Bucket) -> list[datetime]:
+def _bucket_starts(conn: Connection, *, scope: Scope, bucket: Bucket, zone: tzinfo) -> list[datetime]:
     """From the bucket of `from` (else of the first request) to that of the instant before `to` (else of
     the last request); none when the range is empty."""
     first = scope.start
@@ -74,4 +74,4 @@ def _bucket_starts(conn: Connection, *, scope: Scope, bucket: Bucket) -> list[da
         first, last = first or earliest, last or latest
     if first is None or last is None or last < first:
         return []
-    return bucket_starts(first, last, bucket)
+    return bucket_starts(first, last, bucket, zone)

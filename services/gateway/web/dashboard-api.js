@@ -20,10 +20,10 @@ export async function report(token, name, query, { signal } = {}) {
 
 const LIMITS = { "top-queries": 10, gaps: 10, documents: 10, feedback: 20 };
 
-/** Every report the page shows, fetched at once and keyed by name; without a bucket (a range too long
- * for any), the time series is not asked for and is null. */
-export async function allReports(token, range, { bucket, signal }) {
-  const extras = { timeseries: { bucket } };
+/** Every report the page shows, fetched at once and keyed by name; the time series in buckets of `timeZone`'s
+ * clock. Without a bucket (a range too long for any), the time series is not asked for and is null. */
+export async function allReports(token, range, { bucket, timeZone, signal }) {
+  const extras = { timeseries: { bucket, tz: timeZone } };
   for (const [name, limit] of Object.entries(LIMITS)) extras[name] = { limit };
   const names = ["summary", "timeseries", "top-queries", "gaps", "documents", "models", "feedback"].filter(
     (name) => bucket || name !== "timeseries",

@@ -2,19 +2,47 @@
 // nothing to draw: the chart area then says so instead of showing empty axes.
 import * as fmt from "./dashboard-format.js";
 import { axis, countAxis, draw, layout, theme } from "./dashboard-plot.js";
-import { plotTime } from "./dashboard-range.js";
+import { bucketLabels } from "./dashboard-range.js";
 
 const BUCKET_NAMES = { minute: "per minute", hour: "per hour", day: "per day" };
-const BUCKET_MS = { minute: 60_000, hour: 3_600_000, day: 86_400_000 };
 
-/** The same span on every chart over time: from half a bucket before the first to half after the last. */
-function timeAxis(t, series) {
-  const points = series.points;
-  const half = BUCKET_MS[series.bucket] / 2;
-  const edge = (point, shift) => plotTime(new Date(Date.parse(point.start) + shift).toISOString());
-  return axis(t, `Time (local, ${BUCKET_NAMES[series.bucket]})`, {
-    type: "date",
-    range: [edge(points[0], -half), edge(points[points.length - 1], half)],
+// Over time, each bucket has a place of its own, labelled with the time the clock of the series' zone showed
+// (the browser's, which the dashboard asks for). A date axis would need one wall-clock time per place: the
+// hour the clock is turned back through would draw two buckets as one, and the hour it skips would show as
+// an empty gap. So the buckets are categories, in order, one per point.
+function times(series) {
+  return bucketLabels(series.points.map((p) => p.start), series.bucket, series.tz);
+}
+
+// Ticks fall on round clock times, every so many buckets, as many as the chart's width has room for.
+const STRIDES = {
+  minute: [1, 2, 5, 10, 15, 30, 60, 120],
+  hour: [1, 2, 3, 6, 12, 24, 48, 96],
+  day: [1, 2, 7, 14, 28, 91, 182, 364, 728, 1820, 3640],
+};
+const BUCKET_MINUTES = { minute: 1, hour: 60, day: 1440 };
+const TICK_PX = 130;
+
+/** The buckets of a clock reading since 1970-01-01 00:00: an ISO start carries its zone's clock reading. */
+function clockBuckets(start, bucket) {
+  return Math.round(Date.parse(`${start.slice(0, 16)}Z`) / 60_000 / BUCKET_MINUTES[bucket]);
+}
+
+function ticks(series, x, width) {
+  const room = Math.max(2, Math.floor(width / TICK_PX));
+  const stride = STRIDES[series.bucket].find((s) => x.length / s <= room) ?? Math.ceil(x.length / room);
+  return x.filter((_, i) => clockBuckets(series.points[i].start, series.bucket) % stride === 0);
+}
+
+/** The same places on every chart over time: one per bucket, from the first to the last. */
+function timeAxis(t, series, x) {
+  return axis(t, `Time (${series.tz ?? "local"}, ${BUCKET_NAMES[series.bucket]})`, {
+    type: "category",
+    categoryorder: "array",
+    categoryarray: x,
+    range: [-0.5, x.length - 0.5],
+    tickmode: "array",
+    tickvals: ticks(series, x, t.width),
   });
 }
 
@@ -22,7 +50,7 @@ function timeAxis(t, series) {
 function volume(series, t) {
   const points = series?.points ?? [];
   if (!points.some((p) => p.queries > 0)) return null;
-  const x = points.map((p) => plotTime(p.start));
+  const x = times(series);
   const bar = (name, y, color) => ({
     type: "bar",
     name,
@@ -44,7 +72,7 @@ function volume(series, t) {
     layout: layout(t, {
       barmode: "stack",
       hovermode: "x unified",
-      xaxis: timeAxis(t, series),
+      xaxis: timeAxis(t, series, x),
       yaxis: countAxis(t, "Queries", largest),
     }),
   };
@@ -53,7 +81,7 @@ function volume(series, t) {
 function latency(series, t) {
   const points = series?.points ?? [];
   if (!points.some((p) => p.latency_ms.p50 !== null)) return null;
-  const x = points.map((p) => plotTime(p.start));
+  const x = times(series);
   const line = (key, color, dash) => ({
     type: "scatter",
     mode: "lines+markers",
@@ -67,7 +95,7 @@ function latency(series, t) {
     data: [line("p50", t.accent, "solid"), line("p95", t.middling, "dash"), line("p99", t.bad, "dot")],
     layout: layout(t, {
       hovermode: "x unified",
-      xaxis: timeAxis(t, series),
+      xaxis: timeAxis(t, series, x),
       yaxis: axis(t, "Latency (ms)", { rangemode: "tozero" }),
     }),
   };
@@ -76,11 +104,12 @@ function latency(series, t) {
 function answerRate(series, t) {
   const points = series?.points ?? [];
   if (!points.some((p) => p.answered_rate !== null)) return null;
+  const x = times(series);
   const trace = {
     type: "scatter",
     mode: "lines+markers",
     name: "Answered",
-    x: points.map((p) => plotTime(p.start)),
+    x,
     y: points.map((p) => (p.answered_rate === null ? null : p.answered_rate * 100)),
     line: { color: t.good },
     hovertemplate: "%{y:.1f} % answered<extra></extra>",
@@ -90,7 +119,7 @@ function answerRate(series, t) {
     layout: layout(t, {
       showlegend: false,
       hovermode: "x unified",
-      xaxis: timeAxis(t, series),
+      xaxis: timeAxis(t, series, x),
       yaxis: axis(t, "Answered (%)", { range: [0, 105], ticksuffix: " %" }),
     }),
   };

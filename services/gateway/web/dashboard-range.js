@@ -1,5 +1,6 @@
 // The dashboard's filters: a preset or custom time range and a model, kept in the page's URL so a view
-// can be reloaded or shared; and the time-series bucket that suits a range.
+// can be reloaded or shared; the time-series bucket that suits a range, in the browser's time zone; and
+// the labels of those buckets.
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
@@ -41,21 +42,39 @@ export function resolveRange({ range, from, to }, now = new Date()) {
 
 // The time series answers at most this many points (services/analytics/reports/buckets.py), 422 beyond.
 export const MAX_POINTS = 10_000;
-const BUCKET_MS = { minute: 60_000, hour: HOUR, day: DAY };
 
-/** The points of a time series over [from, to): its buckets are aligned on UTC, as the epoch is. */
-export function bucketCount(from, to, bucket) {
-  const width = BUCKET_MS[bucket];
-  return Math.floor((to - 1) / width) - Math.floor(from / width) + 1;
+/** The browser's IANA time zone, whose clock the time series follows; UTC when the browser cannot tell. */
+export function browserTimeZone() {
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  return zone && zone !== "Etc/Unknown" ? zone : "UTC";
+}
+
+const dateFormats = new Map();
+
+/** The calendar day a zone's clock shows at `date`, counted in days from 1970-01-01. */
+function dayNumber(date, timeZone) {
+  if (!dateFormats.has(timeZone)) {
+    const parts = { timeZone, year: "numeric", month: "numeric", day: "numeric" };
+    dateFormats.set(timeZone, new Intl.DateTimeFormat("en-US", parts));
+  }
+  const parts = Object.fromEntries(dateFormats.get(timeZone).formatToParts(date).map((p) => [p.type, p.value]));
+  const day = new Date(0);
+  day.setUTCFullYear(Number(parts.year), Number(parts.month) - 1, Number(parts.day)); // Date.UTC reads 0-99 as 19xx
+  return Math.round(day.getTime() / DAY);
+}
+
+/** The day buckets of a time series over [from, to): the calendar days of the zone's clock it touches. */
+export function dayCount(from, to, timeZone = browserTimeZone()) {
+  return dayNumber(new Date(to - 1), timeZone) - dayNumber(from, timeZone) + 1;
 }
 
 /** Minutes up to 3 hours, hours up to 8 days, days beyond: from about 24 to 200 points. Null for a range
  * whose days are more than MAX_POINTS (over 27 years): no bucket of the time series covers it. */
-export function bucketFor(from, to) {
+export function bucketFor(from, to, timeZone = browserTimeZone()) {
   const span = to - from;
   if (span <= 3 * HOUR) return "minute";
   if (span <= 8 * DAY) return "hour";
-  return bucketCount(from, to, "day") <= MAX_POINTS ? "day" : null;
+  return dayCount(from, to, timeZone) <= MAX_POINTS ? "day" : null;
 }
 
 function parseDate(text) {
@@ -77,17 +96,30 @@ export function fromLocalInput(text) {
   return parseDate(text); // a date-time without an offset is local time in ECMAScript
 }
 
-/** An ISO instant as plotly takes dates: local wall-clock time without an offset. */
-export function plotTime(iso) {
-  return toLocalInput(new Date(iso)).replace("T", " ");
+const LABEL_PARTS = {
+  minute: { hour: "2-digit", minute: "2-digit" },
+  hour: { day: "numeric", month: "short", hour: "2-digit", minute: "2-digit" },
+  day: { day: "numeric", month: "short", year: "numeric" },
+};
+
+/** A label per bucket start (ISO instants), in the time the zone's clock showed: "1 Nov, 01:00". The hour
+ * the clock is turned back through is shown twice, so there both labels name their offset ("01:00 EDT",
+ * "01:00 EST"): each bucket keeps a place of its own on a chart. */
+export function bucketLabels(starts, bucket, timeZone) {
+  const plain = new Intl.DateTimeFormat(undefined, { timeZone, ...LABEL_PARTS[bucket] });
+  const zoned = new Intl.DateTimeFormat(undefined, { timeZone, timeZoneName: "short", ...LABEL_PARTS[bucket] });
+  const labels = starts.map((iso) => plain.format(new Date(iso)));
+  const times = new Map();
+  for (const label of labels) times.set(label, (times.get(label) ?? 0) + 1);
+  return labels.map((label, i) => (times.get(label) > 1 ? zoned.format(new Date(starts[i])) : label));
 }
 
-/** "Showing 12 Mar 2026, 10:00:00 – 11:00:00 (local time)" for the range's label. */
-export function describeRange(from, to) {
-  const sameDay = from.toDateString() === to.toDateString();
+/** "Showing 12 Mar 2026, 10:00:00 – 11:00:00 (local time, Europe/Paris)" for the range's label. */
+export function describeRange(from, to, timeZone = browserTimeZone()) {
+  const sameDay = dayNumber(from, timeZone) === dayNumber(to, timeZone);
   const date = { day: "numeric", month: "short", year: "numeric" };
-  const time = { hour: "2-digit", minute: "2-digit", second: "2-digit" };
+  const time = { hour: "2-digit", minute: "2-digit", second: "2-digit", timeZone };
   const start = from.toLocaleString(undefined, { ...date, ...time });
   const end = to.toLocaleString(undefined, sameDay ? time : { ...date, ...time });
-  return `Showing ${start} – ${end} (local time)`;
+  return `Showing ${start} – ${end} (local time, ${timeZone})`;
 }

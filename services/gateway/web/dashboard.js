@@ -162,12 +162,13 @@ async function load() {
   const controller = new AbortController();
   state.load = controller;
   const query = { ...resolved, model: state.filters.model };
+  const timeZone = range.browserTimeZone();
   view.dashboard.dataset.state = "loading";
-  view.rangeLabel.textContent = range.describeRange(resolved.from, resolved.to);
+  view.rangeLabel.textContent = range.describeRange(resolved.from, resolved.to, timeZone);
   say(view.status, "Loading…");
   try {
-    const bucket = range.bucketFor(resolved.from, resolved.to);
-    const reports = await allReports(state.token, query, { bucket, signal: controller.signal });
+    const bucket = range.bucketFor(resolved.from, resolved.to, timeZone);
+    const reports = await allReports(state.token, query, { bucket, timeZone, signal: controller.signal });
     if (!state.filters.model) setModelOptions(reports.models.items.map((item) => item.model));
     renderTiles(view.tiles, reports.summary);
     renderModels(view.modelRows, reports.models);

@@ -114,15 +114,17 @@ def _select_events(database_url: str) -> list[tuple]:
 
 
 class AnalyticsProcess:
-    """`python -m services.analytics` on a free port, with its data directory and broker names."""
+    """`python -m services.analytics` on a free port, with its data directory and broker names; its store is
+    SQLite in the data directory unless `db_url` names another database."""
 
     def __init__(
-        self, *, data_dir: Path, amqp_url: str, exchange: str, queue: str, token: str = "process-test-token"
+        self, *, data_dir: Path, amqp_url: str, exchange: str, queue: str, token: str = "process-test-token",
+        db_url: str | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token
-        self.database_url = Settings(data_dir=data_dir, db_url=None).database_url
+        self.database_url = db_url or Settings(data_dir=data_dir, db_url=None).database_url
         self.log_path = data_dir.parent / f"analytics-{self.port}.log"
         self._env = {k: v for k, v in os.environ.items() if k != "ANALYTICS_DB_URL"} | {
             "ANALYTICS_PORT": str(self.port),
@@ -132,7 +134,7 @@ class AnalyticsProcess:
             "ANALYTICS_QUEUE": queue,
             "CAIRN_SERVICE_TOKEN": token,
             "CAIRN_ENV": "test",
-        }
+        } | ({"ANALYTICS_DB_URL": db_url} if db_url else {})
         self.process: subprocess.Popen | None = None
 
     def start(self, *, ready_timeout: float = 30) -> None:

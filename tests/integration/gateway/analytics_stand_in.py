@@ -30,13 +30,13 @@ from services.analytics.models import (
     Tokens,
     TopQueriesResponse,
 )
+from services.analytics.reports.buckets import bucket_starts, time_zone
 from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
 
 PASSWORD = "correct horse battery"
 ROLES = {"ann": "user", "ana": "analyst", "ada": "admin"}
-STEPS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 # A question carrying markup: the page must show it as text, never as HTML.
 MARKUP_QUERY = '<img src=x onerror="document.title=\'pwned\'"> how do I log in?'
 LINK_QUERY = '<a href="https://example.com/login">sign in again</a> & retry'  # Plotly would draw the link
@@ -59,18 +59,13 @@ def _range(request: Request) -> dict:
     return {"from_": parse("from"), "to": parse("to"), "model": query.get("model")}
 
 
-def _floor(moment: datetime, bucket: str) -> datetime:
-    moment = moment.astimezone(UTC).replace(second=0, microsecond=0)
-    if bucket in ("hour", "day"):
-        moment = moment.replace(minute=0)
-    return moment.replace(hour=0) if bucket == "day" else moment
-
-
-def _points(start: datetime | None, end: datetime | None, bucket: str, empty: bool) -> list[TimePoint]:
-    if start is None or end is None:
+def _points(start: datetime | None, end: datetime | None, bucket: str, tz: str, empty: bool) -> list[TimePoint]:
+    """Made-up figures in the buckets analytics would give (its own bucketing, in the zone `tz`)."""
+    if start is None or end is None or end <= start:
         return []
-    points, moment, i = [], _floor(start, bucket), 0
-    while moment < end:
+    zone = time_zone(tz)
+    points = []
+    for i, moment in enumerate(bucket_starts(start, end - timedelta(microseconds=1), bucket, zone)):
         queries = 0 if empty else (3, 5, 0, 8, 2, 6)[i % 6]
         failed = 1 if queries and i % 4 == 0 else 0
         no_answer = 1 if queries > 4 else 0
@@ -78,11 +73,10 @@ def _points(start: datetime | None, end: datetime | None, bucket: str, empty: bo
         latency = Percentiles(p50=350 + 40 * (i % 5), p95=1200 + 90 * (i % 3), p99=2100 + 150 * (i % 4))
         points.append(
             TimePoint(
-                start=moment, queries=queries, answered=answered, no_answer=no_answer, failed=failed,
+                start=moment.astimezone(zone), queries=queries, answered=answered, no_answer=no_answer, failed=failed,
                 answered_rate=answered / queries if queries else None, latency_ms=latency if queries else Percentiles(),
             )
         )
-        moment, i = moment + STEPS[bucket], i + 1
     return points
 
 
@@ -125,9 +119,10 @@ def analytics_stand_in(state: StandInState) -> FastAPI:
         return _summary(_range(request), state.empty)
 
     @app.get("/analytics/timeseries", response_model=TimeSeriesResponse)
-    async def timeseries(request: Request, bucket: str = "hour") -> TimeSeriesResponse:
+    async def timeseries(request: Request, bucket: str = "hour", tz: str = "UTC") -> TimeSeriesResponse:
         r = _range(request)
-        return TimeSeriesResponse(**r, bucket=bucket, points=_points(r["from_"], r["to"], bucket, state.empty))
+        points = _points(r["from_"], r["to"], bucket, tz, state.empty)
+        return TimeSeriesResponse(**r, bucket=bucket, tz=tz, points=points)
 
     @app.get("/analytics/top-queries", response_model=TopQueriesResponse)
     async def top_queries(request: Request, limit: int = 10) -> TopQueriesResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy
 import pytest
@@ -144,6 +144,31 @@ class ReportsContract:
             store.read(timeseries, scope=Scope(start=T0, end=T0 + timedelta(minutes=10_001)), bucket="minute")
         assert (info.value.status_code, info.value.code) == (422, "invalid_request")
         assert "10,001 minute buckets" in info.value.message
+
+    def test_series_in_a_time_zone_follow_its_clock(self, store: SqlEventStore) -> None:
+        # 05:xx and 06:xx UTC on 2026-11-01 are both 01:xx in New York, before and after its clocks go back;
+        # 02:00 UTC is still 31 October there.
+        moments = [(2, 0), (5, 10), (5, 11), (5, 12), (6, 10), (6, 11), (6, 12), (6, 13)]
+        for n, (hour, minute) in enumerate(moments):
+            store.add(to_record(submitted(at=datetime(2026, 11, 1, hour, minute, tzinfo=UTC), request_id=f"z{n}")))
+
+        def series(scope: Scope, bucket: str, tz: str) -> list[tuple[str, int]]:
+            body = store.read(timeseries, scope=scope, bucket=bucket, tz=tz)
+            assert body.tz == tz
+            return [(p.start.isoformat(), p.queries) for p in body.points]
+
+        night = Scope(start=datetime(2026, 11, 1, 4, tzinfo=UTC), end=datetime(2026, 11, 1, 8, tzinfo=UTC))
+        assert series(night, "hour", "America/New_York") == [
+            ("2026-11-01T00:00:00-04:00", 0), ("2026-11-01T01:00:00-04:00", 3),
+            ("2026-11-01T01:00:00-05:00", 4), ("2026-11-01T02:00:00-05:00", 0),
+        ]
+        assert series(Scope(), "day", "America/New_York") == [("2026-10-31T00:00:00-04:00", 1),
+                                                               ("2026-11-01T00:00:00-04:00", 7)]
+        assert series(Scope(), "day", "UTC") == [("2026-11-01T00:00:00+00:00", 8)]
+        assert series(night, "hour", "Asia/Kolkata") == [
+            ("2026-11-01T09:00:00+05:30", 0), ("2026-11-01T10:00:00+05:30", 3),
+            ("2026-11-01T11:00:00+05:30", 4), ("2026-11-01T12:00:00+05:30", 0), ("2026-11-01T13:00:00+05:30", 0),
+        ]
 
     def test_top_queries_group_case_and_spacing(self, loaded: SqlEventStore) -> None:
         items = loaded.read(top_queries, scope=RANGE, limit=20).model_dump()["items"]

@@ -4,7 +4,7 @@ import csv
 import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
@@ -81,11 +81,26 @@ async def test_minute_series_through_the_api(client: httpx.AsyncClient, store: S
     load(store)
     response = await client.get("/analytics/timeseries", params=RANGE | {"bucket": "minute"}, headers=AUTH)
     body = response.json()
-    assert (response.status_code, body["bucket"], len(body["points"])) == (200, "minute", 10)
+    assert (response.status_code, body["bucket"], body["tz"], len(body["points"])) == (200, "minute", "UTC", 10)
     assert [p["queries"] for p in body["points"]] == [2, 1, 0, 3, 1, 0, 1, 0, 0, 0]
     assert body["points"][2] == {"start": "2025-03-01T12:02:00Z", "queries": 0, "answered": 0, "no_answer": 0,
                                  "failed": 0, "answered_rate": None,
                                  "latency_ms": {"p50": None, "p95": None, "p99": None}}
+
+
+async def test_a_series_in_new_york_across_its_clocks_going_back(
+    client: httpx.AsyncClient, store: SqlEventStore
+) -> None:
+    for n, moment in enumerate(["2026-11-01T05:10:00Z", "2026-11-01T05:20:00Z", "2026-11-01T06:10:00Z"]):
+        store.add(to_record(submitted(at=datetime.fromisoformat(moment), request_id=f"ny{n}")))
+    params = {"from": "2026-11-01T04:00:00Z", "to": "2026-11-01T07:00:00Z", "tz": "America/New_York"}
+    response = await client.get("/analytics/timeseries", params=params, headers=AUTH)
+    body = response.json()
+    assert (response.status_code, body["tz"], body["bucket"], body["from"]) == (200, "America/New_York", "hour",
+                                                                                "2026-11-01T04:00:00Z")
+    assert [(p["start"], p["queries"]) for p in body["points"]] == [
+        ("2026-11-01T00:00:00-04:00", 0), ("2026-11-01T01:00:00-04:00", 2), ("2026-11-01T01:00:00-05:00", 1),
+    ]
 
 
 async def test_the_list_reports_answer_and_honour_limit(client: httpx.AsyncClient, store: SqlEventStore) -> None:
@@ -203,6 +218,13 @@ async def test_an_unknown_bucket_is_422(client: httpx.AsyncClient, bucket: str) 
     response = await client.get("/analytics/timeseries", params={"bucket": bucket}, headers=AUTH)
     assert (response.status_code, response.json()["error"]) == (422, "invalid_request")
     assert "bucket" in response.json()["message"]
+
+
+@pytest.mark.parametrize("tz", ["Mars/Olympus_Mons", "", "utc", "America", "../etc/passwd", "localtime", "x" * 65])
+async def test_an_unknown_time_zone_is_422(client: httpx.AsyncClient, tz: str) -> None:
+    response = await client.get("/analytics/timeseries", params={"tz": tz}, headers=AUTH)
+    assert (response.status_code, response.json()["error"]) == (422, "invalid_request")
+    assert "tz" in response.json()["message"]
 
 
 async def test_more_than_ten_thousand_buckets_is_422(client: httpx.AsyncClient) -> None:
