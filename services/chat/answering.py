@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from services.chat import confidence as scoring
 from services.chat.chunks import RetrievedChunk
-from services.chat.citations import CitedAnswer, resolve_citations
+from services.chat.citations import CitedAnswer, resolve_citations, says_anything, without_reasoning
 from services.chat.confidence import Confidence
 from services.chat.grounding import GroundingReport, check_grounding
 from services.chat.models import ChatResponse, Metadata, UsageOut
@@ -67,7 +67,8 @@ def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: flo
         best = max((c.relevance for c in turn.retrieved), default=None)
         confidence = scoring.no_information(best_relevance=best, threshold=relevance_threshold)
         return _Outcome("no_information", CitedAnswer(NO_INFORMATION, []), confidence)
-    cited = resolve_citations(generation.text, turn.used)
+    text = without_reasoning(generation.text)  # what a reasoning model thought is neither shown nor cited
+    cited = resolve_citations(text, turn.used) if says_anything(text) else CitedAnswer(text, [])
     grounding = check_grounding(cited.answer, cited.citations, passages=turn.used)
     confidence = scoring.assess(
         relevances=_relevances_behind(cited, turn.used),

@@ -17,6 +17,7 @@ _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.DOTALL)
 _MAX_PASSAGE_NUMBER = 999  # [2019] is a year, left as written; no prompt holds a thousand passages
 _NUMBER_LIST = re.compile(r"\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?(?:\s*,\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?)*\s*", re.I)
 _NUMBER_ITEM = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
+_INTERVAL = re.compile(r"\s*0\s*[,-]\s*\d+\s*")  # "[0, 1]", "[0-100]": passages count from 1, so a range of values
 _MAX_RANGE = 50  # a wider "range" is a typo or a year span, not a citation
 _DICE_THRESHOLD = 0.5
 _DROPPED = "\x00"
@@ -36,6 +37,15 @@ _REFUSAL = re.compile(
 )
 _ABOUT_THE_SOURCES = re.compile(r"\b(?:i|i'm|i've|we|my|our|documents?|context|passages?|sources?|provided|excerpts?)\b")
 _CLAUSE_BREAK = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:but|however|although|though)\b)", re.IGNORECASE)
+# What open models served by vLLM, Ollama or llama.cpp write before their answer when no reasoning parser
+# takes it out: a <think> block, one left open by a cut-off answer, or only its end on a line of its own
+# (the chat template wrote the opening tag into the prompt).
+_REASONING_TAGS = "think|thinking|reasoning"
+_LEADING_REASONING = re.compile(
+    rf"""\A\s*(?: <({_REASONING_TAGS})> .*? (?:</\1>|\Z)
+             | (?:(?!<(?:{_REASONING_TAGS})>).)*? (?:^|\n)[ \t]*</(?:{_REASONING_TAGS})>[ \t]*(?:\n|\Z) )""",
+    re.DOTALL | re.IGNORECASE | re.VERBOSE,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,12 @@ class Citation:
 class CitedAnswer:
     answer: str
     citations: list[Citation]
+
+
+def without_reasoning(text: str) -> str:
+    """The model's text without the reasoning it wrote before its answer: what it thought is neither
+    shown nor searched for citations."""
+    return _LEADING_REASONING.sub("", text, count=1).strip()
 
 
 def snippet_of(text: str, limit: int = SNIPPET_CHARS) -> str:
@@ -106,9 +122,14 @@ def _only_refuses(answer: str) -> bool:
     return all(_says_information_is_missing(clause) for clause in _clauses(prose) if _BRACKET.search(clause))
 
 
+def says_anything(answer: str) -> bool:
+    """Whether the answer has a word besides its markers: "[1][2]" alone claims nothing its passages back."""
+    return any(ch.isalnum() for ch in _BRACKET.sub("", answer))
+
+
 def _numbers(content: str) -> list[int] | None:
     """1-based passage numbers of a numeric marker, or None when `content` is not one."""
-    if not _NUMBER_LIST.fullmatch(content):
+    if not _NUMBER_LIST.fullmatch(content) or _INTERVAL.fullmatch(content):
         return None
     if any(int(n) > _MAX_PASSAGE_NUMBER for n in re.findall(r"\d+", content)):
         return None
@@ -189,9 +210,14 @@ def _glued(marker: re.Match[str]) -> bool:
     return start > 0 and (marker.string[start - 1].isalnum() or marker.string[start - 1] == "_")
 
 
+def prose_and_code(text: str) -> list[str]:
+    """`text` cut into prose, code, prose, code, ... (fenced blocks and inline spans are code)."""
+    return _CODE.split(text)
+
+
 def _outside_code(text: str, replace: Callable[[re.Match[str]], str]) -> str:
     """`text` with `_BRACKET.sub(replace, ...)` applied to its prose only, never inside code."""
-    parts = _CODE.split(text)  # prose, code, prose, code, ...
+    parts = prose_and_code(text)
     return "".join(part if i % 2 else _BRACKET.sub(replace, part) for i, part in enumerate(parts))
 
 

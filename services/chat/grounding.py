@@ -48,7 +48,7 @@ from functools import reduce
 from typing import Literal
 
 from services.chat.chunks import RetrievedChunk
-from services.chat.citations import Citation
+from services.chat.citations import Citation, prose_and_code
 from services.chat.text_terms import terms_of
 
 Verdict = Literal["supported", "weak", "unsupported"]
@@ -132,9 +132,9 @@ def cited_sentences(answer: str) -> list[tuple[str, tuple[int, ...]]]:
     """(text without markers, citation numbers) of each sentence of `answer` that carries a marker.
 
     Lines are split first (list items, paragraphs), then sentences; a line holding only markers
-    belongs to the sentence before it."""
+    belongs to the sentence before it. Brackets in code (`items[1]`) are the code's, not markers."""
     pieces: list[tuple[str, list[int]]] = []
-    for line in answer.splitlines():
+    for line in _without_markers_in_code(answer).splitlines():
         line = _LIST_MARK.sub("", line.strip())
         start = 0
         for end in [m.end() for m in _SENTENCE_END.finditer(line)] + [len(line)]:
@@ -147,6 +147,10 @@ def cited_sentences(answer: str) -> list[tuple[str, tuple[int, ...]]]:
             elif text or numbers:
                 pieces.append((text, numbers))
     return [(text, tuple(dict.fromkeys(numbers))) for text, numbers in pieces if numbers]
+
+
+def _without_markers_in_code(answer: str) -> str:
+    return "".join(_MARKER.sub("", part) if i % 2 else part for i, part in enumerate(prose_and_code(answer)))
 
 
 def _without_markers(text: str) -> str:

@@ -7,15 +7,17 @@ import logging
 import re
 from typing import Literal
 
+from services.chat.citations import without_reasoning
 from services.chat.errors import LLMUnavailable
 from services.chat.followups import is_follow_up, rewrite_follow_up
 from services.chat.ports import Exchange, Generator, Reformulator
-from services.chat.prompts import read_template
+from services.chat.prompts import fenced, read_template
 from services.chat.settings import Settings
 
 log = logging.getLogger(__name__)
 
 CONVERSATION_SLOT = "{conversation}"
+CONVERSATION_TAG = "conversation"
 ANSWER_CHARS = 300  # enough of an answer to name what it was about
 MIN_REWRITE_LIMIT = 300  # a rewrite longer than this and than twice the question is the model rambling
 LABEL = re.compile(r"^(?:standalone|rewritten|reformulated)?\s*(?:question|query)?\s*:\s*", re.IGNORECASE)
@@ -65,8 +67,8 @@ class LLMReformulator:
         except (LLMUnavailable, TimeoutError) as exc:
             log.warning("query reformulation failed, using the heuristic", extra={"model": model, "reason": str(exc)})
             return await self._fallback.reformulate(query=query, history=history, model=model)
-        rewritten = first_line(generation.text)
-        if not rewritten or generation.finish_reason == "length" or len(rewritten) > _length_limit(query):
+        rewritten = first_line(without_reasoning(generation.text))
+        if generation.finish_reason == "length" or not usable_rewrite(rewritten, query=query):
             log.warning(
                 "query reformulation unusable, using the heuristic",
                 extra={"model": model, "chars": len(rewritten), "finish_reason": generation.finish_reason},
@@ -86,13 +88,24 @@ def reformulator_from(settings: Settings, generator: Generator) -> Reformulator 
 
 def reformulation_messages(*, query: str, history: list[Exchange]) -> list[dict[str, str]]:
     turns = "\n".join(f"User: {turn.standalone}\nAssistant: {_shorten(turn.answer)}" for turn in history)
-    system = template().replace(CONVERSATION_SLOT, turns or "(no earlier turns)")
+    # An earlier answer may quote a document, and a document may try to end the conversation early.
+    system = template().replace(CONVERSATION_SLOT, fenced(turns, tag=CONVERSATION_TAG) or "(no earlier turns)")
     return [{"role": "system", "content": system}, {"role": "user", "content": query}]
 
 
+def usable_rewrite(rewritten: str, *, query: str) -> bool:
+    """Not empty, not rambling, and still a question: a model that answers a question instead of
+    rewriting it ("Yes, set SESSION_TTL_SECONDS.") would send its answer to the search and the model."""
+    if not rewritten or len(rewritten) > _length_limit(query):
+        return False
+    return not (query.endswith("?") and rewritten.endswith("."))
+
+
 def first_line(text: str) -> str:
-    """The model's first non-empty line without a "Standalone question:" label or quotes around it."""
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    """The model's first non-empty line that is not a lead-in ("Here is the rewritten question:"), without
+    a "Standalone question:" label or quotes around it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = next((line for line in lines if not line.endswith(":")), "")
     line = LABEL.sub("", line.lstrip("-*> ")).strip()
     if len(line) >= 2 and line[0] in QUOTES and line[-1] in QUOTES:
         line = line[1:-1].strip()

@@ -1,6 +1,7 @@
 """The prompt templates chat sends to the model, each with one slot that chat fills in."""
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -15,3 +16,14 @@ def read_template(name: str, *, slot: str) -> str:
     if slot not in text:
         raise ValueError(f"{path} has no {slot} slot")
     return text
+
+
+@cache
+def _tag_of(name: str) -> re.Pattern[str]:
+    return re.compile(rf"<(\s*/?\s*{re.escape(name)}\s*)>", re.IGNORECASE)
+
+
+def fenced(text: str, *, tag: str) -> str:
+    """`text` made safe to put between <tag> and </tag>: a copy of either tag inside it ("</context>" in a
+    document, written to end the passages early) has its angle brackets escaped, so it can close nothing."""
+    return _tag_of(tag).sub(r"&lt;\1&gt;", text)

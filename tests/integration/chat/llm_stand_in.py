@@ -59,6 +59,7 @@ class Script:
 
     mode: Mode = "answer"
     text: str = ANSWER
+    replies: list[str] = field(default_factory=list)  # answer/stream: the texts of the next calls, before `text`
     failures: int = 1_000_000  # "always" until a test says how many
     retry_after: str = "1"
     chunk_delay_s: float = 0.02
@@ -113,7 +114,7 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
         return Response(content, media_type=media_type)
     if mode == "wrong_chunks":
         return _sse(_wrong_chunk_events())
-    text = NO_CITATIONS if mode == "no_citations" else script.text
+    text = NO_CITATIONS if mode == "no_citations" else script.replies.pop(0) if script.replies else script.text
     if mode == "slow_stream":
         return _sse(_slow_events(script, body))
     if mode == "broken_stream":

@@ -4,7 +4,14 @@ from pathlib import Path
 import pytest
 
 from services.chat import prompt
-from services.chat.citations import SNIPPET_CHARS, dice, lacks_information, resolve_citations, snippet_of
+from services.chat.citations import (
+    SNIPPET_CHARS,
+    dice,
+    lacks_information,
+    resolve_citations,
+    snippet_of,
+    without_reasoning,
+)
 from tests.unit.chat.fakes import make_chunk
 
 pytestmark = pytest.mark.unit
@@ -239,3 +246,28 @@ def test_brackets_that_are_code_indexes_or_years_are_left_as_written(answer, exp
     result = resolve_citations(answer, CHUNKS)
     assert result.answer == expected
     assert [c.number for c in result.citations] == numbers
+
+
+@pytest.mark.parametrize(("answer", "expected", "numbers"), [
+    # Passages count from 1: a pair or range starting at 0 is a range of values.
+    ("A score lies in [0, 1] [2].", "A score lies in [0, 1] [1].", [1]),
+    ("Set a weight in [0-1].", "Set a weight in [0-1].", []),
+    ("Ports in [0, 65535] are accepted [3].", "Ports in [0, 65535] are accepted [1].", [1]),
+])
+def test_a_range_of_values_starting_at_zero_is_not_a_citation(answer, expected, numbers):
+    result = resolve_citations(answer, CHUNKS)
+    assert (result.answer, [c.number for c in result.citations]) == (expected, numbers)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("<think>\nPassage [2] says so.\n</think>\n\nRun it [1].", "Run it [1]."),
+    ("<think>\n\n</think>\n\nRun it [1].", "Run it [1]."),  # thinking turned off, the empty block still sent
+    ("<THINKING>Maybe [3].</THINKING>Run it [1].", "Run it [1]."),
+    ("The template opened the block. [2]\n</think>\n\nRun it [1].", "Run it [1]."),
+    ("<think>\nCut off by max_tokens [1]", ""),
+    # Not reasoning: a tag the answer mentions, and a closing tag inside a line.
+    ("Models write <think> tags [1].", "Models write <think> tags [1]."),
+    ("Close it with </think> and go on [1].", "Close it with </think> and go on [1]."),
+])
+def test_the_reasoning_before_an_answer_is_taken_out(text, expected):
+    assert without_reasoning(text) == expected

@@ -192,6 +192,19 @@ def test_sentence_splitting_handles_markers_lists_and_line_breaks(answer, expect
     assert cited_sentences(answer) == expected
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "To add a user, run `cairn user add NAME --role user` [1]. In Python, `users[1]` is the second user.",
+        "To add a user, run `cairn user add NAME --role user` [1].\n```python\nsecond = users[1]\n```",
+    ],
+)
+def test_brackets_in_code_are_not_citations_to_check(answer):
+    report = grounded(answer, [ADDING])
+    assert [s.text for s in report.sentences] == ["To add a user, run `cairn user add NAME --role user`."]
+    assert report.citations[1].verdict == "supported"
+
+
 def test_terms_every_passage_shares_weigh_least():
     weights = term_weights([frozenset({"cairn", "token"}), frozenset({"cairn", "hash"}), frozenset({"cairn", "user"})])
     assert weights["cairn"] == 1.0

@@ -112,6 +112,30 @@ async def test_an_answer_citing_nothing_is_replaced_by_the_fallback():
     assert chat.publisher.events[-1].data.answered is False
 
 
+@pytest.mark.parametrize("answer", ["[1][2]", "[1, 2].", "[Users and roles > Adding users]"])
+async def test_an_answer_of_citation_markers_alone_is_replaced_by_the_fallback(answer):
+    chat = pipeline(generator=RecordingGenerator(answer))
+    response = await chat.answer(request=ChatRequest(query="How do I add a user?"), caller=CALLER)
+    assert (response.answer, response.citations, response.metadata.kind) == (NO_INFORMATION, [], "no_information")
+    assert "no citation" in response.confidence.reason
+    assert chat.publisher.events[-1].data.answered is False
+
+
+async def test_an_interval_is_not_a_citation_so_an_answer_citing_nothing_else_is_rejected():
+    chat = pipeline(generator=RecordingGenerator("A relevance score lies in [0, 1]."))
+    response = await chat.answer(request=ChatRequest(query="What range has a score?"), caller=CALLER)
+    assert (response.answer, response.citations) == (NO_INFORMATION, [])
+
+
+async def test_the_reasoning_a_model_writes_before_its_answer_is_neither_shown_nor_cited():
+    generator = RecordingGenerator(
+        "<think>\nPassage [2] is about listing, [1] about adding.\n</think>\n\nRun the command [1]."
+    )
+    response = await pipeline(generator=generator).answer(request=ChatRequest(query="q"), caller=CALLER)
+    assert response.answer == "Run the command [1]."
+    assert [(c.n, c.doc_id) for c in response.citations] == [(1, "doc-1")]
+
+
 async def test_invalid_citation_numbers_are_dropped_and_related_docs_listed():
     chat = pipeline(generator=RecordingGenerator("Use the command [2][7]."))
     response = await chat.answer(request=ChatRequest(query="q"), caller=CALLER)
