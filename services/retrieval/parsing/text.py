@@ -1,5 +1,7 @@
-"""Markdown and plain text: UTF-8 bytes, taken as they are."""
+"""Markdown and plain text: UTF-8 bytes, taken as they are, or UTF-16 that says so with a byte-order mark."""
 from __future__ import annotations
+
+import codecs
 
 from services.retrieval.chunking import document_title, front_matter_end
 from services.retrieval.errors import UnprocessableDocument
@@ -7,11 +9,13 @@ from services.retrieval.parsing.document import ParsedDocument
 
 
 def decode(filename: str, data: bytes) -> str:
-    """UTF-8 text (a leading BOM dropped), refusing binary or empty content."""
+    """UTF-8 text (a leading BOM dropped), or UTF-16 behind its BOM (what Windows' Notepad "Unicode" and
+    PowerShell's `>` write), refusing binary or empty content. Without a BOM no other encoding is guessed."""
+    encoding = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode(encoding)
     except UnicodeDecodeError:
-        raise UnprocessableDocument(f"{filename}: not UTF-8 text") from None
+        raise UnprocessableDocument(f"{filename}: not {'UTF-16' if encoding == 'utf-16' else 'UTF-8'} text") from None
     if "\x00" in text:
         raise UnprocessableDocument(f"{filename}: binary content, not text")
     if not text.strip():

@@ -162,6 +162,8 @@ def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
         ("empty.md", b"  \n\t", "empty"),
         ("front-matter-only.md", b"---\ntitle: Draft\n---\n\n", "no text after its front matter"),
         ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
+        ("cut.txt", "caf\xe9".encode("utf-16")[:-1], "not UTF-16"),  # a BOM, then an odd number of bytes
+        ("utf16-no-bom.txt", "caf\xe9".encode("utf-16-le"), "not UTF-8"),  # no BOM: not guessed
         ("binary.md", b"abc\x00def", "binary"),
         ("empty.html", b"<html><head><title>t</title><script>x()</script></head><body> </body></html>", "no text"),
     ],
@@ -208,3 +210,13 @@ def test_a_pdf_encrypted_with_aes_that_opens_without_a_password_is_read(method: 
     pdf.multi_cell(0, 6, "Invoices are archived for ten years.")
     parsed = parse("protected.pdf", bytes(pdf.output()))
     assert "Invoices are archived for ten years." in parsed.text
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_text_with_its_byte_order_mark_is_read(encoding: str) -> None:
+    """What Windows' Notepad ("Unicode") and PowerShell's `>` write."""
+    text = "# Caf\xe9 notes\r\n\r\nCr\xe8me br\xfbl\xe9e, \u4e2d\u6587.\r\n"
+    data = ("\ufeff" + text).encode(encoding) if encoding != "utf-16" else text.encode(encoding)
+    parsed = parse("notes.md", data)
+    assert parsed.text == text and parsed.title == "Caf\xe9 notes"
+    assert parse("notes.txt", data).text == text
