@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -11,7 +12,7 @@ import aio_pika
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from schemathesis.config import SchemathesisConfig
 
@@ -24,6 +25,7 @@ from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
 from services.retrieval.settings import Settings as RetrievalSettings
 from shared.broker import dead_letter_names
+from shared.filters import INT64_MAX, INT64_MIN
 from tests.support import serve_in_thread
 from tests.unit.analytics.analytics_events import responded, submitted
 from tests.unit.chat.fakes import FakeRetriever, ListPublisher
@@ -89,9 +91,26 @@ schemathesis.openapi.media_type("text/html", _TEXT.map(lambda text: f"<h1>Notes<
 retrieval = schemathesis.openapi.from_dict(create_retrieval_app(retrieval_settings("unused")).openapi())
 
 
+def _beyond_64_bits(value) -> bool:
+    """Whether `value` holds a whole number outside 64 bits, also inside a multipart form's JSON field."""
+    if isinstance(value, str) and value.startswith("{"):  # a multipart form's JSON field (metadata)
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return False
+    if isinstance(value, dict):
+        return any(_beyond_64_bits(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_beyond_64_bits(item) for item in value)
+    return isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
+
+
 @retrieval.parametrize()
 @EXAMPLES
 def test_retrieval_keeps_its_contract(case, retrieval_url):
+    # schemathesis's generator reaches past integer bounds above 2**53 through float rounding (9223372036854776000
+    # for a maximum of 2**63 - 1, about 3 bodies in 1,000 here) and sends them as valid: such a draw is not one.
+    assume(not _beyond_64_bits(case.body))
     case.call_and_validate(base_url=retrieval_url, headers=INTERNAL)
 
 
