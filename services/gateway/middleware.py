@@ -5,6 +5,7 @@ Pure ASGI, so streamed answers (SSE) pass through unbuffered.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi.middleware.cors import CORSMiddleware
@@ -34,27 +35,34 @@ CORS_ALLOWED_HEADERS = ["Authorization", "Content-Type", "X-Request-ID", "tracep
 CORS_EXPOSED_HEADERS = ["X-Request-ID", "Retry-After"]
 
 
+@dataclass(frozen=True)
+class BodyLimit:
+    bytes: int
+    setting: str  # the variable that sets it, named in the 413 so the operator knows what to raise
+
+
 class BodyTooLarge(HTTPException):
     """A Starlette HTTPException, so FastAPI's body parsing lets it through to the app's 413 handler."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(status_code=413, detail=f"the request body is over the limit of {limit} bytes")
+    def __init__(self, limit: BodyLimit) -> None:
+        detail = f"the request body is over the limit of {limit.bytes} bytes ({limit.setting})"
+        super().__init__(status_code=413, detail=detail)
 
 
 class BodyLimitMiddleware:
-    """413 payload_too_large for a body over the limit of its path (`per_path`, else `default_bytes`):
+    """413 payload_too_large for a body over the limit of its path (`per_path`, else `default`):
     at once when Content-Length says so, otherwise as soon as the bytes read pass it (chunked bodies)."""
 
-    def __init__(self, app: ASGIApp, *, default_bytes: int, per_path: Mapping[str, int] | None = None) -> None:
-        limits = [default_bytes, *(per_path or {}).values()]
+    def __init__(self, app: ASGIApp, *, default: BodyLimit, per_path: Mapping[str, BodyLimit] | None = None) -> None:
+        limits = [default.bytes, *(limit.bytes for limit in (per_path or {}).values())]
         if any(limit < 0 for limit in limits):
             raise ValueError(f"body limits must not be negative; got {limits}")
         self.app = app
-        self.default_bytes = default_bytes
+        self.default = default
         self.per_path = {path.rstrip("/"): limit for path, limit in (per_path or {}).items()}
 
-    def limit_for(self, path: str) -> int:
-        return self.per_path.get(path.rstrip("/"), self.default_bytes)
+    def limit_for(self, path: str) -> BodyLimit:
+        return self.per_path.get(path.rstrip("/"), self.default)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,7 +70,7 @@ class BodyLimitMiddleware:
             return
         limit = self.limit_for(scope["path"])
         declared = _content_length(scope)
-        if declared is not None and declared > limit:
+        if declared is not None and declared > limit.bytes:
             await _too_large(BodyTooLarge(limit))(scope, receive, send)
             return
         received = 0
@@ -73,7 +81,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > limit:
+                if received > limit.bytes:
                     raise BodyTooLarge(limit)
             return message
 
@@ -166,7 +174,7 @@ def gateway_middleware(settings: Settings) -> list[Middleware]:
         Middleware(SecurityHeadersMiddleware),
         Middleware(
             BodyLimitMiddleware,
-            default_bytes=settings.max_body_bytes,
-            per_path={UPLOAD_PATH: settings.max_upload_bytes},
+            default=BodyLimit(settings.max_body_bytes, "MAX_BODY_BYTES"),
+            per_path={UPLOAD_PATH: BodyLimit(settings.max_upload_bytes, "MAX_UPLOAD_BYTES")},
         ),
     ]

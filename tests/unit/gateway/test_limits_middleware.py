@@ -9,6 +9,7 @@ from starlette.middleware import Middleware
 from services.gateway.middleware import (
     DOCS_CSP,
     PAGE_CSP,
+    BodyLimit,
     BodyLimitMiddleware,
     SecurityHeadersMiddleware,
     cors_middleware,
@@ -28,7 +29,11 @@ def _app() -> FastAPI:
         title="test",
         middleware=[
             Middleware(SecurityHeadersMiddleware),
-            Middleware(BodyLimitMiddleware, default_bytes=100, per_path={"/upload": 1000}),
+            Middleware(
+                BodyLimitMiddleware,
+                default=BodyLimit(100, "MAX_BODY_BYTES"),
+                per_path={"/upload": BodyLimit(1000, "MAX_UPLOAD_BYTES")},
+            ),
         ],
     )
 
@@ -73,7 +78,11 @@ def _chunks(total: int, size: int = 30):
 def _assert_413(response):
     assert response.status_code == 413, response.text
     assert response.json()["error"] == "payload_too_large"
-    assert "100 bytes" in response.json()["message"] or "1000 bytes" in response.json()["message"]
+    # The limit and the variable that sets it, so whoever reads the 413 knows what an operator would raise.
+    assert response.json()["message"] in (
+        "the request body is over the limit of 100 bytes (MAX_BODY_BYTES)",
+        "the request body is over the limit of 1000 bytes (MAX_UPLOAD_BYTES)",
+    )
     assert response.headers["x-request-id"]  # inside the request context: logged and traceable like any answer
 
 
@@ -103,7 +112,7 @@ def test_a_path_of_its_own_has_its_own_limit(client):
 
 def test_limits_must_not_be_negative():
     with pytest.raises(ValueError):
-        BodyLimitMiddleware(FastAPI(), default_bytes=-1)
+        BodyLimitMiddleware(FastAPI(), default=BodyLimit(-1, "MAX_BODY_BYTES"))
 
 
 def test_html_gets_the_page_policy_and_every_answer_nosniff(client):
