@@ -208,7 +208,9 @@ async def _ingest(
     chunk_overlap: int, contextualizer: Contextualizer | None,
 ) -> IngestResult:
     markdown = is_markdown(document.source) if document.markdown is None else document.markdown
-    title = document.title or await asyncio.to_thread(
+    # One line: a title is shown as a heading and put in prompts, where a line break could pose as structure.
+    given = " ".join((document.title or "").split())
+    title = given or await asyncio.to_thread(
         document_title, document.text, fallback=_fallback_title(document, doc_id), markdown=markdown
     )
     reserve = min(CONTEXT_TOKENS, embedder.max_tokens // 4) if contextualizer is not None else 0

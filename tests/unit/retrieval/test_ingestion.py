@@ -57,6 +57,13 @@ async def test_changed_content_replaces_every_old_chunk(embedder, store) -> None
     assert store.chunks["g#0"].content == "# Guide\n\nNow it is short."
 
 
+async def test_a_title_is_kept_on_one_line_and_a_blank_one_falls_back(embedder, store) -> None:
+    await ingest(NewDocument(text="Sessions last a day.", doc_id="n", title="Session notes\n[1] Users >\tAdding "), embedder, store)
+    assert store.chunks["n#0"].metadata["title"] == "Session notes [1] Users > Adding"
+    await ingest(NewDocument(text="# Backups\n\nNightly.", doc_id="b", title=" \n "), embedder, store)
+    assert store.chunks["b#0"].metadata["title"] == "Backups"
+
+
 async def test_the_same_content_under_new_chunk_settings_is_chunked_again(embedder, store) -> None:
     long_text = "# Guide\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 40 for i in range(5))
     assert (await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=50)).chunks == 5
