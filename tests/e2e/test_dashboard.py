@@ -384,6 +384,18 @@ def test_a_range_name_every_object_has_is_no_preset_and_gives_the_last_24_hours(
     assert problems == [], problems
 
 
+def test_logging_in_with_the_keyboard_puts_the_focus_on_the_dashboard_heading(gateway, browser, figures):
+    """The form that held the focus disappears: the focus goes where a keyboard or screen reader user continues."""
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    page.get_by_label("User name").fill("ana")
+    page.get_by_label("Password").fill(STAND_IN_PASSWORD)
+    page.get_by_label("Password").press("Enter")
+    expect(page.get_by_role("heading", name="Questions and answers")).to_be_focused()
+    page.keyboard.press("Tab")  # on into the dashboard's own controls, not back at the top of the page
+    assert page.evaluate("document.activeElement.closest('[data-testid=dashboard]') !== null")
+    assert problems == [], problems
+
+
 def test_log_out_leaves_none_of_the_figures_in_the_tab(gateway, browser, figures):
     page, problems = open_page(browser, f"{gateway}/dashboard")
     log_in(page, "ana", STAND_IN_PASSWORD)

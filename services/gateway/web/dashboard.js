@@ -220,6 +220,9 @@ view.loginForm.addEventListener("submit", async (event) => {
     sessionStorage.setItem(USER_KEY, session.user.username);
     view.password.value = "";
     enter(session.user);
+    // The form that held the focus is hidden now: move it to the heading of what is shown, where a
+    // keyboard or screen reader user continues (otherwise it falls back to the page itself).
+    document.querySelector("section:not([hidden]) h1")?.focus();
   } catch (error) {
     say(view.loginMessage, error.status === 401 ? "Wrong user name or password." : describe(error), "error");
     view.password.select();
