@@ -13,7 +13,6 @@ from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
 from services.retrieval.settings import Settings as RetrievalSettings
-from tests.integration.chat.llm_stand_in import Script, llm_stand_in
 from tests.integration.chat.stand_ins import HEADERS, TOKEN
 from tests.support import free_port, serve_in_thread, wait_until
 from tests.unit.chat.fakes import ListPublisher
@@ -53,13 +52,6 @@ def retrieval_url(tmp_path_factory, embedder) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[tuple[str, Script]]:
-    app, script = llm_stand_in()
-    with serve_in_thread(app) as url:
-        yield url, script
-
-
-@pytest.fixture(scope="module")
 def chat(retrieval_url, model, redis_url) -> Iterator[tuple[str, ListPublisher]]:
     publisher = ListPublisher()
     settings = ChatSettings(
@@ -69,11 +61,6 @@ def chat(retrieval_url, model, redis_url) -> Iterator[tuple[str, ListPublisher]]
     )
     with serve_in_thread(create_chat_app(settings, publisher=publisher)) as url:
         yield url, publisher
-
-
-@pytest.fixture
-def script(model) -> Script:
-    return model[1].reset()
 
 
 def ask(chat_url: str, query: str = "How do I add a user?", **extra) -> httpx.Response:

@@ -16,8 +16,7 @@ from services.chat.ports import Exchange, Generation
 from services.chat.prompt import build_prompt
 from services.chat.reformulation import HeuristicReformulator, LLMReformulator
 from services.chat.settings import Settings
-from tests.integration.chat.llm_stand_in import ANSWER, NO_CITATIONS, Script, llm_stand_in, words_of
-from tests.support import serve_in_thread
+from tests.integration.chat.llm_stand_in import ANSWER, NO_CITATIONS, words_of
 from tests.unit.chat.fakes import GUIDE
 
 pytestmark = pytest.mark.integration
@@ -25,21 +24,9 @@ pytestmark = pytest.mark.integration
 MESSAGES = [{"role": "system", "content": "Passages: [1] cairn user add"}, {"role": "user", "content": "How?"}]
 
 
-@pytest.fixture(scope="module")
-def stand_in():
-    app, script = llm_stand_in()
-    with serve_in_thread(app) as url:
-        yield url, script
-
-
-@pytest.fixture
-def script(stand_in) -> Script:
-    return stand_in[1].reset()
-
-
 @asynccontextmanager
-async def generator_for(stand_in, **settings) -> AsyncIterator[OpenAIGenerator]:
-    url, _ = stand_in
+async def generator_for(model, **settings) -> AsyncIterator[OpenAIGenerator]:
+    url, _ = model
     settings = {"llm_timeout_s": 5.0, **settings}
     generator = build_generator(
         Settings(llm_base_url=f"{url}/v1", llm_model="test-model", llm_backoff_base_s=0.05, **settings)
@@ -58,41 +45,41 @@ def streamed(generator: OpenAIGenerator, model: str = "test-model", messages=MES
     return generator.stream(model=model, messages=messages, temperature=0.1, max_tokens=512)
 
 
-async def test_rate_limit_waits_the_retry_after_then_answers(stand_in, script):
+async def test_rate_limit_waits_the_retry_after_then_answers(model, script):
     script.reset(mode="rate_limit", failures=2, retry_after="1")
-    async with generator_for(stand_in) as generator:
+    async with generator_for(model) as generator:
         result = await generate(generator)
     assert result.text == ANSWER and len(script.calls) == 3
     gaps = [later.at - earlier.at for earlier, later in zip(script.calls, script.calls[1:])]
     assert all(0.95 <= gap < 2.5 for gap in gaps), gaps  # the backoff alone would be 0.05 and 0.1 s
 
 
-async def test_server_errors_are_retried_until_an_answer(stand_in, script):
+async def test_server_errors_are_retried_until_an_answer(model, script):
     script.reset(mode="error", failures=3)
-    async with generator_for(stand_in, llm_max_retries=3) as generator:
+    async with generator_for(model, llm_max_retries=3) as generator:
         assert (await generate(generator)).text == ANSWER
     assert len(script.calls) == 4
 
 
-async def test_lasting_server_errors_end_in_llm_unavailable_after_every_retry(stand_in, script):
+async def test_lasting_server_errors_end_in_llm_unavailable_after_every_retry(model, script):
     script.reset(mode="error")
-    async with generator_for(stand_in, llm_max_retries=3) as generator:
+    async with generator_for(model, llm_max_retries=3) as generator:
         with pytest.raises(LLMUnavailable, match="500"):
             await generate(generator)
     assert len(script.calls) == 4
 
 
-async def test_a_bad_request_is_not_retried(stand_in, script):
+async def test_a_bad_request_is_not_retried(model, script):
     script.reset(mode="bad_request")
-    async with generator_for(stand_in) as generator:
+    async with generator_for(model) as generator:
         with pytest.raises(LLMUnavailable, match="400"):
             await generate(generator)
     assert len(script.calls) == 1
 
 
-async def test_a_hanging_endpoint_times_out_on_every_attempt(stand_in, script):
+async def test_a_hanging_endpoint_times_out_on_every_attempt(model, script):
     script.reset(mode="hang")
-    async with generator_for(stand_in, llm_timeout_s=0.3, llm_max_retries=2) as generator:
+    async with generator_for(model, llm_timeout_s=0.3, llm_max_retries=2) as generator:
         started = time.monotonic()
         with pytest.raises(LLMUnavailable, match="in time"):
             await generate(generator)
@@ -101,9 +88,9 @@ async def test_a_hanging_endpoint_times_out_on_every_attempt(stand_in, script):
     assert 0.9 <= elapsed < 2.4, elapsed  # 3 × 0.3 s timeouts, ~0.15 s of backoff, slack for a busy machine
 
 
-async def test_the_deadline_bounds_the_whole_request_across_retries(stand_in, script):
+async def test_the_deadline_bounds_the_whole_request_across_retries(model, script):
     script.reset(mode="hang")
-    async with generator_for(stand_in, llm_timeout_s=2.0, llm_deadline_s=0.5) as generator:
+    async with generator_for(model, llm_timeout_s=2.0, llm_deadline_s=0.5) as generator:
         started = time.monotonic()
         with pytest.raises(LLMUnavailable, match="within 0.5 s"):
             await generate(generator)
@@ -113,18 +100,18 @@ async def test_the_deadline_bounds_the_whole_request_across_retries(stand_in, sc
     assert elapsed < 1.0 + 1.0, elapsed  # two deadlines, slack for a busy machine
 
 
-async def test_a_stream_yields_its_deltas_in_order_then_the_generation(stand_in, script):
+async def test_a_stream_yields_its_deltas_in_order_then_the_generation(model, script):
     script.reset(mode="stream")
-    async with generator_for(stand_in) as generator:
+    async with generator_for(model) as generator:
         items = [item async for item in streamed(generator)]
     assert items[:-1] == words_of(ANSWER)
     assert items[-1] == Generation(ANSWER, "test-model", 20, len(words_of(ANSWER)), "stop")
     assert script.calls[0].body["stream"] is True
 
 
-async def test_a_rate_limited_stream_is_retried_before_its_first_delta(stand_in, script):
+async def test_a_rate_limited_stream_is_retried_before_its_first_delta(model, script):
     script.reset(mode="rate_limit", failures=1, retry_after="0")
-    async with generator_for(stand_in) as generator:
+    async with generator_for(model) as generator:
         items = [item async for item in streamed(generator)]
     assert "".join(items[:-1]) == ANSWER == items[-1].text and len(script.calls) == 2
 
@@ -153,9 +140,9 @@ async def read_two_deltas_then_leave(stream: AsyncIterator, how: str) -> list:
 
 
 @pytest.mark.parametrize("how", ["aclose", "cancel"])
-async def test_a_reader_that_leaves_early_disconnects_from_the_endpoint(stand_in, script, how):
+async def test_a_reader_that_leaves_early_disconnects_from_the_endpoint(model, script, how):
     script.reset(mode="slow_stream", slow_chunks=200, slow_delay_s=0.05)  # 10 s if read to the end
-    async with generator_for(stand_in) as generator:
+    async with generator_for(model) as generator:
         deltas = await read_two_deltas_then_leave(streamed(generator), how)
         left = time.monotonic()
         disconnected = await asyncio.to_thread(script.disconnected.wait, 3.0)
@@ -169,9 +156,9 @@ NOT_A_COMPLETION = {"html": "text/html", "wrong_json": "application/json", "brok
 
 
 @pytest.mark.parametrize("mode", NOT_A_COMPLETION)
-async def test_a_body_that_is_not_a_completion_is_llm_unavailable_at_once(stand_in, script, mode):
+async def test_a_body_that_is_not_a_completion_is_llm_unavailable_at_once(model, script, mode):
     script.reset(mode=mode)
-    async with generator_for(stand_in, llm_max_retries=3) as generator:
+    async with generator_for(model, llm_max_retries=3) as generator:
         with pytest.raises(LLMUnavailable) as caught:
             await generate(generator)
     assert caught.value.message == (
@@ -181,10 +168,10 @@ async def test_a_body_that_is_not_a_completion_is_llm_unavailable_at_once(stand_
 
 
 @pytest.mark.parametrize("mode", [*NOT_A_COMPLETION, "wrong_chunks"])
-async def test_a_stream_that_is_not_chunks_is_llm_unavailable_before_any_delta(stand_in, script, mode):
+async def test_a_stream_that_is_not_chunks_is_llm_unavailable_before_any_delta(model, script, mode):
     script.reset(mode=mode)
     items = []
-    async with generator_for(stand_in, llm_max_retries=3) as generator:
+    async with generator_for(model, llm_max_retries=3) as generator:
         with pytest.raises(LLMUnavailable) as caught:
             async for item in streamed(generator):
                 items.append(item)
@@ -196,10 +183,10 @@ async def test_a_stream_that_is_not_chunks_is_llm_unavailable_before_any_delta(s
     assert items == [] and len(script.calls) == 1
 
 
-async def test_a_stream_broken_after_its_first_deltas_fails_without_a_retry(stand_in, script):
+async def test_a_stream_broken_after_its_first_deltas_fails_without_a_retry(model, script):
     script.reset(mode="broken_stream")
     items = []
-    async with generator_for(stand_in, llm_max_retries=3) as generator:
+    async with generator_for(model, llm_max_retries=3) as generator:
         with pytest.raises(LLMUnavailable, match="broke off part way"):
             async for item in streamed(generator):
                 items.append(item)
@@ -208,24 +195,24 @@ async def test_a_stream_broken_after_its_first_deltas_fails_without_a_retry(stan
 
 @pytest.mark.parametrize("mode", [*NOT_A_COMPLETION, "error"])
 async def test_the_reformulator_falls_back_to_the_heuristic_when_the_body_is_not_a_completion(
-    stand_in, script, mode, caplog
+    model, script, mode, caplog
 ):
     script.reset(mode=mode)
     history = [Exchange(question="How are they stored?", standalone="How are login sessions stored?", answer="In Redis.")]
     expected = await HeuristicReformulator().reformulate(query="and its TTL?", history=history, model="test-model")
-    async with generator_for(stand_in, llm_max_retries=0) as generator:
+    async with generator_for(model, llm_max_retries=0) as generator:
         rewriter = LLMReformulator(generator, mode="followups")
         assert await rewriter.reformulate(query="and its TTL?", history=history, model="test-model") == expected
     assert expected == "What about the TTL of login sessions?" and len(script.calls) == 1
     assert "query reformulation failed, using the heuristic" in caplog.text
 
 
-async def test_the_stand_in_answers_health_models_and_uncited_text(stand_in, script):
-    url, _ = stand_in
+async def test_the_stand_in_answers_health_models_and_uncited_text(model, script):
+    url, _ = model
     script.reset(mode="no_citations")
     async with httpx.AsyncClient(base_url=url) as client:
         health, models = await client.get("/healthz"), await client.get("/v1/models")
-    async with generator_for(stand_in) as generator:
+    async with generator_for(model) as generator:
         assert await generator.ping()
         result = await generate(generator)
     assert health.status_code == models.status_code == 200

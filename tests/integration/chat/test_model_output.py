@@ -15,7 +15,6 @@ from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
 from services.retrieval.settings import Settings as RetrievalSettings
-from tests.integration.chat.llm_stand_in import Script, llm_stand_in
 from tests.integration.chat.stand_ins import HEADERS, TOKEN
 from tests.support import serve_in_thread
 from tests.unit.chat.fakes import ListPublisher
@@ -57,18 +56,6 @@ def retrieval_url(tmp_path_factory, embedder) -> Iterator[str]:
             added = httpx.post(f"{url}/documents", json=document, headers=HEADERS)
             assert added.status_code == 200, added.text
         yield url
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[tuple[str, Script]]:
-    app, script = llm_stand_in()
-    with serve_in_thread(app) as url:
-        yield url, script
-
-
-@pytest.fixture
-def script(model) -> Script:
-    return model[1].reset()
 
 
 @pytest.fixture
