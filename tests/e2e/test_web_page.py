@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from services.gateway.web_page import router as web_page_router
 from tests.e2e.conftest import PASSWORD
@@ -451,16 +451,22 @@ def test_a_rating_can_be_changed_but_not_sent_twice_at_once(browser, fake):
     assert problems == [], problems
 
 
+def ask_and_fail(page: Page, question: str) -> tuple[Locator, Locator]:
+    """Send the question with Enter and wait for its turn to fail; returns the question box and the turn."""
+    box = page.get_by_label("Your question")
+    box.fill(question)
+    box.press("Enter")
+    turn = page.locator(".turn").last
+    expect(turn).to_have_class(re.compile(r"\bfailed\b"))
+    return box, turn
+
+
 def test_an_error_event_puts_the_question_back(browser, fake):
     gateway, url = fake
     gateway.plans = [{"error": "llm_unavailable"}]
     page, problems = open_page(browser, url + "/", 1280)
     log_in_as(page, "demo")
-    box = page.get_by_label("Your question")
-    box.fill("How do I add a user?")
-    box.press("Enter")
-    turn = page.locator(".turn").last
-    expect(turn).to_have_class(re.compile(r"\bfailed\b"))
+    box, turn = ask_and_fail(page, "How do I add a user?")
     expect(turn.locator(".answer-status")).to_contain_text("language model is not answering")
     expect(box).to_have_value("How do I add a user?")
     assert problems == [], problems
@@ -471,11 +477,7 @@ def test_a_connection_broken_mid_answer_keeps_the_text_so_far_and_puts_the_quest
     gateway.plans = [{"break": "To add a user, run"}]
     page, problems = open_page(browser, url + "/", 1280)
     log_in_as(page, "demo")
-    box = page.get_by_label("Your question")
-    box.fill("How do I add a user?")
-    box.press("Enter")
-    turn = page.locator(".turn").last
-    expect(turn).to_have_class(re.compile(r"\bfailed\b"))
+    box, turn = ask_and_fail(page, "How do I add a user?")
     expect(turn.locator(".answer-status")).to_have_text("The answer was cut off. Try again.")
     expect(turn.locator(".answer-text")).to_have_text("To add a user, run")
     expect(box).to_have_value("How do I add a user?")
