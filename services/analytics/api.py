@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
-from pydantic import AfterValidator
 
-from services.analytics.deps import LibraryDep, LimitQuery, ScopeDep, StoreDep
+from services.analytics.deps import LibraryDep, LimitQuery, ScopeDep, StoreDep, TimeZoneQuery
 from services.analytics.models import (
     Bucket,
     ContentGapsResponse,
@@ -24,7 +22,7 @@ from services.analytics.reports import export, per_model, queries
 from services.analytics.reports import feedback as feedback_report
 from services.analytics.reports import summary as summary_report
 from services.analytics.reports import timeseries as timeseries_report
-from services.analytics.reports.buckets import DEFAULT_ZONE, time_zone
+from services.analytics.reports.buckets import DEFAULT_ZONE
 from shared.json_body import StrictJsonRoute
 from shared.web import error_responses
 
@@ -42,21 +40,6 @@ _DOCUMENTS_ERRORS = error_responses(
     _STATUSES | {503: "Database unavailable (database_unavailable), or retrieval did not list its documents "
                  "(retrieval_unavailable)"}
 )
-
-
-def _known_zone(name: str) -> str:
-    time_zone(name)
-    return name
-
-
-TimeZoneQuery = Annotated[
-    str,
-    Query(
-        max_length=64,
-        description="IANA time zone whose clock the buckets follow, e.g. America/New_York or Asia/Kolkata",
-    ),
-    AfterValidator(_known_zone),
-]
 
 
 class CsvResponse(StreamingResponse):

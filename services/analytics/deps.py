@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BeforeValidator
 
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import DocumentLibrary
+from services.analytics.reports.buckets import time_zone
 from services.analytics.reports.scope import Scope
 from shared.errors import ServiceError
 
@@ -81,3 +82,19 @@ def _scope(time_range: RangeDep, model: ModelQuery = None) -> Scope:
 
 ScopeDep = Annotated[Scope, Depends(_scope)]
 LimitQuery = Annotated[int, Query(ge=1, le=1000, description="At most this many items per list")]
+
+
+def _known_zone(name: str) -> str:
+    time_zone(name)
+    return name
+
+
+TimeZoneQuery = Annotated[
+    str,
+    Query(
+        max_length=64,
+        description="IANA time zone whose clock the buckets follow, e.g. America/New_York or Asia/Kolkata",
+    ),
+    AfterValidator(_known_zone),
+]
+
