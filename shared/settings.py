@@ -66,6 +66,14 @@ class CommonSettings(BaseSettings):
         validation_alias=aliases("OUTBOX_MAX_EVENTS"),
         description="Most events the outbox holds; beyond it new events are refused and counted as dropped.",
     )
+    sse_keepalive_s: float = Field(
+        15.0,
+        gt=0,
+        le=300,
+        validation_alias=aliases("SSE_KEEPALIVE_S"),
+        description="Seconds of silence in a streamed answer after which chat and the gateway send a "
+        "keep-alive comment, so proxies do not close it while the model is still reading.",
+    )
     host: str = "127.0.0.1"
     port: int = 0
 

@@ -10,10 +10,11 @@ from fastapi.responses import StreamingResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel
 
-from services.chat.deps import CallerDep, PipelineDep
+from services.chat.deps import CallerDep, PipelineDep, SettingsDep
 from services.chat.models import ChatRequest, ChatResponse, ModelsOut
 from services.chat.streaming import StreamEvent, open_stream
 from shared.json_body import StrictJsonRoute
+from shared.sse import KEEPALIVE_COMMENT, with_keepalive
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["chat"])
 
@@ -49,10 +50,14 @@ async def models(pipeline: PipelineDep) -> ModelsOut:
     response_class=StreamingResponse,  # so the schema's 200 is the stream alone, not JSON as well
     responses={200: {"description": _STREAM_DESCRIPTION, "content": {"text/event-stream": {}}}, **_ERRORS},
 )
-async def chat_stream(body: ChatRequest, pipeline: PipelineDep, caller: CallerDep) -> EventSourceResponse:
-    """The answer to `query` as it is written; errors before the first event are plain JSON responses."""
+async def chat_stream(
+    body: ChatRequest, pipeline: PipelineDep, caller: CallerDep, settings: SettingsDep
+) -> EventSourceResponse:
+    """The answer to `query` as it is written; errors before the first event are plain JSON responses.
+    A comment line (`: keep-alive`) is sent after each SSE_KEEPALIVE_S of silence."""
     events = await open_stream(pipeline, request=body, caller=caller)
-    return EventSourceResponse(_encoded(events), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    encoded = with_keepalive(_encoded(events), every_s=settings.sse_keepalive_s, comment=KEEPALIVE_COMMENT.encode())
+    return EventSourceResponse(encoded, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 async def _encoded(events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:

@@ -90,6 +90,7 @@ def create_app(
 
     # Retrieval and the model are reported, not needed: chat answers their failure with a 503 / 502 naming them.
     app = create_service_app(service="chat", title="Cairn chat", lifespan=lifespan, readiness=readiness, needed=())
+    app.state.settings = settings
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     allowed = [{"type": "string", "enum": list(settings.chat_models)}, {"type": "null"}]
     narrow_schema_field(app, model="ChatRequest", field="model_id", any_of=allowed)

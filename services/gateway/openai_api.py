@@ -18,6 +18,7 @@ from services.gateway.openai_errors import OpenAIRoute, in_openai_shape
 from services.gateway.responses import forwarded
 from shared.context import request_id_var
 from shared.errors import DependencyUnavailable, NotFound, ServiceError
+from shared.sse import KEEPALIVE_COMMENT, with_keepalive
 
 router = APIRouter(route_class=OpenAIRoute, prefix="/v1", tags=["openai-compatible"])
 
@@ -87,15 +88,18 @@ async def chat_completions(
         if answer.status_code != 200:
             return answer
         return JSONResponse(openai_compat.completion(json.loads(answer.body), model=model))
-    return await _streamed(chat, headers=headers, payload=payload, model=model)
+    return await _streamed(chat, headers=headers, payload=payload, model=model, keepalive_s=settings.sse_keepalive_s)
 
 
-async def _streamed(chat: Upstream, *, headers: dict[str, str], payload: bytes, model: str) -> Response:
+async def _streamed(
+    chat: Upstream, *, headers: dict[str, str], payload: bytes, model: str, keepalive_s: float
+) -> Response:
     upstream = await chat.open_stream(method="POST", path="/chat/stream", headers=headers, body=payload)
     if upstream.status_code != 200:
         return await chat.read_whole(upstream)
+    chunks = _chunks(upstream, ChunkWriter(model=model, request_id=request_id_var.get()))
     return StreamingResponse(
-        _chunks(upstream, ChunkWriter(model=model, request_id=request_id_var.get())),
+        with_keepalive(chunks, every_s=keepalive_s, comment=KEEPALIVE_COMMENT),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         background=BackgroundTask(upstream.aclose),

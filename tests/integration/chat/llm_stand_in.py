@@ -43,7 +43,8 @@ class Script:
     """What POST /v1/chat/completions does next; tests change it between (or during) calls.
 
     answer        `text` as one completion (or streamed without delay when the request asks to stream)
-    stream        `text` streamed in word-sized chunks, `chunk_delay_s` apart
+    stream        `text` streamed in word-sized chunks, `chunk_delay_s` apart, the first after `first_delay_s`
+                  (a model still reading a long prompt)
     rate_limit    429 with `Retry-After: retry_after` `failures` times, then answers
     error         500 `failures` times, then answers
     bad_request   400
@@ -63,6 +64,7 @@ class Script:
     failures: int = 1_000_000  # "always" until a test says how many
     retry_after: str = "1"
     chunk_delay_s: float = 0.02
+    first_delay_s: float = 0.0
     hang_s: float = 5.0
     slow_chunks: int = 200
     slow_delay_s: float = 0.05
@@ -120,8 +122,9 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
     if mode == "broken_stream":
         return _sse(_broken_events(text, body))
     if body.get("stream"):
-        delay = script.chunk_delay_s if mode == "stream" else 0.0
-        return _sse(_events(text, body, delay_s=delay))
+        if mode == "stream":
+            return _sse(_events(text, body, delay_s=script.chunk_delay_s, first_delay_s=script.first_delay_s))
+        return _sse(_events(text, body, delay_s=0.0))
     return JSONResponse(_completion(text, body))
 
 
@@ -166,7 +169,8 @@ def words_of(text: str) -> list[str]:
     return [first, *(" " + word for word in rest)]
 
 
-async def _events(text: str, body: dict[str, Any], *, delay_s: float) -> AsyncIterator[str]:
+async def _events(text: str, body: dict[str, Any], *, delay_s: float, first_delay_s: float = 0.0) -> AsyncIterator[str]:
+    await asyncio.sleep(first_delay_s)
     yield _chunk(body, _delta({"role": "assistant", "content": ""}))
     for word in words_of(text):
         await asyncio.sleep(delay_s)

@@ -53,6 +53,7 @@ def test_a_field_name_cannot_be_made_an_environment_name_by_mistake():
         (ChatSettings, "RETRIEVAL_URLS", "http://retrieval:80x2", "invalid port number"),
         (ChatSettings, "AMQP_URL", "amqp//guest:secret@127.0.0.1:5672/", "relative URL without a base"),
         (ChatSettings, "EVENTS_EXCHANGE", "", "at least 1 character"),
+        (ChatSettings, "SSE_KEEPALIVE_S", "0", "greater than 0"),  # a beat with no pause between beats
         (RetrievalSettings, "CHROMA_URL", "chroma.internal:8000", "scheme should be"),
         (CliSettings, "GATEWAY_URL", "https://cairn example.com", "invalid international domain name"),
     ],
