@@ -290,7 +290,7 @@ async def _with_stores(settings: CliSettings, action):
 
 def _read_password(from_stdin: bool, *, confirm: bool = False) -> str:
     if from_stdin:
-        return sys.stdin.readline().rstrip("\n")
+        return sys.stdin.readline().rstrip("\r\n")  # the line end only, a Windows one too (a file saved there)
     try:
         password = getpass.getpass("password: ")
         if confirm and getpass.getpass("again: ") != password:

@@ -4,10 +4,12 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from services.gateway.users import MAX_PASSWORD_LENGTH
+
 
 class LoginRequest(BaseModel):
     username: str = Field(min_length=1, max_length=64)
-    password: str = Field(min_length=1, max_length=1024)
+    password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
 
 
 class UserOut(BaseModel):

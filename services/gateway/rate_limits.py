@@ -1,4 +1,4 @@
-"""Rate limits: failed logins per username and per client address, chat requests per user.
+"""Rate limits: failed logins per username and per client address (an IPv6 client's /64), chat requests per user.
 
 Counts live in a shared store (Redis), so every gateway replica sees the same numbers, as a sliding
 window: at most `events` in any `window_s` seconds.
@@ -99,11 +99,22 @@ def _username_key(username: str) -> str:
     return "login:user:" + hashlib.sha256(username.strip().casefold().encode()).hexdigest()[:32]
 
 
+def _address_key(address: str) -> str:
+    # An IPv6 host is given a whole /64 (a home, a phone, a rented server) and may use any address in it,
+    # a new one per attempt if it likes: counting each address alone would give it a fresh budget each time.
+    ip = _address(address)
+    if ip is None:  # no address at all (test clients)
+        return f"login:ip:{address}"
+    if ip.version == 6:
+        return f"login:ip:{ipaddress.ip_network((ip, 64), strict=False)}"
+    return f"login:ip:{ip}"
+
+
 async def start_login(*, limiter: RateLimiter, limits: LoginLimits, username: str, address: str) -> LoginAttempt:
     """Count a login attempt before its password is checked; RateLimited while either bucket is full."""
     buckets = [
         Bucket(key, limit)
-        for key, limit in ((_username_key(username), limits.per_username), (f"login:ip:{address}", limits.per_address))
+        for key, limit in ((_username_key(username), limits.per_username), (_address_key(address), limits.per_address))
         if limit.enabled
     ]
     attempt = LoginAttempt(keys=tuple(b.key for b in buckets), event_id=secrets.token_hex(8))
@@ -152,9 +163,11 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     elif text.count(":") == 1:  # v4:port
         text = text.split(":")[0]
     try:
-        return ipaddress.ip_address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    # An IPv4 peer as a dual-stack socket shows it (::ffff:a.b.c.d) is that IPv4 address, in TRUSTED_PROXIES too.
+    return getattr(address, "ipv4_mapped", None) or address
 
 
 def client_address(*, peer: str | None, forwarded_for: str | None, trusted: Sequence[IPNetwork]) -> str:

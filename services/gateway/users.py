@@ -18,6 +18,7 @@ from services.gateway.stores import SessionStore, UserStore
 
 _USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")  # fullmatch: "$" would let a final newline through
 MIN_PASSWORD_LENGTH = 8
+MAX_PASSWORD_LENGTH = 1024  # what POST /auth/login takes: a longer password could never be used
 
 
 class UserError(ValueError):
@@ -33,6 +34,8 @@ class UserChange:
 def _check_password(password: str) -> None:
     if len(password) < MIN_PASSWORD_LENGTH:
         raise UserError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise UserError(f"password must be at most {MAX_PASSWORD_LENGTH} characters")
 
 
 def _checked_roles(roles: list[str]) -> tuple[str, ...]:

@@ -67,6 +67,18 @@ def test_failures_from_one_address_are_limited_across_usernames(settings):
         assert _bad_login(elsewhere, "someone").status_code == 401
 
 
+def test_an_ipv6_client_cannot_dodge_the_address_limit_by_moving_within_its_network(settings):
+    """An IPv6 host picks any address of its /64 at will: each new one must not bring a fresh budget."""
+    settings = settings.model_copy(update={"login_attempts_per_ip": 3})
+    statuses = []
+    for host in range(1, 5):
+        with TestClient(create_app(settings), client=(f"2001:db8:1:2::{host:x}", 5000)) as client:
+            statuses.append(_bad_login(client, f"user{host}").status_code)
+    assert statuses == [401, 401, 401, 429]
+    with TestClient(create_app(settings), client=("2001:db8:1:3::1", 5000)) as next_network:
+        assert _bad_login(next_network, "someone").status_code == 401
+
+
 def test_x_forwarded_for_counts_only_from_a_trusted_proxy(settings):
     settings = settings.model_copy(update={"login_attempts_per_ip": 2, "trusted_proxies": ("10.0.0.0/8",)})
     with TestClient(create_app(settings), client=("10.0.0.5", 5000)) as via_proxy:

@@ -5,10 +5,14 @@ import io
 import re
 
 import pytest
+from fastapi.testclient import TestClient
 
 from cairn import cli
 from services.gateway import auth
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
+from services.gateway.main import create_app
+from services.gateway.settings import Settings
+from services.gateway.users import MAX_PASSWORD_LENGTH
 from shared.errors import Unauthorized
 from tests.support import free_port
 
@@ -85,6 +89,13 @@ def test_every_user_command(cairn_user, redis_url, unique):
     assert _login(redis_url, unique, "a brand new password")
 
 
+def test_a_password_piped_in_with_a_windows_line_end_is_the_password_without_it(cairn_user, redis_url, unique):
+    assert cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\r\n")[0] == 0
+    assert _login(redis_url, unique)
+    assert cairn_user("reset-password", "ann", "--password-stdin", stdin="a brand new password\r\n")[0] == 0
+    assert _login(redis_url, unique, "a brand new password")
+
+
 def test_the_password_prompt_asks_twice(cairn_user, redis_url, unique, monkeypatch, capsys):
     cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\n")
     answers = iter(["another password", "another password"])
@@ -97,6 +108,19 @@ def test_the_password_prompt_asks_twice(cairn_user, redis_url, unique, monkeypat
     assert refused.value.code == 2  # as for an unknown user: input to correct
     assert capsys.readouterr().err == "error: the passwords differ\n"
     assert _login(redis_url, unique, "another password"), "the password stays as it was"
+
+
+def test_a_password_longer_than_a_login_takes_is_refused(cairn_user, redis_url, unique):
+    """A password the gateway's login would refuse as too long would lock its user out for good."""
+    longest = "p" * MAX_PASSWORD_LENGTH
+    code, _, err = cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{longest}p\n")
+    assert (code, err) == (2, f"error: password must be at most {MAX_PASSWORD_LENGTH} characters\n")
+    assert cairn_user("list")[1] == "no users\n"
+
+    assert cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{longest}\n")[0] == 0
+    assert cairn_user("reset-password", "ann", "--password-stdin", stdin=f"{longest}p\n")[0] == 2
+    with TestClient(create_app(Settings(redis_url=redis_url, redis_prefix=unique))) as client:
+        assert client.post("/auth/login", json={"username": "ann", "password": longest}).status_code == 200
 
 
 def test_refusals_are_one_clear_line(cairn_user, monkeypatch):

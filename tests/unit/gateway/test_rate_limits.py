@@ -89,6 +89,20 @@ async def test_failures_per_address_are_limited_across_usernames():
     await _fail(limiter, username="someone-else", address="192.0.2.2")
 
 
+async def test_an_ipv6_network_of_one_host_is_one_address_and_an_ipv4_address_written_as_ipv6_is_itself():
+    limiter = FakeRateLimiter()
+    for n in range(5):  # a host can use any address of its /64
+        await _fail(limiter, username=f"user{n}", address=f"2001:db8:0:7::{n + 1}")
+    with pytest.raises(RateLimited):
+        await _fail(limiter, username="someone", address="2001:db8:0:7:abcd::1")
+    await _fail(limiter, username="someone", address="2001:db8:0:8::1")  # another network
+    for n in range(5):
+        await _fail(limiter, username=f"user{n}", address="::ffff:192.0.2.77")
+    with pytest.raises(RateLimited):
+        await _fail(limiter, username="someone", address="192.0.2.77")
+    await _fail(limiter, username="someone", address="::ffff:192.0.2.78")  # not one bucket for every IPv4 client
+
+
 async def test_a_refused_attempt_is_counted_in_no_bucket():
     limiter = FakeRateLimiter()
     for n in range(5):
@@ -147,6 +161,8 @@ TRUSTED = parse_networks(["10.0.0.0/8", "::1"])
         ("10.1.2.3", "garbage", "10.1.2.3"),  # not an address: stop at the last trusted hop
         ("10.1.2.3", None, "10.1.2.3"),
         ("::1", "2001:db8::7", "2001:db8::7"),
+        ("::ffff:10.1.2.3", "203.0.113.5", "203.0.113.5"),  # an IPv4 proxy as a dual-stack socket shows it
+        ("10.1.2.3", "::ffff:203.0.113.5", "203.0.113.5"),
         ("testclient", "203.0.113.5", "testclient"),  # not an address at all (test clients)
         (None, None, "unknown"),
     ],
