@@ -258,7 +258,9 @@ def internal_headers(settings: CommonSettings, **identity: str | None) -> dict[s
 # How every Cairn service is served, and every test's real HTTP server, so that tests see the same.
 # uvicorn's own proxy-header handling is off: it would take any X-Forwarded-For sent from 127.0.0.1 as
 # the client's address, where the gateway trusts only its TRUSTED_PROXIES (empty: nobody's header).
-SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "access_log": False, "proxy_headers": False}
+# One worker, stated: uvicorn would otherwise fork WEB_CONCURRENCY workers, a variable platforms set for
+# their own purposes, and workers split the metrics and share one outbox file. Replicas scale a service.
+SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "access_log": False, "proxy_headers": False, "workers": 1}
 
 
 def serve(app_path: str, settings: CommonSettings) -> None:

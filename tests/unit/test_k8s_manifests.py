@@ -178,6 +178,20 @@ def test_every_pod_runs_unprivileged_with_resources(name: str) -> None:
         assert container["readinessProbe"] and container["livenessProbe"]
 
 
+def test_rabbitmq_keeps_its_erlang_cookie_private_across_pod_restarts() -> None:
+    # The cookie is $HOME/.erlang.cookie, and HOME is the data volume. With the default fsGroupChangePolicy
+    # (Always) the kubelet adds group read and write to every file of the volume at each mount, and Erlang
+    # then refuses the cookie ("must be accessible by owner only"): the broker crash-loops from its first
+    # rescheduling on. OnRootMismatch walks the volume only while its root does not match the fsGroup yet,
+    # that is on the first mount, before the cookie exists.
+    pod = STATEFULSETS["rabbitmq"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (data,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/rabbitmq"]
+    assert data["name"] in {claim["metadata"]["name"] for claim in STATEFULSETS["rabbitmq"]["spec"]["volumeClaimTemplates"]}
+    assert "fsGroup" in pod["securityContext"]
+    assert pod["securityContext"].get("fsGroupChangePolicy") == "OnRootMismatch"
+
+
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_cairn_pods_run_as_the_image_user_on_a_read_only_root_with_writable_data(name: str) -> None:
     pod = DEPLOYMENTS[name]["spec"]["template"]["spec"]
