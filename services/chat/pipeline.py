@@ -151,7 +151,9 @@ class ChatPipeline:
 
     async def _load_history(self, turn: Turn) -> None:
         if turn.request.conversation_id is None:
-            turn.history = resolve_history([(t.question, t.answer) for t in turn.request.history or []])
+            # Small talk is left out, as a stored conversation leaves it out: "thanks" is no subject to follow up on.
+            given = [(t.question, t.answer) for t in turn.request.history or [] if small_talk_reply(t.question) is None]
+            turn.history = resolve_history(given)
             return
         if self.conversations is None:
             return

@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from services.gateway.model_offer import CAIRN_MODEL
 from shared.json_types import NOT_BLANK_PATTERN, JsonBool, JsonInt
 
-MAX_MESSAGES = 200
 # What chat takes (services/chat/models.py): a longer question keeps its end, longer history turns their start.
 MAX_QUESTION_CHARS = 1000
 MAX_PAST_QUESTION_CHARS = 4000
@@ -85,8 +84,9 @@ class CompletionRequest(BaseModel):
         description='"cairn" or a model of GET /v1/models; any other name, or null, means chat\'s default model.',
     )
     messages: list[Message] = Field(
+        # No count limit: a client sends the whole conversation each turn, which only grows, and only its end
+        # is read; MAX_BODY_BYTES bounds the request.
         min_length=1,
-        max_length=MAX_MESSAGES,
         description="At least one user message with text (not blank): the last such is the question.",
         json_schema_extra={"contains": _ASKS},
     )

@@ -151,6 +151,14 @@ def test_fields_sent_as_null_mean_their_default(gateway, token):
     assert response.json()["object"] == "chat.completion" and response.json()["model"] == "stand-in-llm"
 
 
+def test_a_long_conversation_sent_whole_each_turn_is_still_answered(gateway, token):
+    turns = [m for n in range(120) for m in ({"role": "user", "content": f"Question {n}?"},
+                                              {"role": "assistant", "content": "Run it [1]."})]
+    messages = [{"role": "system", "content": "Be brief."}, *turns, *QUESTION]  # as Open WebUI sends them
+    answer = _client(gateway, token).chat.completions.create(model="cairn", messages=messages)
+    assert answer.choices[0].message.content == "Run it [1]."
+
+
 def test_a_stream_cut_short_by_chat_ends_with_an_error(gateway, token):
     client = _client(gateway, token)
     assert "".join(c.choices[0].delta.content or "" for c in _ask(client, stream=True) if c.choices) == "Run"

@@ -120,3 +120,19 @@ async def test_a_chain_of_follow_ups_in_a_given_history_keeps_its_subject_as_a_s
     given = await chat.answer(request=ChatRequest(query=asked[2], history=history), caller=ANN)
     assert stored.metadata.reformulated_query == "Can the weights of hybrid search be changed?"
     assert given.metadata.reformulated_query == stored.metadata.reformulated_query
+
+
+async def test_small_talk_in_a_given_history_is_left_out_as_a_stored_conversation_leaves_it_out():
+    chat = pipeline()
+    stored = None
+    for question in ("How are login sessions stored?", "ok thanks", "Can it be changed?"):
+        stored = await chat.answer(
+            request=ChatRequest(query=question, conversation_id=stored.conversation_id if stored else None), caller=ANN
+        )
+    history = [  # as an OpenAI client sends it: the small talk and its reply are in the message list
+        {"question": "How are login sessions stored?", "answer": "In Redis [1]."},
+        {"question": "ok thanks", "answer": "You're welcome! Ask another question whenever you like."},
+    ]
+    given = await chat.answer(request=ChatRequest(query="Can it be changed?", history=history), caller=ANN)
+    assert stored.metadata.reformulated_query == "Can login sessions be changed?"
+    assert given.metadata.reformulated_query == stored.metadata.reformulated_query

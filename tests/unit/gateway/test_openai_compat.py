@@ -183,3 +183,10 @@ def test_an_error_chunk_is_in_openais_shape():
     chunk = json.loads(ChunkWriter(model="cairn").error({"error": "llm_unavailable", "message": "down"}).removeprefix("data: "))
     assert chunk == {"error": {"message": "down", "type": "server_error", "code": "llm_unavailable", "param": None}}
 
+
+
+def test_a_long_conversation_is_accepted_and_chat_gets_its_last_turns():
+    turns = [m for n in range(150) for m in (("user", f"Question {n}?"), ("assistant", f"Answer {n} [1]."))]
+    body = chat_body(request(("system", "Be brief."), *turns, ("user", "And then?")))
+    assert body["query"] == "And then?"
+    assert [t["question"] for t in body["history"]] == [f"Question {n}?" for n in range(140, 150)]
