@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import os
 import signal
@@ -101,7 +102,9 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
         return 1
     finally:
         starting = False
-        print("stopping Cairn ...", flush=True)
+        # Its terminal may be gone (closed: SIGHUP) or the reader of its output: the services are stopped anyway.
+        with contextlib.suppress(OSError):
+            print("stopping Cairn ...", flush=True)
         supervisor.stop_all()
     return 0
 
@@ -145,21 +148,34 @@ def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
     if not state:
         print("Cairn is not running (no state file in the data directory).")
         return 0
-    supervisor, services = state["supervisor"], list(state["services"].values())
-    # The supervisor stops its services; without it, they are asked to stop themselves (and flush their outboxes).
-    for pid in [supervisor] if still_running(state, supervisor) else services:
-        if still_running(state, pid):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    pids = [supervisor, *services]
-    while any(still_running(state, p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in pids:  # whatever ignored SIGTERM
-        if still_running(state, pid):
-            os.kill(pid, signal.SIGKILL)
+    supervisor, children = state["supervisor"], state["services"]
+    if still_running(state, supervisor):  # it stops its processes in order
+        _stop_processes(state, [supervisor], wait_for=[supervisor, *children.values()], timeout_s=timeout_s)
+    else:
+        # Without it, the services are asked to stop themselves (and flush their outboxes), then the Chroma
+        # server: a retrieval replica still stopping would otherwise retry it until it is killed.
+        for group in ([pid for name, pid in children.items() if name != CHROMA], [children.get(CHROMA)]):
+            pids = [pid for pid in group if pid is not None]
+            _stop_processes(state, pids, wait_for=pids, timeout_s=timeout_s)
     state_file(settings).unlink(missing_ok=True)
     print("Cairn stopped.")
     return 0
+
+
+def _stop_processes(state: dict, pids: list[int], *, wait_for: list[int], timeout_s: float) -> None:
+    """SIGTERM to `pids`; once `wait_for` have all gone or `timeout_s` has passed, SIGKILL to those left."""
+    _signal_running(state, pids, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(still_running(state, pid) for pid in wait_for) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _signal_running(state, wait_for, signal.SIGKILL)  # whatever ignored SIGTERM
+
+
+def _signal_running(state: dict, pids: list[int], signum: int) -> None:
+    for pid in pids:
+        if still_running(state, pid):
+            with contextlib.suppress(ProcessLookupError):  # it ended since
+                os.kill(pid, signum)
 
 
 def status(settings: CliSettings) -> int:

@@ -171,7 +171,7 @@ class Supervisor:
                 raise StartFailed(
                     f"port {child.port} for {child.name} is already taken (is Cairn already running? try `cairn status`)"
                 )
-            if child.name not in SERVICES and not _port_free(child.port):
+            if not _port_free(child.port):  # else the service would die at start, saying why only in its log
                 raise StartFailed(f"port {child.port} for {child.name} is used by another program")
         # Retrieval opens its collection as it starts: the Chroma server must answer first.
         servers = [child for child in self.children if child.service == CHROMA]

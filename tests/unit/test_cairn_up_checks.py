@@ -1,8 +1,13 @@
-"""`cairn up` refuses a CAIRN_DATA_DIR that cannot be a folder in one line, and warns, without failing the
-start, of a service that answers /healthz while its /readyz says a dependency it needs is down."""
+"""`cairn up` refuses a CAIRN_DATA_DIR that cannot be a folder in one line, warns, without failing the
+start, of a service that answers /healthz while its /readyz says a dependency it needs is down, and stops its
+services when its terminal is closed."""
 from __future__ import annotations
 
+import errno
+import io
+import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -12,9 +17,10 @@ import pytest
 
 from cairn import commands, supervisor
 from cairn.settings import SERVICES, CliSettings
-from cairn.supervisor import Supervisor
+from cairn.run_state import state_file
+from cairn.supervisor import Child, Supervisor
 from shared.web import create_service_app
-from tests.support import free_port, serve_in_thread
+from tests.support import free_port, serve_in_thread, wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -108,3 +114,44 @@ def test_the_readiness_check_costs_nothing_when_every_service_is_ready(tmp_path,
         assert up_with_the_services_already_started(settings(tmp_path, **ports), monkeypatch, ingest_demo=False) == 0
         assert time.monotonic() - started < 1.0
     assert "warning" not in capsys.readouterr().out
+
+
+class ClosedTerminal(io.StringIO):
+    """Standard output on a terminal that was closed: a write to it fails."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_closing_the_terminal_stops_the_services_though_nothing_can_be_printed(tmp_path, monkeypatch):
+    service = Child(name="chat", service="chat", port=free_port(), command=(sys.executable, "-c", "import time; time.sleep(60)"))
+    started = {}
+
+    def start_all(self: Supervisor) -> None:
+        self.children = [service]
+        self.spawn(service)
+        self.write_state()
+        started["process"] = self.processes[service.name]
+
+    def watch(self: Supervisor, should_stop) -> None:
+        monkeypatch.setattr(sys, "stdout", ClosedTerminal())
+        os.kill(os.getpid(), signal.SIGHUP)
+        wait_until(should_stop, timeout=5, what="the stop that SIGHUP asks for")
+
+    monkeypatch.setattr(commands, "engines_for", lambda **urls: [])
+    monkeypatch.setattr(supervisor, "READY_WINDOW_S", 0.0)
+    monkeypatch.setattr(Supervisor, "start_all", start_all)
+    monkeypatch.setattr(Supervisor, "watch", watch)
+    monkeypatch.setattr(commands.demo, "create_demo_user", lambda settings: "demo-password")
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    cairn = settings(tmp_path)
+    try:
+        assert commands.up(cairn, ingest_demo=False) == 0
+        assert started["process"].poll() is not None, "the service was left running"
+        assert not state_file(cairn).exists()
+    finally:
+        for stop_signal, handler in handlers.items():
+            signal.signal(stop_signal, handler)
+        if "process" in started:
+            started["process"].kill()
+            started["process"].wait()

@@ -14,6 +14,7 @@ import pytest
 from cairn import commands
 from cairn.run_state import pid_alive, state_file, write_state
 from cairn.settings import CliSettings
+from tests.support import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -24,6 +25,30 @@ def settings(tmp_path: Path) -> CliSettings:
 
 def sleeper() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+# Notes its name in the file `argv[2]` when asked to stop, `argv[3]` seconds later (a service finishing its
+# requests), and exits; `argv[1]` is a file it creates once it listens for the signal.
+STOP_RECORDER = """
+import signal, sys, time
+def stop(signum, frame):
+    time.sleep(float(sys.argv[3]))
+    with open(sys.argv[2], "a") as log:
+        log.write(sys.argv[4] + "\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+
+
+def stop_recorder(tmp_path: Path, name: str, *, stopping_takes_s: float) -> subprocess.Popen:
+    ready = tmp_path / f"{name}.ready"
+    process = subprocess.Popen(
+        [sys.executable, "-c", STOP_RECORDER, str(ready), str(tmp_path / "stopped"), str(stopping_takes_s), name]
+    )
+    wait_until(ready.exists, timeout=10, what=f"{name} stand-in to start")
+    return process
 
 
 def gone_pid() -> int:
@@ -62,6 +87,22 @@ def test_the_services_of_a_killed_supervisor_are_asked_to_stop_and_block_a_new_u
         assert not state_file(cairn).exists()
     finally:
         for process in (chat, gateway):
+            process.kill()
+            process.wait()
+
+
+def test_without_its_supervisor_the_chroma_server_is_stopped_after_the_retrieval_that_uses_it(tmp_path):
+    # A retrieval replica still stopping when the Chroma server went retried it until `cairn down` killed it.
+    cairn = settings(tmp_path)
+    chroma = stop_recorder(tmp_path, "chroma", stopping_takes_s=0)
+    retrieval = stop_recorder(tmp_path, "retrieval", stopping_takes_s=1)
+    try:
+        write_state(cairn, supervisor=gone_pid(), services={"chroma": chroma.pid, "retrieval": retrieval.pid}, urls={})
+        assert commands.down(cairn, timeout_s=20) == 0
+        assert (retrieval.wait(5), chroma.wait(5)) == (0, 0), "each stopped on SIGTERM, none was killed"
+        assert (tmp_path / "stopped").read_text().split() == ["retrieval", "chroma"]
+    finally:
+        for process in (chroma, retrieval):
             process.kill()
             process.wait()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -197,3 +198,16 @@ def test_a_service_that_refuses_its_settings_is_reported_with_its_own_lines(tmp_
         supervisor.wait_healthy([refusing])
     assert str(failed.value).splitlines()[1:] == ["  chat: cannot start: LOG_LEVEL: Input should be ..."]
     assert str(failed.value).startswith("chat exited with code 2; see ")
+
+
+def test_a_service_port_another_program_listens_on_is_refused_before_anything_starts(tmp_path):
+    # Seen before as "chat exited with code 3; see chat.log", the reason only inside the log.
+    with socket.socket() as other_program:
+        other_program.bind(("127.0.0.1", 0))
+        other_program.listen()
+        port = other_program.getsockname()[1]
+        ports = {f"{name}_port": free_port() for name in ("gateway", "retrieval", "analytics")}
+        supervisor = Supervisor(settings(tmp_path, chat_port=port, **ports))
+        supervisor.spawn = lambda child: pytest.fail(f"{child.name} was started")
+        with pytest.raises(StartFailed, match=f"port {port} for chat is used by another program"):
+            supervisor.start_all()
