@@ -87,7 +87,7 @@ events = Table(
     Index("ix_events_occurred_at", "occurred_at"),
     Index("ix_events_type_occurred_at", "event_type", "occurred_at"),
     Index("ix_events_request_id", "request_id", "event_type"),
-    Index("ix_events_rated_request_id", "rated_request_id"),
+    Index("ix_events_rated_request_id", "rated_request_id", "event_type"),
 )
 
 cited_documents = Table(

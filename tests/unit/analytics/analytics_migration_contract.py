@@ -18,9 +18,10 @@ from services.analytics.adapters.sql_store import SqlEventStore, make_engine
 from services.analytics.domain import to_record
 from services.analytics.reports.scope import Scope
 from services.analytics.reports.summary import summary
-from tests.unit.analytics.analytics_events import responded, submitted
+from tests.unit.analytics.analytics_events import feedback, responded, submitted
 
 TABLES = {"alembic_version", "cited_documents", "events"}
+HEAD = "0002"
 
 # The events table as Cairn created it with metadata.create_all before there were migrations.
 _before_migrations = MetaData()
@@ -68,7 +69,7 @@ class MigrationsContract:
     def test_upgrade_from_empty_builds_tables_and_view(self, engine) -> None:
         assert migrations.current_revision(engine) is None
         migrations.upgrade(engine)
-        assert migrations.current_revision(engine) == "0001"
+        assert migrations.current_revision(engine) == HEAD
         inspector = inspect(engine)
         assert set(inspector.get_table_names()) == TABLES
         assert inspector.get_view_names() == ["request_outcomes"]
@@ -89,6 +90,17 @@ class MigrationsContract:
         store = SqlEventStore(engine)
         assert store.add(to_record(submitted(request_id="again"))) is True
         assert store.read(summary, scope=Scope()).queries == 1
+
+    def test_a_database_at_the_first_revision_keeps_its_events_through_the_upgrade(self, engine) -> None:
+        migrations.upgrade(engine, "0001")
+        store = SqlEventStore(engine)
+        store.add_many([to_record(submitted(request_id="kept")), to_record(feedback(rated_request_id="kept", rating=-1))])
+        migrations.upgrade(engine)
+        assert migrations.current_revision(engine) == HEAD
+        body = store.read(summary, scope=Scope())
+        assert (body.queries, body.feedback.ratings, body.feedback.negative) == (1, 1, 1)
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
     def test_upgrading_twice_changes_nothing(self, engine) -> None:
         migrations.upgrade(engine)
@@ -116,7 +128,7 @@ class MigrationsContract:
             thread.join(timeout=60)
         try:
             assert errors == []
-            assert migrations.current_revision(engines[0]) == "0001"
+            assert migrations.current_revision(engines[0]) == HEAD
             assert set(inspect(engines[0]).get_table_names()) == TABLES
         finally:
             for engine in engines:
@@ -128,7 +140,7 @@ class MigrationsContract:
         with engine.begin() as conn:
             conn.execute(_unversioned_events.insert(), [_old_row(question), _old_row(answer)])
         migrations.upgrade(engine)
-        assert migrations.current_revision(engine) == "0001"
+        assert migrations.current_revision(engine) == HEAD
         assert set(inspect(engine).get_table_names()) == TABLES  # the old table is gone
         body = SqlEventStore(engine).read(summary, scope=Scope())
         assert (body.queries, body.answered, body.mean_latency_ms, body.mean_citations) == (1, 1, 80.0, 1.0)
