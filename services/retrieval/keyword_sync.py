@@ -124,7 +124,6 @@ class KeywordSync:
         while True:
             try:
                 await self.refresh()
-                await self.maybe_build()
                 if failing:
                     log.info("keyword index sync recovered")
                 failing = False
@@ -134,6 +133,12 @@ class KeywordSync:
                 failing = True
             except Exception:  # never let the task die: the index would silently go stale
                 log.exception("keyword index sync failed")
+            # Also when the store is down: this replica's last writes need no store to be built, and until
+            # they are, unfiltered dense searches cannot be answered from memory.
+            try:
+                await self.maybe_build()
+            except Exception:
+                log.exception("keyword index build failed")
             await asyncio.sleep(self._interval_s)
 
 

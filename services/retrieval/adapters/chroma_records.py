@@ -1,23 +1,50 @@
 """Between Chroma's shapes and ours: `where` clauses from filters, records from `get` pages."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from services.retrieval.document_metadata import document_fields
-from shared.filters import Filter, parse_filter
+from shared.filters import Condition, Filter, parse_filter
 from services.retrieval.ports import DocumentInfo, MetadataValue, StoredChunk
 
 
 def to_where(where: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A Chroma `where` clause for a filter (see shared.filters)."""
-    conditions = parse_filter(where).conditions
-    clauses = [{c.key: {c.op: list(c.value) if isinstance(c.value, tuple) else c.value}} for c in conditions]
+    clauses = [_clause(c) for c in parse_filter(where).conditions]
     if not clauses:
         return None
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def _clause(condition: Condition) -> dict[str, Any]:
+    """One condition as Chroma must be told it to compare as shared.filters.matches does.
+
+    Chroma compares a field stored as an integer with a fraction cut towards zero (2 == 2.5, 2 < 2.5 is
+    false, -2 <= -2.5 is true), but with a float exactly. A fraction therefore comes with whole-number
+    bounds, which Chroma compares exactly with both kinds, that put the integers right.
+    """
+    key, op, value = condition.key, condition.op, condition.value
+    plain = {key: {op: list(value) if isinstance(value, tuple) else value}}
+    values = value if isinstance(value, tuple) else (value,)
+    fractions = [v for v in values if isinstance(v, float) and not v.is_integer()]
+    if not fractions:
+        return plain
+    if op in ("$in", "$nin", "$eq", "$ne"):
+        # The integers Chroma would take for one of the fractions, when not asked for themselves.
+        cut = sorted({int(v) for v in fractions} - {int(v) for v in values if float(v).is_integer()})
+        if not cut:
+            return plain
+        if op in ("$in", "$eq"):
+            return {"$and": [plain, {key: {"$nin": cut}}]}
+        return {"$or": [plain, {key: {"$in": cut}}]}
+    below, above = math.floor(fractions[0]), math.ceil(fractions[0])
+    if op in ("$lt", "$lte"):  # an integer passes when <= below; a float as Chroma compares it, under `above`
+        return {"$or": [{key: {"$lte": below}}, {"$and": [plain, {key: {"$lt": above}}]}]}
+    return {"$or": [{key: {"$gte": above}}, {"$and": [plain, {key: {"$gt": below}}]}]}
 
 
 def clean(metadata: dict[str, Any]) -> dict[str, MetadataValue]:

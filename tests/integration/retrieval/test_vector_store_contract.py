@@ -169,6 +169,20 @@ FILTERS = [
     {"published": {"$gte": "2024-05-01"}},
     {"doc_id": "b", "page": {"$lt": 10}},
     {"page": "2"},
+    # Fractions against a field of whole numbers (some stored as floats): Chroma cuts the fraction off before
+    # comparing it with an integer, so 2 == 2.5 there unless the clause says otherwise.
+    {"level": 2.5},
+    {"level": {"$ne": 2.5}},
+    {"level": {"$in": [1, 2.5]}},
+    {"level": {"$in": [2, 2.5]}},
+    {"level": {"$nin": [2, 2.5]}},
+    {"level": {"$nin": [2.5, -2.5]}},
+    {"level": {"$lt": 2.5}},
+    {"level": {"$lte": -2.5}},
+    {"level": {"$gt": -2.5}},
+    {"level": {"$gte": 2.5}},
+    {"level": {"$gt": 1.5, "$lt": 2.75}},
+    {"published": {"$lt": "2024-05-01T00:00:00.5+00:00"}},
 ]
 
 
@@ -176,12 +190,14 @@ FILTERS = [
 async def test_filters_select_exactly_what_the_keyword_leg_selects(store: VectorStore, where: dict) -> None:
     """Chroma's `where` and shared.filters.matches must agree, or modes would disagree."""
     metas = [
-        {"category": "x", "page": 1, "score": 0.25, "draft": True, "published": 1714521600},
-        {"category": "y", "page": 2, "score": 0.75, "draft": False, "published": 1714521599},
-        {"category": "z", "page": 3.5},
-        {"page": "2"},
+        {"category": "x", "page": 1, "score": 0.25, "draft": True, "published": 1714521600, "level": 2},
+        {"category": "y", "page": 2, "score": 0.75, "draft": False, "published": 1714521599, "level": -2},
+        {"category": "z", "page": 3.5, "level": 2.5},
+        {"page": "2", "level": -3},
+        {"level": 2.0},
+        {"level": True},
     ]
-    await store.upsert([chunk(doc, i, unit(1, i + 1), **meta) for i, (doc, meta) in enumerate(zip("abcd", metas))])
+    await store.upsert([chunk(doc, i, unit(1, i + 1), **meta) for i, (doc, meta) in enumerate(zip("abcdef", metas))])
     hits = await store.query(embedding=unit(1, 1), top_k=10, where=where)
     expected = {c.chunk_id for c in await store.get_chunks() if matches(parse_filter(where), c.metadata | {"doc_id": c.doc_id})}
     assert {h.chunk_id for h in hits} == expected

@@ -127,6 +127,25 @@ async def test_run_keeps_polling_through_failures(replicas) -> None:
         task.cancel()
 
 
+async def test_own_writes_are_built_while_the_store_is_unreachable() -> None:
+    """A write just before Chroma went down: run() builds it without Chroma, so that an unfiltered dense
+    search, answered from the vectors held in memory, does not wait for Chroma to come back."""
+    store = FakeStore()
+    synced, index, sync = keyword_indexed(store, interval_s=0.01, exact_max_chunks=100)
+    await sync.refresh()
+    await synced.upsert([chunk("a", 0, "apples")])
+    store.available = False
+    task = asyncio.create_task(sync.run())
+    try:
+        for _ in range(200):  # no search meanwhile: run() itself must build
+            if not index.dirty:
+                break
+            await asyncio.sleep(0.01)
+        assert await synced.nearest(embedding=[1.0], top_k=1) == [("a#0", pytest.approx(0.0, abs=1e-6))]
+    finally:
+        task.cancel()
+
+
 def test_intervals_are_checked() -> None:
     with pytest.raises(ValueError):
         KeywordSync(store=FakeStore(), index=None, interval_s=0)
