@@ -63,11 +63,13 @@ class RequestContextMiddleware:
         user_token = request_user_var.set(user)
         started = time.perf_counter()
         status = 500
+        responded = False
 
         async def send_with_request_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, responded
             if message["type"] == "http.response.start":
                 status = message["status"]
+                responded = True
                 message.setdefault("headers", [])
                 message["headers"].append((b"x-request-id", request_id.encode()))
             await send(message)
@@ -76,6 +78,15 @@ class RequestContextMiddleware:
         with server_span(self.service, headers, method=method) as span:
             try:
                 await self.app(scope, receive, send_with_request_id)
+            except Exception as exc:
+                # Answered here rather than by the app's Exception handler, which runs outside this middleware:
+                # there the log line would have no request id, trace or traceback, and the 500 no X-Request-ID.
+                log.exception("unhandled error")
+                if span.is_recording():
+                    span.record_exception(exc)
+                if responded:  # a body was under way: the server can only cut the connection
+                    raise
+                await _internal_error_response()(scope, receive, send_with_request_id)
             finally:
                 self._finish(scope, span, method, request_id, user, status, started)
                 request_id_var.reset(rid_token)
@@ -147,9 +158,14 @@ def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
 
-def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error")
+def _internal_error_response() -> JSONResponse:
     return JSONResponse({"error": "internal_error", "message": "internal error"}, status_code=500)
+
+
+def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    """An error raised outside the request middleware (it answers those raised within it)."""
+    log.error("unhandled error", exc_info=exc)
+    return _internal_error_response()
 
 
 def error_responses(described: dict[int, str]) -> dict[int | str, dict[str, Any]]:

@@ -73,6 +73,8 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         yield StreamEvent("done", response)
     except ServiceError as exc:
         pipeline.report_failure(turn, exc.code, exc)
+        if exc.status_code >= 500:  # as the plain endpoint logs it: the stream's request line says 200
+            log.warning("request failed", extra={"error": exc.code, "detail": exc.message, "stage": turn.stage})
         yield StreamEvent("error", exc.body())
     except (asyncio.CancelledError, GeneratorExit) as exc:  # the client went away: generation is cancelled
         if not finished:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+import redis
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
+from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_trace_id
 
 from services.chat.main import create_app as create_chat
 from services.chat.settings import Settings as ChatSettings
@@ -42,6 +43,7 @@ USERS_DOC = "# Users\n\n## Adding a user\n\nAn administrator adds a user with `c
 @dataclass
 class Stack:
     gateway_url: str
+    chat_url: str
     amqp_url: str
     name: str
     exporter: InMemorySpanExporter
@@ -102,7 +104,7 @@ def stack(
                     )
                 )
                 with serve_in_thread(gateway) as gateway_url:
-                    yield Stack(gateway_url, amqp_url, name, exporter, providers, logs)
+                    yield Stack(gateway_url, chat_url, amqp_url, name, exporter, providers, logs)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
@@ -225,3 +227,36 @@ def test_each_service_logs_one_json_line_per_request_with_its_user_and_never_the
         assert (line["trace_id"], line["user_id"], line["status"], line["method"]) == (trace_id, user_id, 200, "POST")
         assert line["level"] == "INFO" and line["latency_ms"] > 0
     assert token not in stack.logs.getvalue() and SERVICE_TOKEN not in stack.logs.getvalue()
+
+
+def test_an_unexpected_error_is_logged_with_its_request_id_trace_and_traceback(stack: Stack, redis_url: str) -> None:
+    token, user_id = _login(stack)
+    conversation_id = _ask(stack, token, f"{stack.name}-first").json()["conversation_id"]
+    # A turn that is not JSON: reading the conversation back fails in a way no handler names.
+    with redis.Redis.from_url(redis_url) as client:
+        client.rpush(f"{stack.name}:conversation:{conversation_id}:turns", "not json")
+    request_id = f"{stack.name}-crash"
+    response = httpx.post(
+        f"{stack.chat_url}/chat", json={"query": "And then?", "conversation_id": conversation_id},
+        headers={"X-Service-Token": SERVICE_TOKEN, "X-User-Id": user_id, "X-User-Roles": "user", "X-Request-ID": request_id},
+        timeout=30,
+    )
+    assert response.status_code == 500 and response.json()["error"] == "internal_error"
+    assert response.headers["X-Request-ID"] == request_id  # what a user reporting the failure can quote
+
+    def chat_span() -> ReadableSpan | None:
+        return next(
+            (s for s in stack.spans() if s.attributes.get("cairn.request_id") == request_id and _service(s) == "cairn-chat"
+             and s.kind is SpanKind.SERVER),
+            None,
+        )
+
+    wait_until(lambda: chat_span() is not None, timeout=10, interval=0.1, what="chat's span")
+    span = chat_span()
+    assert span.status.status_code is StatusCode.ERROR and [e.name for e in span.events] == ["exception"]
+    lines = [json.loads(line) for line in stack.logs.getvalue().splitlines()]
+    [error] = [line for line in lines if line["level"] == "ERROR" and line["request_id"] == request_id]
+    assert error["message"] == "unhandled error"
+    assert error["trace_id"] == format_trace_id(span.context.trace_id) and "JSONDecodeError" in error["exc_info"]
+    [line] = [line for line in lines if line["message"] == "request" and line["request_id"] == request_id]
+    assert (line["status"], line["user_id"]) == (500, user_id)

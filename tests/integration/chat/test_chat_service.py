@@ -2,7 +2,9 @@
 OpenAI-compatible stand-in model and the real Redis: answers, LLM faults, streaming, follow-ups."""
 from __future__ import annotations
 
+import io
 import json
+import logging
 import time
 from collections.abc import Iterator
 
@@ -13,6 +15,7 @@ from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
 from services.retrieval.settings import Settings as RetrievalSettings
+from shared.logging import json_handler
 from tests.integration.chat.stand_ins import HEADERS, TOKEN
 from tests.support import free_port, serve_in_thread, wait_until
 from tests.unit.chat.fakes import ListPublisher
@@ -161,6 +164,37 @@ def test_a_stream_that_breaks_ends_with_an_error_event(chat, script):
     names = [name for name, _ in sse_events(response)]
     assert names[0] == "sources" and names[-1] == "error"
     assert sse_events(response)[-1][1]["error"] == "llm_unavailable"
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """The JSON log lines the services write while the test runs."""
+    logs = io.StringIO()
+    handler = json_handler("test", logs)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield logs
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def test_a_failed_stream_is_logged_with_its_request_id_like_a_failed_answer(chat, script, json_logs):
+    script.reset(mode="broken_stream")
+    plain = httpx.post(
+        f"{chat[0]}/chat", json={"query": "How do I add a user?"}, headers={**HEADERS, "X-Request-ID": "failed-plain"},
+        timeout=30,
+    )
+    script.reset(mode="broken_stream")
+    streamed = httpx.post(
+        f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"},
+        headers={**HEADERS, "X-Request-ID": "failed-stream"}, timeout=30,
+    )
+    assert plain.status_code == 502 and sse_events(streamed)[-1][1]["error"] == "llm_unavailable"
+
+    lines = [json.loads(line) for line in json_logs.getvalue().splitlines()]
+    failures = {line["request_id"]: line for line in lines if line["message"] == "request failed"}
+    for request_id in ("failed-plain", "failed-stream"):  # the stream's request line says 200: this line tells
+        assert failures[request_id]["level"] == "WARNING" and failures[request_id]["error"] == "llm_unavailable"
 
 
 # A wrong LLM_BASE_URL answers 200 with something that is not a completion: the operator must hear of it.
