@@ -6,9 +6,11 @@ the broker is; the file adds no second dependency.
 
 When the file cannot be written (disk full, read-only, missing directory) events go to an in-memory
 queue instead and an error is logged: the request still succeeds, but those events are lost if the
-process dies before the broker takes them. The outbox holds at most `max_events`; beyond that new
-events are refused with an error log and counted in `cairn_events_dropped_total`, and nothing already
-held is discarded.
+process dies before the broker takes them. Events of the file the broker confirmed but the file cannot
+delete are skipped until it can, so that the events after them still go out; should the process stop
+first, they are sent again at the next start (the consumer is idempotent). The outbox holds at most
+`max_events`; beyond that new events are refused with an error log and counted in
+`cairn_events_dropped_total`, and nothing already held is discarded.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class Outbox:
             raise ValueError("max_events must be positive")
         self._durable = durable
         self._memory = MemoryEventStore()
+        self._sent: set[int] = set()  # ids of events in the file the broker confirmed but the file still holds
         self._max_events = max_events
         self._service = service
         self._report()
@@ -74,20 +77,39 @@ class Outbox:
 
     def oldest(self, limit: int) -> list[PendingEvent]:
         """The next events to send, oldest first: the durable store's, then memory's."""
-        if self._durable is not None and len(self._durable):
-            return self._durable.oldest(limit)
+        if self._waiting_in_file():
+            return [e for e in self._durable.oldest(limit + len(self._sent)) if e.id not in self._sent][:limit]
         return self._memory.oldest(limit)
 
     def remove(self, events: list[PendingEvent]) -> None:
         """Forget events the broker confirmed. They all come from one `oldest` call, so from one store."""
-        store = self._memory
-        if self._durable is not None and len(self._durable):
-            store = self._durable
-        store.remove([e.id for e in events])
+        ids = [e.id for e in events]
+        if not self._waiting_in_file():
+            self._memory.remove(ids)
+            ids = []
+        if ids or self._sent:
+            self._delete_sent(ids)
         self._report()
 
+    def _delete_sent(self, ids: list[int]) -> None:
+        """Delete from the file the confirmed events `ids` and those an earlier failure left there."""
+        try:
+            self._durable.remove([*self._sent, *ids])
+        except (OSError, sqlite3.Error) as exc:
+            self._sent.update(ids)
+            if ids:
+                log.error(
+                    "event outbox file cannot delete sent events, skipping them until it can",
+                    extra={"error": repr(exc), "sent": len(self._sent)},
+                )
+            return
+        self._sent.clear()
+
+    def _waiting_in_file(self) -> int:
+        return len(self._durable) - len(self._sent) if self._durable is not None else 0
+
     def __len__(self) -> int:
-        return len(self._memory) + (len(self._durable) if self._durable is not None else 0)
+        return len(self._memory) + self._waiting_in_file()
 
     def close(self) -> None:
         if lost := len(self._memory):

@@ -4,15 +4,22 @@ Every `put` on the file is one INSERT committed before it returns, so an event s
 `kill -9` of the process. It does not survive a power loss or an operating-system crash, which can take
 the last transactions not yet copied from the write-ahead log into the database file: syncing every
 commit to disk would cost a disk flush per event on every request.
+
+The file keeps a count of its events in memory. A second process writing the same file (forbidden, see
+docs/operations.md) makes that count wrong; the store notices when the table disagrees with it, logs a
+warning and counts again, so that sharing costs at most events sent twice.
 """
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections import deque
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 _SCHEMA_VERSION = 1
 CHECKPOINT_EVERY = 500  # commits between two copies of the write-ahead log into the database file
@@ -82,6 +89,7 @@ class SqliteEventStore:
             raise
         self.path = path
         self._commits = 0
+        self._shared_warned = False
 
     def put(self, event: PendingEvent) -> None:
         self._db.execute(
@@ -96,6 +104,8 @@ class SqliteEventStore:
             "SELECT event_id, event_type, occurred_at, exchange, routing_key, body, id FROM outbox ORDER BY id LIMIT ?",
             (limit,),
         ).fetchall()
+        if len(rows) < limit and len(rows) != self._count:  # the whole table, and not what we counted
+            self._recount()
         return [PendingEvent(*row) for row in rows]
 
     def remove(self, ids: list[int]) -> None:
@@ -103,6 +113,17 @@ class SqliteEventStore:
             removed = self._db.execute(f"DELETE FROM outbox WHERE id IN ({','.join('?' * len(ids))})", ids).rowcount
             self._count -= removed
             self._commits += 1
+            if removed != len(ids) or self._count < 0:  # another process deleted or added events
+                self._recount()
+
+    def _recount(self) -> None:
+        if not self._shared_warned:
+            self._shared_warned = True
+            log.warning(
+                "event outbox file changed by another process: give each process its own OUTBOX_PATH",
+                extra={"path": str(self.path)},
+            )
+        (self._count,) = self._db.execute("SELECT count(*) FROM outbox").fetchone()
 
     def __len__(self) -> int:
         return self._count

@@ -203,6 +203,43 @@ async def test_a_failed_read_of_the_outbox_is_retried(
     assert [event.request_id for _, event in await read_events(amqp_url, unique, 1)] == ["r1"]
 
 
+class FullFile(SqliteEventStore):
+    """A real outbox file on a disk that filled up: it can be read, but neither appended to nor deleted from."""
+
+    full = False
+
+    def put(self, event: PendingEvent) -> None:
+        if self.full:
+            raise sqlite3.OperationalError("database or disk is full")
+        super().put(event)
+
+    def remove(self, ids: list[int]) -> None:
+        if self.full:
+            raise sqlite3.OperationalError("database or disk is full")
+        super().remove(ids)
+
+
+async def test_events_behind_a_file_that_cannot_delete_still_go_out_once(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    """Sent events the full file cannot delete are not sent again and again: the drain moves past them."""
+    exchange, queue = topology
+    disk = FullFile(tmp_path / "outbox.sqlite3")
+    events = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue, window=2,
+        outbox=Outbox(durable=disk, max_events=100, service="it-full"),
+    )
+    sent = [question(n) for n in range(4)]
+    for event in sent[:3]:
+        events.submit(event)
+    disk.full = True
+    events.submit(sent[3])  # held in memory, behind the file's three
+    await events.start()
+    await events.close(timeout=10)
+    assert (events.published, events.backlog) == (4, 0)
+    assert await take_all(amqp_url, queue) == [str(e.event_id) for e in sent]  # in order, once each
+
+
 async def published(events: RabbitEventPublisher, count: int, within_s: float = 10.0) -> None:
     deadline = time.monotonic() + within_s
     while events.published < count:
@@ -293,6 +330,38 @@ async def test_a_publisher_killed_while_draining_loses_nothing(
     print(f"killed with {left} of 5000 left in the file; {len(repeated)} delivered twice")
     assert max(counts.values()) <= 2
     assert len(repeated) <= 10  # at most the child's window in flight when it died
+
+
+async def test_two_publishers_sharing_one_file_lose_nothing_and_say_so(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str], caplog
+) -> None:
+    """Forbidden but possible (two replicas given one OUTBOX_PATH): one publisher sends and deletes the
+    other's events too. Each keeps working, so every event arrives (some perhaps twice), and it is logged."""
+    exchange, queue = topology
+    path = tmp_path / "outbox.sqlite3"
+
+    def publisher(name: str) -> RabbitEventPublisher:
+        outbox = open_outbox(path=path, max_events=100, service=f"it-{name}")
+        return RabbitEventPublisher(amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=outbox, linger_s=0)
+
+    first, second = publisher("first"), publisher("second")
+    sent = [question(n) for n in range(6)]
+    for event in sent[:3]:
+        first.submit(event)
+    second.submit(sent[3])
+    await second.start()  # sends (and deletes) the first's three events with its own
+    await published(second, 4)
+    await first.start()
+    second.submit(sent[4])
+    first.submit(sent[5])
+    await published(second, 5)
+    await published(first, 1)
+    await first.close(timeout=10)
+    await second.close(timeout=10)
+
+    assert (first.backlog, second.backlog) == (0, 0)
+    assert set(await take_all(amqp_url, queue)) == {str(e.event_id) for e in sent}
+    assert "changed by another process" in caplog.text
 
 
 def test_chat_and_the_gateway_report_their_outbox_at_metrics(tmp_path: Path, redis_url: str, unique: str) -> None:

@@ -114,6 +114,11 @@ class FullDisk(SqliteEventStore):
             raise sqlite3.OperationalError("database or disk is full")
         super().put(event)
 
+    def remove(self, ids: list[int]) -> None:
+        if self.full and ids:
+            raise sqlite3.OperationalError("database or disk is full")
+        super().remove(ids)
+
 
 def test_a_write_failure_moves_new_events_to_memory_and_keeps_their_order(tmp_path: Path, caplog) -> None:
     disk = FullDisk(tmp_path / "outbox.sqlite3")
@@ -134,6 +139,29 @@ def test_a_write_failure_moves_new_events_to_memory_and_keeps_their_order(tmp_pa
     assert outbox.durable  # memory drained: back to the file
     outbox.put(pending(5))
     assert len(disk) == 1
+
+
+def test_sent_events_the_full_file_cannot_delete_are_skipped_until_it_can(tmp_path: Path, caplog) -> None:
+    disk = FullDisk(tmp_path / "outbox.sqlite3")
+    outbox = Outbox(durable=disk, max_events=100, service="unit-undeletable")
+    for n in (1, 2, 3):
+        outbox.put(pending(n))
+    disk.full = True
+    outbox.put(pending(4))  # to memory, behind the file's events
+    caplog.set_level(logging.ERROR, logger="shared.outbox")
+
+    sent = []
+    while batch := outbox.oldest(2):
+        sent += bodies(batch)
+        outbox.remove(batch)
+    assert sent == [b'{"n": 1}', b'{"n": 2}', b'{"n": 3}', b'{"n": 4}']  # each once, the file's not repeated
+    assert "cannot delete sent events" in caplog.text
+    assert (len(outbox), len(disk)) == (0, 3)  # still in the file, sent again should the process stop now
+
+    disk.full = False
+    outbox.put(pending(5))
+    outbox.remove(outbox.oldest(10))
+    assert (len(outbox), len(disk)) == (0, 0)  # the next deletion takes the ones left behind
 
 
 def test_a_full_outbox_refuses_new_events_counts_them_and_keeps_the_old(tmp_path: Path, caplog) -> None:
