@@ -4,6 +4,7 @@ real request and response handling runs in the demo and in every test."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -263,9 +264,26 @@ def _record_on(span: Span, generation: Generation) -> None:
 def _unavailable(exc: Exception) -> LLMUnavailable:
     if isinstance(exc, openai.APIStatusError):
         return LLMUnavailable(f"the model endpoint answered {exc.status_code}")
+    if isinstance(exc, openai.APIConnectionError) and (failure := _connect_failure(exc)):
+        return LLMUnavailable(f"the model endpoint {failure}: check LLM_BASE_URL")
     if isinstance(exc, openai.APITimeoutError):
         return LLMUnavailable("the model endpoint did not answer in time")
     return LLMUnavailable(f"the model endpoint is unreachable or unreadable ({type(exc).__name__})")
+
+
+def _connect_failure(exc: openai.APIConnectionError) -> str | None:
+    """Why no connection was made, when the cause says so. The SDK's aiohttp transport reports a refused
+    connection and an unknown host as connect timeouts, which would send an operator after a slow model."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "refused the connection"
+        if isinstance(cause, socket.gaierror):
+            return f"host {exc.request.url.host} was not found"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def build_generator(settings: Settings) -> OpenAIGenerator:

@@ -17,6 +17,7 @@ from services.chat.prompt import build_prompt
 from services.chat.reformulation import HeuristicReformulator, LLMReformulator
 from services.chat.settings import Settings
 from tests.integration.chat.llm_stand_in import ANSWER, NO_CITATIONS, words_of
+from tests.support import free_port
 from tests.unit.chat.fakes import GUIDE
 
 pytestmark = pytest.mark.integration
@@ -86,6 +87,30 @@ async def test_a_hanging_endpoint_times_out_on_every_attempt(model, script):
         elapsed = time.monotonic() - started
     assert len(script.calls) == 3
     assert 0.9 <= elapsed < 2.4, elapsed  # 3 × 0.3 s timeouts, ~0.15 s of backoff, slack for a busy machine
+
+
+@pytest.mark.parametrize(
+    ("base_url", "says"),
+    [
+        (f"http://127.0.0.1:{free_port()}/v1", "refused the connection"),  # nothing listens there
+        ("http://model.invalid/v1", "host model.invalid was not found"),  # .invalid never resolves (RFC 2606)
+    ],
+)
+async def test_an_endpoint_that_cannot_be_reached_is_named_so_not_as_a_timeout(base_url, says):
+    # A refused connection reached the SDK as a connect "timeout": operators read "did not answer in time"
+    # and looked for a slow model where LLM_BASE_URL named the wrong port or host.
+    generator = build_generator(
+        Settings(llm_base_url=base_url, llm_model="test-model", llm_max_retries=1, llm_backoff_base_s=0.01)
+    )
+    try:
+        with pytest.raises(LLMUnavailable) as caught:
+            await generate(generator)
+        with pytest.raises(LLMUnavailable) as caught_streaming:
+            [item async for item in streamed(generator)]
+    finally:
+        await generator.close()
+    for error in (caught.value, caught_streaming.value):
+        assert says in error.message and "LLM_BASE_URL" in error.message and "in time" not in error.message
 
 
 async def test_the_deadline_bounds_the_whole_request_across_retries(model, script):
