@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
 from collections.abc import AsyncIterator
 from urllib.parse import urlencode
 
@@ -25,8 +26,14 @@ from shared.replica_calls import CONNECT_TIMEOUT_S, NoReplicaConnected, on_a_rep
 from shared.replicas import ReplicaPool
 from shared.tracing import client_span
 
-# Hop-by-hop and framing headers are the transport's business, not the client's.
-_DROPPED = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "server", "date"}
+log = logging.getLogger(__name__)
+
+# Hop-by-hop headers (RFC 9110, 7.6.1) and framing headers are the transport's business, not the client's;
+# so are the headers the upstream's Connection header names.
+_DROPPED = {
+    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+    "proxy-authenticate", "proxy-authorization", "content-length", "content-encoding", "server", "date",
+}
 # A body goes on with the caller's Content-Type or none: aiohttp would otherwise call it application/octet-stream.
 _NO_GUESSED_TYPE = ("Content-Type",)
 
@@ -130,6 +137,21 @@ class Upstream:
             content = await upstream.aread()
         finally:
             await upstream.aclose()
+        if upstream.status_code == 401:
+            # Internal services answer 401 only to a wrong service token; passed on, it would tell the client
+            # that its own bearer token is bad, and the web page would sign the user out.
+            log.error("upstream refused the service token; CAIRN_SERVICE_TOKEN differs", extra={"upstream": self.name})
+            raise DependencyUnavailable(self.name, f"{self.name} refused the gateway's service token")
+        if upstream.status_code >= 500 and not _is_json(upstream):
+            # Not a Cairn service's error (a proxy's HTML page, say): the client gets an error naming the service.
+            snippet = content[:200].decode("utf-8", "replace")
+            log.warning(
+                "upstream answered an error that is not JSON",
+                extra={"upstream": self.name, "status": upstream.status_code, "body": snippet},
+            )
+            if upstream.status_code == 504:
+                raise UpstreamTimeout(self.name)
+            raise DependencyUnavailable(self.name, f"{self.name} is unavailable: it answered {upstream.status_code}")
         return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
 
     async def _relay(self, upstream: UpstreamStream) -> AsyncIterator[bytes]:
@@ -173,8 +195,16 @@ def _is_event_stream(upstream: UpstreamStream) -> bool:
     return upstream.headers.get("Content-Type", "").startswith("text/event-stream")
 
 
+def _is_json(upstream: UpstreamStream) -> bool:
+    media_type = upstream.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
 def _passed(upstream: UpstreamStream) -> dict[str, str]:
-    return {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED and k.lower() != "x-request-id"}
+    named = {name.strip().lower() for value in upstream.headers.getall("Connection", []) for name in value.split(",")}
+    return {
+        k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED | named and k.lower() != "x-request-id"
+    }
 
 
 def open_session(*, timeout_s: float, reuse_connections: bool = True) -> aiohttp.ClientSession:

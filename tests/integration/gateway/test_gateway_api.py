@@ -7,8 +7,8 @@ import threading
 import httpx
 
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.testclient import TestClient
 from redis import Redis
 
@@ -16,6 +16,8 @@ from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
+from shared.settings import CommonSettings
+from shared.web import create_service_app, service_token_guard
 from tests.support import free_port, serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -188,6 +190,95 @@ def test_upstream_down_is_503_naming_it(redis_url, unique):
         token = _login(client)["token"]
         response = client.post("/api/chat", json={"query": "hi"}, headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 503 and response.json()["error"] == "chat_unavailable"
+
+
+def _misbehaving_upstream() -> FastAPI:
+    """A chat whose answer the query picks: an error page in front of it (a proxy's), or hop-by-hop headers."""
+    app = FastAPI()
+    pages = {
+        "html-502": HTMLResponse("<html><body><h1>502 Bad Gateway</h1></body></html>", status_code=502),
+        "text-500": PlainTextResponse("Internal Server Error", status_code=500),
+        "html-504": HTMLResponse("<html><body>504 Gateway Time-out</body></html>", status_code=504),
+        "json-500": JSONResponse({"error": "internal_error", "message": "chat's own"}, status_code=500),
+        "hop-by-hop": JSONResponse(
+            {"answer": "a"},
+            headers={"Upgrade": "h2c", "Trailer": "X-Checksum", "Proxy-Authenticate": "Basic", "X-Cairn-Hop": "1",
+                     "Connection": "X-Cairn-Hop", "X-Kept": "yes"},
+        ),
+    }
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.post("/chat")
+    @app.post("/chat/stream")
+    async def chat(request: Request):
+        return pages[(await request.json())["query"]]
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def misbehaving_url():
+    with serve_in_thread(_misbehaving_upstream()) as url:
+        yield url
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/chat/stream"])
+@pytest.mark.parametrize(
+    ("page", "status", "error"),
+    [("html-502", 503, "chat_unavailable"), ("text-500", 503, "chat_unavailable"), ("html-504", 504, "chat_timeout"),
+     ("json-500", 500, "internal_error")],
+)
+def test_an_error_page_that_is_not_json_becomes_an_error_naming_the_service(
+    redis_url, unique, misbehaving_url, path, page, status, error
+):
+    asyncio.run(_seed_users(redis_url, unique))
+    settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=misbehaving_url)
+    with TestClient(create_app(settings)) as client:
+        auth = {"Authorization": f"Bearer {_login(client)['token']}"}
+        response = client.post(path, json={"query": page}, headers=auth)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"] == error  # chat's own JSON error is passed on as it came
+
+
+def test_hop_by_hop_headers_of_the_service_are_not_passed_on(redis_url, unique, misbehaving_url):
+    asyncio.run(_seed_users(redis_url, unique))
+    settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=misbehaving_url)
+    with serve_in_thread(create_app(settings)) as gateway:
+        token = httpx.post(f"{gateway}/auth/login", json={"username": "ann", "password": PASSWORD}).json()["token"]
+        response = httpx.post(
+            f"{gateway}/api/chat", json={"query": "hop-by-hop"}, headers={"Authorization": f"Bearer {token}"}
+        )
+    assert response.status_code == 200 and response.json() == {"answer": "a"}
+    assert response.headers["x-kept"] == "yes"
+    for hop in ("upgrade", "trailer", "proxy-authenticate", "x-cairn-hop"):
+        assert hop not in response.headers, hop
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/chat/stream"])
+def test_a_service_refusing_the_gateways_service_token_is_503_not_the_users_401(redis_url, unique, path):
+    other_token = CommonSettings(service_token="a-service-token-the-gateway-does-not-have")
+    chat = create_service_app(service="chat", title="chat with another service token")
+    guard = [Depends(service_token_guard(other_token))]
+
+    @chat.post("/chat", dependencies=guard)
+    @chat.post("/chat/stream", dependencies=guard)
+    async def answer() -> dict:
+        return {"answer": "never"}
+
+    asyncio.run(_seed_users(redis_url, unique))
+    with serve_in_thread(chat) as chat_url:
+        settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=chat_url)
+        with TestClient(create_app(settings)) as client:
+            auth = {"Authorization": f"Bearer {_login(client)['token']}"}
+            response = client.post(path, json={"query": "q"}, headers=auth)
+            me = client.get("/auth/me", headers=auth)
+    assert response.status_code == 503 and response.json()["error"] == "chat_unavailable"
+    assert "www-authenticate" not in response.headers
+    assert me.status_code == 200  # the user's session is fine: the web page must not sign the user out
 
 
 def test_redis_down_fails_closed_with_503(unique):
