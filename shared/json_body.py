@@ -8,13 +8,16 @@ the body is parsed, as malformed JSON (400), by every route of every service.
 """
 from __future__ import annotations
 
+import email.message
 import json
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import Request, Response, params
 from fastapi.routing import APIRoute
+
+from shared.errors import ServiceError
 
 # A surrogate written as an escape, or as the bytes UTF-8 would give it (json decodes bytes with
 # "surrogatepass"). Either is rare: only then is the parsed value checked.
@@ -41,13 +44,34 @@ class StrictJsonRequest(Request):
         return self._json
 
 
+def is_json_type(content_type: str) -> bool:
+    """application/json or application/*+json, parameters aside, as FastAPI tells a JSON body."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
 class StrictJsonRoute(APIRoute):
-    """The route class of every Cairn router: FastAPI reads JSON bodies through StrictJsonRequest."""
+    """The route class of every Cairn router: FastAPI reads JSON bodies through StrictJsonRequest.
+
+    A body sent under another Content-Type or none (curl's -d without -H sends a form type) is refused with
+    415: FastAPI would pass its bytes on unread, and the 422 that follows names no field and no cause."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes_json = self.body_field is not None and not isinstance(self.body_field.field_info, params.Form)
 
         async def strict_json_handler(request: Request) -> Response:
-            return await handler(StrictJsonRequest(request.scope, request.receive))
+            strict = StrictJsonRequest(request.scope, request.receive)
+            content_type = strict.headers.get("content-type", "")
+            if takes_json and not is_json_type(content_type) and await strict.body():
+                raise ServiceError(
+                    "the body must be JSON sent with Content-Type: application/json, "
+                    + (f"not {content_type}" if content_type else "and it has no Content-Type"),
+                    code="unsupported_media_type",
+                    status_code=415,
+                )
+            return await handler(strict)
 
         return strict_json_handler

@@ -103,3 +103,17 @@ def test_someone_elses_session_cannot_be_ended(client):
     adas = client.get("/auth/sessions", headers=ada).json()["sessions"][0]["id"]
     _assert_plain_error(client.delete(f"/auth/sessions/{adas}", headers=ann), 404, "not_found")
     assert client.get("/auth/me", headers=ada).status_code == 200
+
+
+def test_a_body_that_is_not_sent_as_json_is_415_that_says_so(client):
+    """curl -d without -H sends a form type: the body is refused for its type, not with a 422 naming no field."""
+    body = '{"username": "ann", "password": "correct horse"}'
+    for headers in ({"Content-Type": "application/x-www-form-urlencoded"}, {"Content-Type": "text/plain"}, {}):
+        response = client.post("/auth/login", content=body, headers=headers)
+        _assert_plain_error(response, 415, "unsupported_media_type")
+        assert "Content-Type: application/json" in response.json()["message"]
+    for content_type in ("application/json; charset=utf-8", "application/merge-patch+json"):
+        assert client.post("/auth/login", content=body, headers={"Content-Type": content_type}).status_code == 200
+    response = client.post("/v1/chat/completions", content="{}", headers={**_auth(client), "Content-Type": "text/plain"})
+    assert response.status_code == 415, response.text
+    assert response.json()["error"]["code"] == "unsupported_media_type"  # in OpenAI's shape under /v1
