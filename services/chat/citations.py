@@ -1,5 +1,5 @@
-"""Citation post-processing: read the markers the model wrote ([n], [n, m], [n-m], [Citation n],
-[Title > Section]), keep those that point at a passage, merge passages of the same document page,
+"""Citation post-processing: read the markers the model wrote ([n], [n, m], [n-m], [n–m], [Citation n],
+[Source n], 【n】, [Title > Section]), keep those that point at a passage, merge passages of the same document page,
 renumber in order of first use, rewrite every marker to the plain [n] form and describe each cited passage."""
 from __future__ import annotations
 
@@ -11,13 +11,20 @@ from services.chat.chunks import RetrievedChunk
 
 SNIPPET_CHARS = 200
 # Any bracketed text not followed by "(" (a Markdown link); its content decides whether it is a citation.
-_BRACKET = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")
+# Models trained on Chinese text also write the full-width 【1】.
+_BRACKET = re.compile(r"(?:\[([^\[\]\n]{1,200})\]|【([^【】\n]{1,200})】)(?!\()")
 # Code, where brackets are the code's own: fenced blocks (to their end, or the answer's) and inline spans.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.DOTALL)
 _MAX_PASSAGE_NUMBER = 999  # [2019] is a year, left as written; no prompt holds a thousand passages
-_NUMBER_LIST = re.compile(r"\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?(?:\s*,\s*(?:citation\s+)?\d+(?:\s*-\s*\d+)?)*\s*", re.I)
-_NUMBER_ITEM = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
-_INTERVAL = re.compile(r"\s*0\s*[,-]\s*\d+\s*")  # "[0, 1]", "[0-100]": passages count from 1, so a range of values
+# A number may carry the word models put before it ("Citation 2", "Source: 2", "Doc 2", "Passage 2"), and a
+# range may be written with an en or em dash, as typesetting models do ("1–3").
+_LABEL = r"(?:(?:citation|source|doc|document|passage)\s*:?\s*)?"
+_DASH = r"[-–—]"
+_NUMBER_LIST = re.compile(
+    rf"\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?(?:\s*,\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?)*\s*", re.I
+)
+_NUMBER_ITEM = re.compile(rf"(\d+)(?:\s*{_DASH}\s*(\d+))?")
+_INTERVAL = re.compile(rf"\s*0\s*(?:,|{_DASH})\s*\d+\s*")  # "[0, 1]", "[0-100]": passages count from 1, so a range of values
 _MAX_RANGE = 50  # a wider "range" is a typo or a year span, not a citation
 _DICE_THRESHOLD = 0.5
 _DROPPED = "\x00"
@@ -203,6 +210,11 @@ def _without_dropped(text: str) -> str:
     return re.sub(rf"[ \t]*{_DROPPED}", "", text).strip()  # a dropped marker takes its leading space along
 
 
+def _content(marker: re.Match[str]) -> str:
+    """What a `_BRACKET` match holds between its brackets, square or full-width."""
+    return marker.group(1) if marker.group(1) is not None else marker.group(2)
+
+
 def _glued(marker: re.Match[str]) -> bool:
     """Whether the marker follows a word with no space: `items[0]` is an index when [0] names no passage,
     where `Redis[1]` is a citation when [1] does."""
@@ -223,7 +235,7 @@ def _outside_code(text: str, replace: Callable[[re.Match[str]], str]) -> str:
 
 def _strip_markers(answer: str, chunks: list[RetrievedChunk]) -> str:
     def drop(match: re.Match[str]) -> str:
-        numbers = _marker_passages(match.group(1), chunks)
+        numbers = _marker_passages(_content(match), chunks)
         cites = numbers is not None and (not _glued(match) or any(1 <= n <= len(chunks) for n in numbers))
         return _DROPPED if cites else match.group(0)
 
@@ -245,7 +257,7 @@ def resolve_citations(answer: str, chunks: list[RetrievedChunk]) -> CitedAnswer:
     cited: dict[int, list[RetrievedChunk]] = {}
 
     def rewrite(match: re.Match[str]) -> str:
-        originals = _marker_passages(match.group(1), chunks)
+        originals = _marker_passages(_content(match), chunks)
         if originals is None:
             return match.group(0)
         numbers: list[int] = []

@@ -67,6 +67,7 @@ _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _SENTENCE_END = re.compile(
     r"[.!?](?:[ \t]*\[\d+(?:\s*,\s*\d+)*\])*(?=\s*$|\s+(?![a-z]))|[。！？](?:[ \t]*\[\d+(?:\s*,\s*\d+)*\])*"
 )
+_HEADING = re.compile(r"^#{1,6}\s+")
 _LIST_MARK = re.compile(r"^(?:[-*+>]|\d+[.)])\s+")
 _SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([.,;:!?。，、；：！？])")
 
@@ -132,16 +133,35 @@ def cited_sentences(answer: str) -> list[tuple[str, tuple[int, ...]]]:
     """(text without markers, citation numbers) of each sentence of `answer` that carries a marker.
 
     Lines are split first (list items, paragraphs), then sentences; a line holding only markers
-    belongs to the sentence before it. Brackets in code (`items[1]`) are the code's, not markers."""
+    belongs to the sentence before it. Brackets in code (`items[1]`) are the code's, not markers.
+    Markers on a Markdown heading cite the section under it: each sentence there without markers of its
+    own carries them, and the heading, a title rather than a claim, is checked only when none does."""
     pieces: list[tuple[str, list[int]]] = []
+    section: list[int] = []
+    heading: tuple[str, list[int]] | None = None
+    in_fence = False
     for line in _without_markers_in_code(answer).splitlines():
-        line = _LIST_MARK.sub("", line.strip())
+        line = line.strip()
+        if line.startswith(("```", "~~~")):
+            in_fence = not in_fence
+        if _HEADING.match(line) and not in_fence:
+            section = [int(n) for m in _MARKER.finditer(line) for n in m.group(1).split(",")]
+            heading = (_without_markers(_HEADING.sub("", line)), section) if section else None
+            if heading:
+                pieces.append(heading)
+            continue
+        line = _LIST_MARK.sub("", line)
         start = 0
         for end in [m.end() for m in _SENTENCE_END.finditer(line)] + [len(line)]:
             piece = line[start:end]
             start = end
             numbers = [int(n) for m in _MARKER.finditer(piece) for n in m.group(1).split(",")]
             text = _without_markers(piece)
+            if section and not numbers and not in_fence and any(ch.isalnum() for ch in text):
+                numbers = list(section)
+                if heading is not None:
+                    pieces.remove(heading)
+                    heading = None
             if not any(ch.isalnum() for ch in text) and numbers and pieces:
                 pieces[-1][1].extend(numbers)
             elif text or numbers:

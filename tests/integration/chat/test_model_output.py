@@ -109,3 +109,20 @@ def test_a_rewrite_after_an_empty_reasoning_block_is_what_is_searched(chat_url, 
     assert body["metadata"]["reformulated_query"] == "Can the lifetime of a login session be changed?"
     assert body["metadata"]["kind"] == "answer"
     assert script.calls[1].body["messages"][1]["content"] == "Can the lifetime of a login session be changed?"
+
+
+@pytest.mark.parametrize("marker", ["【1】", "[Source 1]", "[Doc 1]"])
+def test_an_answer_cited_in_another_style_is_shown_not_rejected(chat_url, script, marker):
+    script.reset(text=f"A login session expires after 24 hours without use {marker}.")
+    body = ask(chat_url, "How long does a login session last?")
+    assert body["metadata"]["kind"] == "answer"
+    assert body["answer"] == "A login session expires after 24 hours without use [1]."
+    assert body["citations"][0]["support"]["verdict"] == "supported"
+
+
+def test_the_section_under_a_cited_heading_is_checked_against_its_passage(chat_url, script):
+    script.reset(text="## Lifetime [1]\nLogin sessions are kept in Kafka and replicated to three regions.")
+    body = ask(chat_url, "How long does a login session last?")
+    assert body["citations"][0]["support"]["verdict"] == "unsupported"
+    assert body["grounding"]["unsupported"] == 1
+    assert body["confidence"]["level"] != "High"

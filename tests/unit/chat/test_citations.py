@@ -93,6 +93,25 @@ def test_citation_word_form_is_rewritten_to_plain_number():
     assert [c.chunk.chunk_id for c in result.citations] == ["chunk-3", "chunk-1"]
 
 
+@pytest.mark.parametrize(("answer", "rewritten", "cited"), [
+    ("Steps [2–4]. Start [1].", "Steps [1, 2, 3]. Start [4].", ["chunk-2", "chunk-3", "chunk-4", "chunk-1"]),  # en dash
+    ("Steps [2—3].", "Steps [1, 2].", ["chunk-2", "chunk-3"]),  # em dash
+    ("Per 【3】 and 【1, 2】.", "Per [1] and [2, 3].", ["chunk-3", "chunk-1", "chunk-2"]),  # full-width brackets
+    ("Per [Source 3] and [source: 1].", "Per [1] and [2].", ["chunk-3", "chunk-1"]),
+    ("Per [Doc 2], [Document 4] and [Passage 1, Passage 3].", "Per [1], [2] and [3, 4].",
+     ["chunk-2", "chunk-4", "chunk-1", "chunk-3"]),
+])
+def test_the_other_ways_models_write_markers_are_rewritten_to_plain_numbers(answer, rewritten, cited):
+    result = resolve_citations(answer, CHUNKS)
+    assert result.answer == rewritten
+    assert [p.chunk_id for c in result.citations for p in c.cited_passages] == cited
+
+
+def test_value_ranges_with_a_typographic_dash_stay_as_written():
+    assert resolve_citations("Scores lie in [0–1] [2].", CHUNKS).answer == "Scores lie in [0–1] [1]."
+    assert resolve_citations("Use 【note】 here [1].", CHUNKS).answer == "Use 【note】 here [1]."
+
+
 def test_heading_reference_matches_exact_title_and_section():
     chunks = [make_chunk(1, "a.", title="Users", section="Adding"), make_chunk(2, "b.", title="Users", section="Removing")]
     result = resolve_citations("Remove them [Users > Removing].", chunks)

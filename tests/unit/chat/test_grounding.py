@@ -193,6 +193,25 @@ def test_sentence_splitting_handles_markers_lists_and_line_breaks(answer, expect
 
 
 @pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("## Expiry [1]\nA token lasts a day. It can be renewed [2].\n## Other\nUncited.",
+         [("A token lasts a day.", (1,)), ("It can be renewed.", (2,))]),
+        ("## Expiry [1]\n## Passwords\nHashed [2].", [("Expiry", (1,)), ("Hashed.", (2,))]),
+        ("## Adding [1]\n```\n# a comment\ncairn user add\n```\nRun it.", [("Run it.", (1,))]),
+    ],
+)
+def test_markers_on_a_heading_cite_the_sentences_of_its_section(answer, expected):
+    assert cited_sentences(answer) == expected
+
+
+def test_a_section_a_cited_heading_does_not_back_is_unsupported():
+    report = grounded("## Token expiry [1]\nTokens are kept in Kafka and replicated to three regions.")
+    assert [s.text for s in report.sentences] == ["Tokens are kept in Kafka and replicated to three regions."]
+    assert report.citations[1].verdict == "unsupported"
+
+
+@pytest.mark.parametrize(
     "answer",
     [
         "To add a user, run `cairn user add NAME --role user` [1]. In Python, `users[1]` is the second user.",
