@@ -145,7 +145,7 @@ def cited_sentences(answer: str) -> list[tuple[str, tuple[int, ...]]]:
         if line.startswith(("```", "~~~")):
             in_fence = not in_fence
         if _HEADING.match(line) and not in_fence:
-            section = [int(n) for m in _MARKER.finditer(line) for n in m.group(1).split(",")]
+            section = _marker_numbers(line)
             heading = (_without_markers(_HEADING.sub("", line)), section) if section else None
             if heading:
                 pieces.append(heading)
@@ -155,7 +155,7 @@ def cited_sentences(answer: str) -> list[tuple[str, tuple[int, ...]]]:
         for end in [m.end() for m in _SENTENCE_END.finditer(line)] + [len(line)]:
             piece = line[start:end]
             start = end
-            numbers = [int(n) for m in _MARKER.finditer(piece) for n in m.group(1).split(",")]
+            numbers = _marker_numbers(piece)
             text = _without_markers(piece)
             if section and not numbers and not in_fence and any(ch.isalnum() for ch in text):
                 numbers = list(section)
@@ -167,6 +167,10 @@ def cited_sentences(answer: str) -> list[tuple[str, tuple[int, ...]]]:
             elif text or numbers:
                 pieces.append((text, numbers))
     return [(text, tuple(dict.fromkeys(numbers))) for text, numbers in pieces if numbers]
+
+
+def _marker_numbers(text: str) -> list[int]:
+    return [int(n) for m in _MARKER.finditer(text) for n in m.group(1).split(",")]
 
 
 def _without_markers_in_code(answer: str) -> str:

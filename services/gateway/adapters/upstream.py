@@ -22,6 +22,7 @@ from starlette.background import BackgroundTask
 from yarl import URL
 
 from shared.errors import DependencyUnavailable, ServiceError, UpstreamTimeout
+from shared.json_body import is_json_type
 from shared.replica_calls import CONNECT_TIMEOUT_S, NoReplicaConnected, on_a_replica, some_replica_healthy
 from shared.replicas import ReplicaPool
 from shared.tracing import client_span
@@ -142,7 +143,7 @@ class Upstream:
             # that its own bearer token is bad, and the web page would sign the user out.
             log.error("upstream refused the service token; CAIRN_SERVICE_TOKEN differs", extra={"upstream": self.name})
             raise DependencyUnavailable(self.name, f"{self.name} refused the gateway's service token")
-        if upstream.status_code >= 500 and not _is_json(upstream):
+        if upstream.status_code >= 500 and not is_json_type(upstream.headers.get("Content-Type", "")):
             # Not a Cairn service's error (a proxy's HTML page, say): the client gets an error naming the service.
             snippet = content[:200].decode("utf-8", "replace")
             log.warning(
@@ -193,11 +194,6 @@ class Upstream:
 
 def _is_event_stream(upstream: UpstreamStream) -> bool:
     return upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-
-
-def _is_json(upstream: UpstreamStream) -> bool:
-    media_type = upstream.headers.get("Content-Type", "").split(";")[0].strip().lower()
-    return media_type == "application/json" or media_type.endswith("+json")
 
 
 def _passed(upstream: UpstreamStream) -> dict[str, str]:
