@@ -26,6 +26,7 @@ from shared.outbox import Outbox, open_outbox
 from shared.outbox_stores import PendingEvent, SqliteEventStore
 from shared.topology import declare_topology
 from tests.integration.chat.stand_ins import HEADERS, TOKEN, fake_retrieval_app
+from tests.outbox_doubles import FullDisk
 from tests.support import free_port, read_events, serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -203,28 +204,12 @@ async def test_a_failed_read_of_the_outbox_is_retried(
     assert [event.request_id for _, event in await read_events(amqp_url, unique, 1)] == ["r1"]
 
 
-class FullFile(SqliteEventStore):
-    """A real outbox file on a disk that filled up: it can be read, but neither appended to nor deleted from."""
-
-    full = False
-
-    def put(self, event: PendingEvent) -> None:
-        if self.full:
-            raise sqlite3.OperationalError("database or disk is full")
-        super().put(event)
-
-    def remove(self, ids: list[int]) -> None:
-        if self.full:
-            raise sqlite3.OperationalError("database or disk is full")
-        super().remove(ids)
-
-
 async def test_events_behind_a_file_that_cannot_delete_still_go_out_once(
     tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
 ) -> None:
     """Sent events the full file cannot delete are not sent again and again: the drain moves past them."""
     exchange, queue = topology
-    disk = FullFile(tmp_path / "outbox.sqlite3")
+    disk = FullDisk(tmp_path / "outbox.sqlite3")
     events = RabbitEventPublisher(
         amqp_url=amqp_url, exchange=exchange, queue=queue, window=2,
         outbox=Outbox(durable=disk, max_events=100, service="it-full"),

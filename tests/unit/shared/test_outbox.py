@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from shared.outbox import Outbox, open_outbox
 from shared.outbox_stores import CHECKPOINT_EVERY, MemoryEventStore, PendingEvent, SqliteEventStore
+from tests.outbox_doubles import FullDisk
 
 pytestmark = pytest.mark.unit
 
@@ -102,22 +103,6 @@ def test_an_unwritable_path_falls_back_to_memory_and_says_so(tmp_path: Path, cap
     assert outbox.put(pending(1)) and outbox.put(pending(2))
     assert bodies(outbox.oldest(10)) == [b'{"n": 1}', b'{"n": 2}']
     assert sample("cairn_outbox_events", service="unit-unwritable") == 2
-
-
-class FullDisk(SqliteEventStore):
-    """A real outbox file whose writes fail once `full` is set, as they do when the disk fills up."""
-
-    full = False
-
-    def put(self, event: PendingEvent) -> None:
-        if self.full:
-            raise sqlite3.OperationalError("database or disk is full")
-        super().put(event)
-
-    def remove(self, ids: list[int]) -> None:
-        if self.full and ids:
-            raise sqlite3.OperationalError("database or disk is full")
-        super().remove(ids)
 
 
 def test_a_write_failure_moves_new_events_to_memory_and_keeps_their_order(tmp_path: Path, caplog) -> None:
