@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from opentelemetry.trace import Span
+from pydantic import SecretStr
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
@@ -37,6 +38,8 @@ LATENCY = Histogram(
 
 _SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 SERVICE_TOKEN_HEADER = "X-Service-Token"
+# The field of /healthz that answers a caller presenting X-Service-Token, and its values.
+TOKEN_FIELD, TOKEN_ACCEPTED, TOKEN_REFUSED = "service_token", "accepted", "refused"
 
 
 class RequestContextMiddleware:
@@ -202,13 +205,17 @@ def create_service_app(
     readiness: ReadinessCheck | None = None,
     needed: Collection[str] | None = None,
     request_lines: bool = True,
+    service_token: SecretStr | None = None,
     **kwargs: Any,
 ) -> FastAPI:
     """`readiness` reports the dependencies; those in `needed` (default: all) make /readyz 503 when down.
     The others are reported only: a service that answers their failure with its own JSON error stays in
     its load balancer (in Kubernetes, a gateway leaving its Service because chat is down would take
     every route down with it). Without `request_lines`, the app is part of another service's request
-    (served in process): it keeps its span, but writes no request line and counts no request of its own."""
+    (served in process): it keeps its span, but writes no request line and counts no request of its own.
+    `service_token`, the token an internal service admits callers by: its /healthz then also tells a caller
+    that presents one whether it matches (see `token_verdict`), so that the callers' /readyz can see a
+    differing CAIRN_SERVICE_TOKEN without calling a route of the service."""
     # The API pages' scripts come from the service itself: they work on a machine without internet access,
     # and no other origin's script runs beside the gateway's pages and their session token.
     app = FastAPIOffline(
@@ -226,8 +233,11 @@ def create_service_app(
     app.add_exception_handler(Exception, _unexpected_error)
 
     @app.get("/healthz", tags=["ops"])
-    async def healthz() -> dict:
-        return {"status": "ok", "service": service}
+    async def healthz(request: Request) -> dict:
+        answer = {"status": "ok", "service": service}
+        if service_token is not None and (given := request.headers.get(SERVICE_TOKEN_HEADER)) is not None:
+            answer[TOKEN_FIELD] = TOKEN_ACCEPTED if _matches(given, service_token) else TOKEN_REFUSED
+        return answer
 
     @app.get("/readyz", tags=["ops"])
     async def readyz() -> JSONResponse:
@@ -244,13 +254,22 @@ def create_service_app(
     return app
 
 
+def _matches(given: str, expected: SecretStr) -> bool:
+    return secrets.compare_digest(given.encode(), expected.get_secret_value().encode())
+
+
+def token_verdict(healthz_body: Any) -> bool | None:
+    """From a /healthz answer to a request that presented the service token: False when the service
+    refused it, True when it accepted it, None when it did not say (a service that admits no token)."""
+    verdict = healthz_body.get(TOKEN_FIELD) if isinstance(healthz_body, dict) else None
+    return {TOKEN_ACCEPTED: True, TOKEN_REFUSED: False}.get(verdict)
+
+
 def service_token_guard(settings: CommonSettings) -> Callable[[Request], Awaitable[None]]:
     """A dependency that admits only callers presenting the internal service token."""
-    expected = settings.service_token.get_secret_value().encode()
 
     async def guard(request: Request) -> None:
-        given = request.headers.get(SERVICE_TOKEN_HEADER, "").encode()
-        if not secrets.compare_digest(given, expected):
+        if not _matches(request.headers.get(SERVICE_TOKEN_HEADER, ""), settings.service_token):
             raise Unauthorized("missing or wrong service token")
         set_user_id(request.headers.get("X-User-Id") or None)  # identity headers count once the token checks out
 

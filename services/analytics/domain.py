@@ -141,3 +141,7 @@ class DocumentLibrary(Protocol):
     async def document_ids(self) -> list[str]:
         """Every doc_id in the library; raises DependencyUnavailable("retrieval") when retrieval does not answer."""
         ...
+
+    async def readiness(self) -> dict[str, bool]:
+        """/readyz checks: `retrieval` answers, `retrieval_service_token` (false when it refuses analytics' token)."""
+        ...

@@ -52,12 +52,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     async def readiness() -> dict[str, bool]:
         store, consumer = getattr(app.state, "store", None), getattr(app.state, "consumer", None)
+        library = getattr(app.state, "library", None)
         return {
             "database": store is not None and await asyncio.to_thread(store.ping),
             "broker": consumer is not None and consumer.connected,
+            **(await library.readiness() if library is not None else {}),
         }
 
-    app = create_service_app(service="analytics", title="Cairn analytics", lifespan=lifespan, readiness=readiness)
+    # Retrieval is reported, not needed: only the never-cited report asks it, and answers its failure with a
+    # 503 naming it. Retrieval refusing this replica's service token is needed: that report fails here alone.
+    app = create_service_app(
+        service="analytics",
+        title="Cairn analytics",
+        lifespan=lifespan,
+        readiness=readiness,
+        needed={"database", "broker", "retrieval_service_token"},
+        service_token=settings.service_token,
+    )
     app.state.settings = settings
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     return app

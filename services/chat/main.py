@@ -86,10 +86,18 @@ def create_app(
         # send, so an idle one that has not connected yet is no news.
         if getattr(pipeline.publisher, "connected", True) is False and pipeline.publisher.backlog:
             log.warning("events broker not connected", extra={"backlog": pipeline.publisher.backlog})
-        return {"retrieval": await pipeline.retriever.ping(), "llm": await pipeline.generator.ping()}
+        return {**await pipeline.retriever.readiness(), "llm": await pipeline.generator.ping()}
 
     # Retrieval and the model are reported, not needed: chat answers their failure with a 503 / 502 naming them.
-    app = create_service_app(service="chat", title="Cairn chat", lifespan=lifespan, readiness=readiness, needed=())
+    # Retrieval refusing chat's service token is needed: it fails every question sent to this replica alone.
+    app = create_service_app(
+        service="chat",
+        title="Cairn chat",
+        lifespan=lifespan,
+        readiness=readiness,
+        needed={"retrieval_service_token"},
+        service_token=settings.service_token,
+    )
     app.state.settings = settings
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     allowed = [{"type": "string", "enum": list(settings.chat_models)}, {"type": "null"}]

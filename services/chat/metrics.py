@@ -1,10 +1,11 @@
-"""Chat's metrics: pipeline stage latencies, LLM tokens and retries, circuit-breaker states."""
+"""Chat's metrics: pipeline stage latencies, LLM tokens and retries, circuit-breaker states, failed streams."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from shared import metrics as shared_metrics
 from shared.metrics import STAGE_BUCKETS
 
 if TYPE_CHECKING:
@@ -54,3 +55,8 @@ def count_retry(reason: str) -> None:
 
 def breaker_state(name: str, state: str) -> None:
     BREAKER_STATE.labels(name).set(BREAKER_VALUES[state])
+
+
+def count_stream_failure(reason: str) -> None:
+    """A POST /chat/stream that ended in an `error` event, `reason` its error code."""
+    shared_metrics.count_stream_failure(service="chat", route="/chat/stream", reason=reason)

@@ -45,8 +45,9 @@ class Retriever(Protocol):
     ) -> list[RetrievedChunk]:
         """Chunks ranked best first."""
 
-    async def ping(self) -> bool:
-        """True when the service answers its health check."""
+    async def readiness(self) -> dict[str, bool]:
+        """/readyz checks: `retrieval` (the service answers its health check), and, where the retriever can
+        tell, `retrieval_service_token` (false when retrieval refuses chat's service token)."""
 
 
 class Generator(Protocol):

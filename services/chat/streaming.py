@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from services.chat import metrics
 from services.chat.errors import LLMUnavailable
 from services.chat.models import ChatRequest, StreamSources
 from services.chat.pipeline import ChatPipeline
@@ -75,6 +76,7 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         pipeline.report_failure(turn, exc.code, exc)
         if exc.status_code >= 500:  # as the plain endpoint logs it: the stream's request line says 200
             log.warning("request failed", extra={"error": exc.code, "detail": exc.message, "stage": turn.stage})
+        metrics.count_stream_failure(exc.code)
         yield StreamEvent("error", exc.body())
     except (asyncio.CancelledError, GeneratorExit) as exc:  # the client went away: generation is cancelled
         if not finished:
@@ -83,6 +85,7 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
     except Exception as exc:
         log.exception("chat stream failed", extra={"stage": turn.stage})
         pipeline.report_failure(turn, "internal_error", exc)
+        metrics.count_stream_failure("internal_error")
         yield StreamEvent("error", {"error": "internal_error", "message": "the answer could not be completed"})
 
 

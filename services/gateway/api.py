@@ -95,10 +95,13 @@ async def _forward(
     """The request passed on with its query string; `stream` relays the answer as it arrives instead of whole."""
     headers = headers_for(request, session, settings)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH") else None
-    send = upstream.forward_stream if stream else upstream.forward
-    return await send(
-        method=request.method, path=path, headers=headers, body=body, params=list(request.query_params.multi_items())
-    )
+    params = list(request.query_params.multi_items())
+    if stream:
+        route = request.scope["route"].path  # the gateway's route template, for the count of streams cut off
+        return await upstream.forward_stream(
+            route=route, method=request.method, path=path, headers=headers, body=body, params=params
+        )
+    return await upstream.forward(method=request.method, path=path, headers=headers, body=body, params=params)
 
 
 _CHAT = {404: "conversation_id names no conversation of the caller (conversation_not_found)"}
@@ -125,7 +128,9 @@ async def chat(request: Request, session: AskingSession, settings: SettingsDep, 
 )
 async def chat_stream(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     headers = headers_for(request, session, settings)
-    return await chat.forward_stream(method="POST", path="/chat/stream", headers=headers, body=await request.body())
+    return await chat.forward_stream(
+        route="/api/chat/stream", method="POST", path="/chat/stream", headers=headers, body=await request.body()
+    )
 
 
 @api_router.post(

@@ -1,6 +1,7 @@
 """Wires the gateway: Redis-backed users and sessions, one pooled client to the internal services' replicas, routes."""
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -62,8 +63,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     async def readiness() -> dict[str, bool]:
         checks = {"redis": await app.state.sessions.ping()}
-        for name, upstream in app.state.upstreams.items():
-            checks[name] = await upstream.healthy()
+        token = settings.service_token.get_secret_value()
+        # At once: each probe may wait its 2 s, and one after the other they would outlast a 3 s probe timeout.
+        upstreams = app.state.upstreams
+        found = await asyncio.gather(*(upstream.health(service_token=token) for upstream in upstreams.values()))
+        for name, health in zip(upstreams, found, strict=True):
+            checks |= health.checks(name)
         return checks
 
     app = create_service_app(
@@ -71,7 +76,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Cairn gateway",
         lifespan=lifespan,
         readiness=readiness,
-        needed={"redis"},  # the upstreams are reported; a down one is answered with a 503 naming it
+        # The upstreams are reported: a down one is answered with a 503 naming it, and other gateways could do
+        # no better. One that refuses this gateway's service token fails every request sent here alone.
+        needed={"redis", "chat_service_token", "retrieval_service_token", "analytics_service_token"},
         middleware=gateway_middleware(settings),
     )
     app.state.settings = settings

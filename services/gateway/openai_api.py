@@ -18,6 +18,7 @@ from services.gateway.openai_errors import OpenAIRoute, in_openai_shape
 from services.gateway.responses import forwarded
 from shared.context import request_id_var
 from shared.errors import DependencyUnavailable, NotFound, ServiceError
+from shared.metrics import count_stream_failure
 from shared.sse import KEEPALIVE_COMMENT, with_keepalive
 
 router = APIRouter(route_class=OpenAIRoute, prefix="/v1", tags=["openai-compatible"])
@@ -27,6 +28,7 @@ _INVALID = {400: "Malformed JSON, or an invalid request: no question, a field of
 _NO_MODEL = {404: "Chat offers no model of this name (not_found_error, model_not_found)"}
 # Where a stream that ends without chat's `done` or `error` event stops: chat went away mid-answer.
 _CUT_OFF = {"error": "chat_unavailable", "message": "the chat service stopped before the answer was complete"}
+_COMPLETIONS = "/v1/chat/completions"
 
 
 @router.get("/models", responses=in_openai_shape(forwarded("chat")))
@@ -107,6 +109,7 @@ async def _streamed(
 
 
 async def _chunks(upstream: UpstreamStream, writer: ChunkWriter) -> AsyncIterator[str]:
+    """Chat's events as chunks. Chat counts the `error` events it sends; the gateway counts the streams chat cut."""
     yield writer.first()
     ended = False  # by chat's `done` or `error` event
     try:
@@ -115,11 +118,13 @@ async def _chunks(upstream: UpstreamStream, writer: ChunkWriter) -> AsyncIterato
                 yield chunk
             ended = ended or event.event in ("done", "error")
     except ServiceError as exc:  # chat went away (chat_unavailable) or silent (chat_timeout) mid-stream
+        count_stream_failure(service="gateway", route=_COMPLETIONS, reason=exc.code)
         yield writer.error(exc.body())
         ended = True
     finally:
         await upstream.aclose()
     if not ended:
+        count_stream_failure(service="gateway", route=_COMPLETIONS, reason=_CUT_OFF["error"])
         yield writer.error(_CUT_OFF)
     yield openai_compat.DONE
 

@@ -115,7 +115,12 @@ def create_app(
     # Once its index is loaded, a replica answers the searches it holds in memory while Chroma is down, and
     # names Chroma in the 503 of the others: it stays in its load balancer. Chroma is reported.
     app = create_service_app(
-        service="retrieval", title="Cairn retrieval", lifespan=lifespan, readiness=readiness, needed={"embedder", "index"}
+        service="retrieval",
+        title="Cairn retrieval",
+        lifespan=lifespan,
+        readiness=readiness,
+        needed={"embedder", "index"},
+        service_token=settings.service_token,
     )
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     if settings.rerank_model is None:  # rerank: true is then a 422

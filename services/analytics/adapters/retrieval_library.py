@@ -1,4 +1,5 @@
-"""Retrieval's document library over HTTP (GET /documents), for the never-cited report."""
+"""Retrieval's document library over HTTP (GET /documents), for the never-cited report, and whether retrieval
+answers and accepts analytics' service token, for /readyz."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +8,7 @@ import httpx
 
 from shared.errors import DependencyUnavailable
 from shared.settings import CommonSettings
-from shared.web import internal_headers
+from shared.web import SERVICE_TOKEN_HEADER, internal_headers, token_verdict
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,8 @@ class HttpDocumentLibrary:
             raise ValueError("timeout_s must be positive")
         self._client = client
         self._settings = settings
-        self._url = f"{base_url.rstrip('/')}/documents"
+        self._base_url = base_url.rstrip("/")
+        self._url = f"{self._base_url}/documents"
         self._timeout = timeout_s
 
     async def document_ids(self) -> list[str]:
@@ -33,3 +35,21 @@ class HttpDocumentLibrary:
             # Down, slow, refusing our token, or answering something else than a document list.
             log.warning("retrieval's document list failed", extra={"error": repr(exc)[:300]})
             raise DependencyUnavailable("retrieval", "retrieval did not list its documents") from exc
+
+    async def readiness(self) -> dict[str, bool]:
+        """`retrieval` answers /healthz; `retrieval_service_token` is false when it refuses analytics' token."""
+        token = self._settings.service_token.get_secret_value()
+        try:
+            response = await self._client.get(
+                f"{self._base_url}/healthz", headers={SERVICE_TOKEN_HEADER: token}, timeout=min(self._timeout, 2.0)
+            )
+            answered = response.status_code == 200
+            refused = answered and token_verdict(response.json()) is False
+        except (httpx.HTTPError, ValueError):
+            answered = refused = False
+        if refused:
+            log.error(
+                "replicas refuse the service token; CAIRN_SERVICE_TOKEN differs",
+                extra={"upstream": "retrieval", "refusing": self._base_url},
+            )
+        return {"retrieval": answered, "retrieval_service_token": not refused}

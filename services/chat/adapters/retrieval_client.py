@@ -16,7 +16,7 @@ from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.chunks import RetrievedChunk
 from shared.caller import Caller
 from shared.errors import BadRequest, DependencyUnavailable
-from shared.replica_calls import CONNECT_TIMEOUT_S, NOT_CONNECTED, NoReplicaConnected, on_a_replica, some_replica_healthy
+from shared.replica_calls import CONNECT_TIMEOUT_S, NOT_CONNECTED, NoReplicaConnected, on_a_replica, probe_replicas
 from shared.replicas import ReplicaPool
 from shared.settings import CommonSettings
 from shared.tracing import client_span
@@ -178,9 +178,11 @@ class HttpRetrievalClient:
             raise _Retryable(f"answered {answer.status}", dependency=_named_dependency(answer))
         return answer
 
-    async def ping(self) -> bool:
-        """Whether some replica answers /healthz."""
-        return await some_replica_healthy(self._session, self.replicas, timeout_s=min(self._timeout, 2.0))
+    async def readiness(self) -> dict[str, bool]:
+        token = self._settings.service_token.get_secret_value()
+        timeout_s = min(self._timeout, 2.0)
+        health = await probe_replicas(self._session, self.replicas, timeout_s=timeout_s, service_token=token)
+        return health.checks("retrieval")
 
 
 def _named_dependency(answer: _Answer) -> str:

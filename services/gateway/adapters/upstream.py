@@ -23,7 +23,8 @@ from yarl import URL
 
 from shared.errors import DependencyUnavailable, ServiceError, UpstreamTimeout
 from shared.json_body import is_json_type
-from shared.replica_calls import CONNECT_TIMEOUT_S, NoReplicaConnected, on_a_replica, some_replica_healthy
+from shared.metrics import count_stream_failure
+from shared.replica_calls import CONNECT_TIMEOUT_S, NoReplicaConnected, ReplicasHealth, on_a_replica, probe_replicas
 from shared.replicas import ReplicaPool
 from shared.tracing import client_span
 
@@ -102,6 +103,7 @@ class Upstream:
     async def forward_stream(
         self,
         *,
+        route: str,
         method: str,
         path: str,
         headers: dict[str, str],
@@ -112,12 +114,16 @@ class Upstream:
 
         An error answer (not 200) is read whole and returned as is. The upstream response is closed
         when the stream ends or the client goes away, so the service behind stops its work too.
+        A stream the service cuts off is counted as a failure of the gateway's `route`.
         """
         upstream = await self.open_stream(method=method, path=path, headers=headers, body=body, params=params)
         if upstream.status_code != 200:
             return await self.read_whole(upstream)
         return StreamingResponse(
-            self._relay(upstream), status_code=200, headers=_passed(upstream), background=BackgroundTask(upstream.aclose)
+            self._relay(upstream, route=route),
+            status_code=200,
+            headers=_passed(upstream),
+            background=BackgroundTask(upstream.aclose),
         )
 
     async def open_stream(
@@ -155,15 +161,18 @@ class Upstream:
             raise DependencyUnavailable(self.name, f"{self.name} is unavailable: it answered {upstream.status_code}")
         return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
 
-    async def _relay(self, upstream: UpstreamStream) -> AsyncIterator[bytes]:
+    async def _relay(self, upstream: UpstreamStream, *, route: str) -> AsyncIterator[bytes]:
+        # The service's own `error` events pass through uncounted here: the service counts them.
         try:
             async for chunk in upstream.aiter_raw():
                 yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:  # the service went away or went silent mid-stream
+            failure = _failure(self.name, exc)
+            count_stream_failure(service="gateway", route=route, reason=failure.code)
             if not _is_event_stream(upstream):
                 raise  # too late for an error status: the connection is dropped, so the client sees the body cut short
             # The blank lines first end any event the service left half-sent.
-            yield b"\n\n" + format_sse_event(event="error", data_str=json.dumps(_failure(self.name, exc).body()))
+            yield b"\n\n" + format_sse_event(event="error", data_str=json.dumps(failure.body()))
         finally:
             await upstream.aclose()
 
@@ -187,9 +196,9 @@ class Upstream:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _failure(self.name, exc) from exc
 
-    async def healthy(self) -> bool:
-        """Whether some replica answers /healthz."""
-        return await some_replica_healthy(self._session, self.replicas, timeout_s=2)
+    async def health(self, *, service_token: str) -> ReplicasHealth:
+        """Which replicas answer /healthz, and which of them refuse `service_token`."""
+        return await probe_replicas(self._session, self.replicas, timeout_s=2, service_token=service_token)
 
 
 def _is_event_stream(upstream: UpstreamStream) -> bool:

@@ -207,7 +207,9 @@ async def test_many_long_streams_at_once_mark_no_healthy_replica_down():
     upstream = Upstream(name="chat", session=session, replicas=replicas)
 
     async def read_a_stream() -> int:
-        stream = await upstream.forward_stream(method="POST", path="/chat/stream", headers={}, body=b"{}")
+        stream = await upstream.forward_stream(
+            route="/api/chat/stream", method="POST", path="/chat/stream", headers={}, body=b"{}"
+        )
         try:
             await asyncio.sleep(3)  # the client reads for longer than the connect timeout: the connection stays in use
             return stream.status_code

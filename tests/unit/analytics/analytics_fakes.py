@@ -61,6 +61,9 @@ class FakeLibrary:
     async def document_ids(self) -> list[str]:
         return list(self.doc_ids)
 
+    async def readiness(self) -> dict[str, bool]:
+        return {}
+
 
 class FakeDeadLetters:
     """Records what would be dead-lettered; set `broken` to act as a publish the broker did not confirm."""

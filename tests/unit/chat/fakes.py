@@ -61,8 +61,8 @@ class FakeRetriever:
             raise self.error
         return self.chunks[:top_k]
 
-    async def ping(self) -> bool:
-        return self.healthy
+    async def readiness(self) -> dict[str, bool]:
+        return {"retrieval": self.healthy}
 
 
 class RecordingGenerator:

@@ -299,11 +299,11 @@ async def test_every_replica_down_is_503_retrieval_unavailable_at_once():
         with pytest.raises(DependencyUnavailable) as info:
             await _search(client)
         assert info.value.code == "retrieval_unavailable" and time.monotonic() - started < 1
-        assert not await client.ping()
+        assert not (await client.readiness())["retrieval"]
     assert [refusals(url) for url in urls] == [2, 2], "each attempt tried both replicas"
 
 
 async def test_ready_while_one_replica_answers():
     alive = Retrieval()
     async with running(alive), retrieval_client(nowhere(), alive.url) as client:
-        assert await client.ping()
+        assert (await client.readiness())["retrieval"]
