@@ -439,3 +439,30 @@ def test_a_session_store_outage_when_the_page_opens_keeps_the_session(browser, a
                 assert problems == [], problems
     finally:
         redis.stop()
+
+
+def test_the_chart_buttons_send_no_figures_to_an_outside_service(gateway, browser, figures):
+    """plotly.js offers "Share chart...", which opens Plotly Cloud and posts the chart to it, the users'
+    questions included: nothing of the dashboard leaves the gateway."""
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    chart = page.get_by_test_id("chart-top-queries")
+    chart.hover()
+    expect(chart.get_by_role("button", name="Download plot as a PNG")).to_be_visible()
+    assert page.locator(".modebar-btn").count() > 0
+    assert page.locator('.modebar-btn[data-title^="Share"]').count() == 0
+    assert problems == [], problems
+
+
+def test_the_skip_link_is_offered_only_with_the_figures(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    expect(page.get_by_label("User name")).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.textContent") != "Skip to the figures", "a link to hidden figures"
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    page.get_by_role("link", name="Chat").focus()
+    page.keyboard.press("Shift+Tab")
+    expect(page.get_by_role("link", name="Skip to the figures")).to_be_focused()
+    assert problems == [], problems

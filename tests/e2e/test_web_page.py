@@ -511,3 +511,66 @@ def test_an_ended_session_keeps_the_question_and_the_conversation_for_the_same_u
     expect(box).to_have_value("")
     assert "conversation_id" not in ask(page, "hello")
     assert problems == [], problems
+
+
+HIDDEN_BEHIND_THE_QUESTION_BAR = """() => {
+  const focused = document.activeElement, bar = document.getElementById("ask-form");
+  if (bar.contains(focused) || !focused.closest(".turn")) return null;
+  const a = focused.getBoundingClientRect(), b = bar.getBoundingClientRect();
+  return a.bottom > b.top && a.top < b.bottom ? focused.getAttribute("aria-label") || focused.textContent : null;
+}"""
+
+
+def test_tabbing_through_the_answers_never_hides_the_focus_behind_the_question_bar(browser, fake):
+    """The question bar sticks to the bottom of the window: a button the keyboard focuses is scrolled above it."""
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]. " * 6 + "Give roles with --role [2]."}] * 3
+    page, problems = open_page(browser, url + "/", 1280)
+    page.set_viewport_size({"width": 1280, "height": 600})
+    log_in_as(page, "demo")
+    for question in ("How do I add a user?", "And roles?", "And passwords?"):
+        ask(page, question)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.get_by_role("button", name="Log out").focus()
+    hidden = []
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        if (name := page.evaluate(HIDDEN_BEHIND_THE_QUESTION_BAR)) is not None:
+            hidden.append(name)
+    assert hidden == [], hidden
+    assert problems == [], problems
+
+
+def test_shift_enter_starts_a_new_line_and_enter_sends_the_question_with_it(browser, fake):
+    gateway, url = fake
+    page, problems = open_page(browser, url + "/", 375)
+    log_in_as(page, "demo")
+    box = page.get_by_label("Your question")
+    box.type("Why does ingest fail?")
+    box.press("Shift+Enter")
+    box.type("Error: no such file")
+    assert gateway.asked == [] and page.locator(".turn").count() == 0, "Shift+Enter sent the question"
+    expect(box).to_have_value("Why does ingest fail?\nError: no such file")
+    assert box.evaluate("e => e.scrollHeight <= e.clientHeight"), "both lines are in view"
+    body = ask(page, box.input_value())  # Enter sends
+    assert body["query"] == "Why does ingest fail?\nError: no such file"
+    expect(page.locator(".turn .question-text")).to_have_text("Why does ingest fail?\nError: no such file")
+    assert page.locator(".turn .question").evaluate("e => getComputedStyle(e).whiteSpace") == "pre-line"
+    expect(box).to_have_value("")
+    expect(box).to_be_focused()
+    assert problems == [], problems
+
+
+def test_the_skip_link_is_offered_only_where_the_question_box_is(browser, fake):
+    _, url = fake
+    page, problems = open_page(browser, url + "/", 1280)
+    expect(page.get_by_label("User name")).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.textContent") != "Skip to the question", "a link to a hidden box"
+    log_in_as(page, "demo")
+    page.get_by_role("button", name="New conversation").focus()
+    page.keyboard.press("Shift+Tab")
+    expect(page.get_by_role("link", name="Skip to the question")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_label("Your question")).to_be_focused()
+    assert problems == [], problems

@@ -7,6 +7,7 @@ const USER_KEY = "cairn.username";
 
 const $ = (id) => document.getElementById(id);
 const view = {
+  skipLink: $("skip-link"),
   login: $("login-view"),
   loginForm: $("login-form"),
   loginMessage: $("login-message"),
@@ -74,6 +75,7 @@ function showLogin(message = "", kind = "notice", { keep = false } = {}) {
   }
   view.chat.hidden = true;
   view.session.hidden = true;
+  view.skipLink.hidden = true; // it leads to the question box, which the log-in form hides
   view.login.hidden = false;
   say(message, kind);
   view.password.value = "";
@@ -87,7 +89,19 @@ function sessionEnded() {
 function forgetConversation() {
   state.conversationId = null;
   view.turns.replaceChildren();
-  view.question.value = "";
+  setQuestion("");
+}
+
+/** Put text in the question box, which grows with its lines. */
+function setQuestion(text) {
+  view.question.value = text;
+  fitQuestion();
+}
+
+// CSS sizes the box to its text where the browser can (field-sizing); elsewhere it gets a row per line.
+function fitQuestion() {
+  if (CSS.supports("field-sizing", "content")) return;
+  view.question.rows = Math.min(view.question.value.split("\n").length, 6);
 }
 
 function showChat(username) {
@@ -97,6 +111,7 @@ function showChat(username) {
   view.login.hidden = true;
   view.chat.hidden = false;
   view.session.hidden = false;
+  view.skipLink.hidden = false;
   view.intro.hidden = view.turns.children.length > 0;
   view.question.focus();
 }
@@ -197,7 +212,7 @@ async function ask(query) {
       }
     }
     if (!finished) turn.fail("The answer was cut off. Try again.");
-    if (turn.element.classList.contains("failed") && !view.question.value) view.question.value = query;
+    if (turn.element.classList.contains("failed") && !view.question.value) setQuestion(query);
   } catch (error) {
     if (error.name === "AbortError") {
       if (!finished) turn.stop(); // by Stop; New conversation and Log out take the turn away anyway
@@ -205,7 +220,7 @@ async function ask(query) {
     }
     if (error.status === 401) {
       turn.fail("Your session had ended. Log in again to ask this question.", { keepText: false });
-      if (!view.question.value) view.question.value = query;
+      if (!view.question.value) setQuestion(query);
       sessionEnded();
       return;
     }
@@ -215,7 +230,7 @@ async function ask(query) {
     } else {
       turn.fail(describe(error)); // a connection broken mid-answer keeps the text so far, as a stream cut short does
     }
-    if (!view.question.value) view.question.value = query; // ready to send again
+    if (!view.question.value) setQuestion(query); // ready to send again
   } finally {
     if (state.busy === controller) {
       setBusy(null);
@@ -229,9 +244,17 @@ view.askForm.addEventListener("submit", (event) => {
   event.preventDefault();
   const query = view.question.value.trim();
   if (!query || state.busy) return;
-  view.question.value = "";
+  setQuestion("");
   ask(query);
 });
+
+// Enter sends, as in a one-line box; Shift+Enter is a new line, and Enter that ends an IME composition sends nothing.
+view.question.addEventListener("keydown", (event) => {
+  if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+  event.preventDefault();
+  view.askForm.requestSubmit();
+});
+view.question.addEventListener("input", fitQuestion);
 
 view.askButton.addEventListener("click", (event) => {
   if (!state.busy || view.askButton.type !== "button") return;

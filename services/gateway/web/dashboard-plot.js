@@ -7,6 +7,9 @@ const EMPTY = "No data in this range";
 const CONFIG = {
   displaylogo: false,
   responsive: true,
+  // plotly.js 4 would offer "Share chart...", which posts the figures (questions too) to Plotly Cloud.
+  showSendToCloud: false,
+  plotlyServerURL: "",
   modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
 };
 

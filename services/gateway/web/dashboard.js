@@ -13,6 +13,7 @@ const ANALYST_ROLES = ["analyst", "admin"];
 
 const $ = (id) => document.getElementById(id);
 const view = {
+  skipLink: $("skip-link"),
   login: $("login-view"),
   loginForm: $("login-form"),
   loginMessage: $("login-message"),
@@ -59,6 +60,7 @@ function describe(error) {
 function show(which, username = "") {
   for (const name of ["login", "forbidden", "dashboard"]) view[name].hidden = name !== which;
   view.session.hidden = which === "login";
+  view.skipLink.hidden = which !== "dashboard"; // it leads to the figures, hidden in the other views
   view.whoami.textContent = username;
 }
 
