@@ -126,12 +126,20 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
         reason = (invalid[0].get("ctx") or {}).get("error")
         message = f"request body is not valid JSON: {reason}" if reason else "request body is not valid JSON"
         return JSONResponse({"error": "malformed_json", "message": message}, status_code=400)
-    # pydantic words a validator's own message "Value error, ...": the message alone says it better.
-    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "").removeprefix("Value error, ")} for e in errors]
+    # An unknown field first: a misspelt required field is also missing, and the misspelling is the cause.
+    errors = sorted(errors, key=lambda e: e.get("type") != "extra_forbidden")
+    detail = [{"loc": list(e.get("loc", ())), "msg": _message(e)} for e in errors]
     first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
     where = ".".join(str(p) for p in first["loc"] if p != "body")
     message = f"{where}: {first['msg']}" if where else first["msg"]
     return JSONResponse({"error": "invalid_request", "message": message, "detail": detail}, status_code=422)
+
+
+def _message(error: dict[str, Any]) -> str:
+    if error.get("type") == "extra_forbidden":  # a field of a request model's body it does not declare
+        return "unknown field"
+    # pydantic words a validator's own message "Value error, ...": the message alone says it better.
+    return error.get("msg", "").removeprefix("Value error, ")
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

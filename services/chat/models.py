@@ -4,24 +4,23 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, Field, WithJsonSchema, field_validator
 
 from shared.filters import checked_filter, filter_schema
 from shared.json_types import JSON_INTEGER, trimmed_text_pattern
+from shared.request_model import RequestModel
 
 MAX_QUERY_CHARS = 1000
 
 
-class PastTurn(BaseModel):
+class PastTurn(RequestModel):
     """A question asked earlier in the conversation and the answer it got."""
 
     question: str = Field(min_length=1, max_length=4 * MAX_QUERY_CHARS)
     answer: str = Field(max_length=20_000)
 
 
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class ChatRequest(RequestModel):
     query: str = Field(
         description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed.",
         # The same rule as the validator below, for clients and schema-driven tests.

@@ -10,11 +10,12 @@ from services.gateway import feedback
 from services.gateway.deps import PublisherDep, RequestOwnersDep, UserSession
 from services.gateway.responses import FEEDBACK
 from shared.json_body import StrictJsonRoute
+from shared.request_model import RequestModel
 
 router = APIRouter(route_class=StrictJsonRoute, prefix="/api", tags=["feedback"])
 
 
-class FeedbackRequest(BaseModel):
+class FeedbackRequest(RequestModel):
     request_id: str = Field(
         min_length=1, max_length=128, description="The answer's metadata.request_id (its X-Request-ID response header)"
     )

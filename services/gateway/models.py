@@ -5,9 +5,10 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from services.gateway.users import MAX_PASSWORD_LENGTH
+from shared.request_model import RequestModel
 
 
-class LoginRequest(BaseModel):
+class LoginRequest(RequestModel):
     username: str = Field(min_length=1, max_length=64)
     password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
 

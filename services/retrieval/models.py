@@ -13,6 +13,7 @@ from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, checked_filter, fi
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
+from shared.request_model import RequestModel
 
 MAX_QUERY_CHARS = 1000
 
@@ -64,9 +65,7 @@ def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
     return user_metadata(value)
 
 
-class DocumentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DocumentIn(RequestModel):
     doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
     text: str = Field(min_length=1, max_length=10_000_000, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
@@ -93,10 +92,8 @@ class DocumentOut(BaseModel):
     chunks: int
 
 
-class UploadFields(BaseModel):
+class UploadFields(RequestModel):
     """The form fields that may accompany a `file` part in a multipart POST /documents."""
-
-    model_config = ConfigDict(extra="forbid")
 
     doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.")
@@ -142,7 +139,7 @@ class DeletedDocument(BaseModel):
     deleted_chunks: int
 
 
-class SearchRequest(BaseModel):
+class SearchRequest(RequestModel):
     query: str = Field(
         description=f"What to look for, 1..{MAX_QUERY_CHARS} characters once trimmed.",
         json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS)},

@@ -211,7 +211,7 @@ def test_metadata_that_cannot_be_stored_is_refused_naming_the_field(client: Test
 
 def test_unknown_fields_and_unreadable_form_metadata_are_refused(client: TestClient) -> None:
     unknown = client.post("/documents", json={"text": "Some text.", "published": 1714521600}, headers=AUTH)
-    assert unknown.status_code == 422 and unknown.json()["message"].startswith("published: Extra inputs"), unknown.text
+    assert unknown.status_code == 422 and unknown.json()["message"] == "published: unknown field", unknown.text
     for form_value, message in (("[1, 2]", "a JSON object of fields"), ("{team: ops}", "must be a JSON object")):
         refused = upload(client, "notes.md", b"# Notes\n\ntext", metadata=form_value)
         assert refused.status_code == 422 and message in refused.json()["message"], refused.text
