@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 import tempfile
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from tqdm import tqdm
@@ -38,6 +40,10 @@ from services.retrieval.settings import Settings
 from shared.settings import print_settings_problems
 
 MODE_ORDER = ("dense", "keyword", "hybrid")  # report order: the two legs, then their fusion
+# Ended like Ctrl-C, which asyncio.run already turns into a cancelled run: their default action would end the
+# process on the spot and leave the temporary collection behind.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+T = TypeVar("T")
 
 
 @dataclass
@@ -58,8 +64,8 @@ def run(
     settings: Settings | None = None,
     embedder: Embedder | None = None,
 ) -> int:
-    """Print the report; 2 when the settings are invalid or the dataset cannot be read. `embedder` replaces
-    the configured model (tests)."""
+    """Print the report; 2 when the settings are invalid or the dataset cannot be read, 128 + the signal
+    number when SIGTERM or SIGHUP stopped it. `embedder` replaces the configured model (tests)."""
     try:
         settings = settings or Settings()
     except ValidationError as exc:
@@ -71,15 +77,68 @@ def run(
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = asyncio.run(
-        _evaluate(dataset, split=split, settings=settings, modes=modes, whole_docs=whole_docs, embedder=embedder)
-    )
+    if dataset.relevant_missing:
+        print(
+            f"note: {dataset.relevant_missing} (query, document) pairs that qrels/{split}.tsv marks relevant name a "
+            "document the corpus lacks; no mode can find them, so they lower every score",
+            file=sys.stderr,
+        )
+    # Made and deleted outside asyncio.run, which returns (also when cancelled) only once every worker thread
+    # has finished: deleted inside, it raced the Chroma writes still running and was left behind.
+    with tempfile.TemporaryDirectory(prefix="cairn-eval-") as scratch:
+        evaluating = _evaluate(
+            dataset, split=split, settings=settings, modes=modes, whole_docs=whole_docs, embedder=embedder, scratch=Path(scratch)
+        )
+        try:
+            report = asyncio.run(_stoppable(evaluating))
+        except _Stopped as stopped:
+            print(f"\nstopped by {signal.Signals(stopped.signum).name}", file=sys.stderr)
+            return 128 + stopped.signum
     print(json.dumps(report.as_dict(), indent=2, allow_nan=False) if as_json else report.as_table())
     return 0
 
 
+class _Stopped(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+async def _stoppable(work: Coroutine[Any, Any, T]) -> T:
+    """`work`, cancelled by any of STOP_SIGNALS; _Stopped then says which."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        if task is not None:
+            task.cancel()
+
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if received:
+            raise _Stopped(received[0]) from None
+        raise
+    finally:
+        for signum, handler in previous.items():
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, handler)  # remove_signal_handler leaves the default action, not the one before
+
+
 async def _evaluate(
-    dataset: BeirDataset, *, split: str, settings: Settings, modes: list[str], whole_docs: bool, embedder: Embedder | None
+    dataset: BeirDataset,
+    *,
+    split: str,
+    settings: Settings,
+    modes: list[str],
+    whole_docs: bool,
+    embedder: Embedder | None,
+    scratch: Path,
 ) -> EvalReport:
     model_path = settings.model_path()
     owned = None
@@ -90,12 +149,15 @@ async def _evaluate(
     cached = CachingEmbedder(embedder, path=settings.embedding_cache_path, model_id=model_fingerprint(model_path, backend=backend))
     contextualizer = build_contextualizer(settings, force=True)
     try:
-        measured = await _measure(dataset, settings=settings, embedder=cached, modes=modes, whole_docs=whole_docs)
+        measured = await _measure(
+            dataset, settings=settings, embedder=cached, modes=modes, whole_docs=whole_docs, folder=scratch / "plain"
+        )
         embeddings = {"computed": cached.stats.misses, "reused": cached.stats.hits}
         contextual: dict[str, Any] = {"measured": False, "summary": "not measured (LLM_BASE_URL and LLM_MODEL not set)"}
         if contextualizer is not None:
             with_prefixes = await _measure(
-                dataset, settings=settings, embedder=cached, modes=modes, whole_docs=whole_docs, contextualizer=contextualizer
+                dataset, settings=settings, embedder=cached, modes=modes, whole_docs=whole_docs,
+                folder=scratch / "contextual", contextualizer=contextualizer,
             )
             contextual = _contextual_effect(measured.modes, with_prefixes.modes, model=settings.llm_model)
     finally:
@@ -132,8 +194,10 @@ async def _measure(
     embedder: CachingEmbedder,
     modes: list[str],
     whole_docs: bool,
+    folder: Path,
     contextualizer: Contextualizer | None = None,
 ) -> _Measured:
+    """Index the corpus into a temporary collection kept in `folder`, run the queries, check the ANN index."""
     size = embedder.max_tokens if whole_docs else min(settings.chunk_size_tokens, embedder.max_tokens)
     overlap = 0 if whole_docs else settings.chunk_overlap_tokens
     options = search_module.SearchOptions(
@@ -142,57 +206,56 @@ async def _measure(
         dense_weight=settings.hybrid_dense_weight,
         keyword_weight=settings.hybrid_keyword_weight,
     )
-    with tempfile.TemporaryDirectory(prefix="cairn-eval-") as tmp:
-        chroma = ChromaStore(
-            collection="cairn-eval",
-            path=Path(tmp),
-            timeout_s=max(settings.chroma_timeout_s, 60.0),
-            ef_search=settings.hnsw_ef_search,
-            ef_construction=settings.hnsw_ef_construction,
-            max_neighbors=settings.hnsw_max_neighbors,
-        )
-        recording = RecordingStore(chroma)
-        store, keywords, keyword_sync = keyword_indexed(
-            recording,
-            interval_s=settings.keyword_sync_interval_s,
-            exact_max_chunks=settings.exact_search_max_chunks,
-            max_scan_batch=settings.search_max_query_batch,
-        )
-        await keyword_sync.refresh()  # loads the (empty) index; every later write goes through `store`
+    chroma = ChromaStore(
+        collection="cairn-eval",
+        path=folder,
+        timeout_s=max(settings.chroma_timeout_s, 60.0),
+        ef_search=settings.hnsw_ef_search,
+        ef_construction=settings.hnsw_ef_construction,
+        max_neighbors=settings.hnsw_max_neighbors,
+    )
+    recording = RecordingStore(chroma)
+    store, keywords, keyword_sync = keyword_indexed(
+        recording,
+        interval_s=settings.keyword_sync_interval_s,
+        exact_max_chunks=settings.exact_search_max_chunks,
+        max_scan_batch=settings.search_max_query_batch,
+    )
+    await keyword_sync.refresh()  # loads the (empty) index; every later write goes through `store`
 
-        async def ingest(document: ingestion.NewDocument) -> ingestion.IngestResult:
-            return await ingestion.ingest_document(
-                document, embedder=embedder, store=store, chunk_size=size, chunk_overlap=overlap, contextualizer=contextualizer
-            )
-
-        async def search(query: str, mode: str, top_k: int) -> list[search_module.SearchHit]:
-            return await search_module.search(
-                query=query, top_k=top_k, embedder=embedder, store=store, keywords=keywords, mode=mode, options=options
-            )
-
-        label = f"ingesting {dataset.name}" + (" with contextual prefixes" if contextualizer else "")
-        with _bar(len(dataset.corpus), label) as bar:
-            ingested = await ingest_corpus(
-                dataset,
-                ingest=ingest,
-                truncate_to=embedder.max_tokens if whole_docs else None,
-                count_tokens=embedder.count_tokens,
-                progress=bar.update,
-            )
-        # Built before the first query, as a replica's index is once its writes settle: otherwise dense
-        # lookups would go to Chroma until some keyword search built it, and the modes would not compare.
-        await asyncio.to_thread(keywords.build)
-        dense_lookup = "exact" if keywords.exact_dense() is not None else "hnsw"
-        depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents)
-        results = []
-        for mode in modes:
-            # Hybrid fuses the top `candidates` of each leg, as served; asking for more would deepen the legs.
-            top_k = min(depth, options.candidates) if mode == "hybrid" else depth
-            with _bar(len(dataset.queries), f"{mode} search") as bar:
-                results.append(await run_mode(dataset, mode=mode, search=search, top_k=top_k, progress=bar.update))
-        ann = await ann_recall(
-            queries=list(dataset.queries.values()), embed_query=embedder.embed_query, store=chroma, embeddings=recording.embeddings
+    async def ingest(document: ingestion.NewDocument) -> ingestion.IngestResult:
+        return await ingestion.ingest_document(
+            document, embedder=embedder, store=store, chunk_size=size, chunk_overlap=overlap, contextualizer=contextualizer
         )
+
+    async def search(query: str, mode: str, top_k: int) -> list[search_module.SearchHit]:
+        return await search_module.search(
+            query=query, top_k=top_k, embedder=embedder, store=store, keywords=keywords, mode=mode, options=options
+        )
+
+    label = f"ingesting {dataset.name}" + (" with contextual prefixes" if contextualizer else "")
+    with _bar(len(dataset.corpus), label) as bar:
+        ingested = await ingest_corpus(
+            dataset,
+            ingest=ingest,
+            truncate_to=embedder.max_tokens if whole_docs else None,
+            count_tokens=embedder.count_tokens,
+            progress=bar.update,
+        )
+    # Built before the first query, as a replica's index is once its writes settle: otherwise dense
+    # lookups would go to Chroma until some keyword search built it, and the modes would not compare.
+    await asyncio.to_thread(keywords.build)
+    dense_lookup = "exact" if keywords.exact_dense() is not None else "hnsw"
+    depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents)
+    results = []
+    for mode in modes:
+        # Hybrid fuses the top `candidates` of each leg, as served; asking for more would deepen the legs.
+        top_k = min(depth, options.candidates) if mode == "hybrid" else depth
+        with _bar(len(dataset.queries), f"{mode} search") as bar:
+            results.append(await run_mode(dataset, mode=mode, search=search, top_k=top_k, progress=bar.update))
+    ann = await ann_recall(
+        queries=list(dataset.queries.values()), embed_query=embedder.embed_query, store=chroma, embeddings=recording.embeddings
+    )
     return _Measured(ingest=ingested, modes=results, ann=ann, dense_lookup=dense_lookup)
 
 

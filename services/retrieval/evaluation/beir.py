@@ -1,4 +1,4 @@
-"""Read a BEIR-format dataset: corpus.jsonl[.gz], queries.jsonl[.gz], qrels/<split>.tsv (with header)."""
+"""Read a BEIR-format dataset: corpus.jsonl[.gz], queries.jsonl[.gz], qrels/<split>.tsv (header optional)."""
 from __future__ import annotations
 
 import csv
@@ -29,12 +29,42 @@ class BeirDataset:
     queries: dict[str, str]  # only the queries judged in the split, in file order
     qrels: dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 
+    @property
+    def relevant_missing(self) -> int:
+        """(query, document) pairs judged relevant whose document is not in the corpus: no mode can find them."""
+        return sum(
+            1 for docs in self.qrels.values() for doc_id, grade in docs.items() if grade > 0 and doc_id not in self.corpus
+        )
 
-def _find(folder: Path, stem: str) -> Path:
+
+_LAYOUT = "corpus.jsonl[.gz], queries.jsonl[.gz] and qrels/<split>.tsv"
+
+
+def _find(folder: Path, stem: str) -> Path | None:
     for candidate in (folder / f"{stem}.jsonl", folder / f"{stem}.jsonl.gz"):
         if candidate.is_file():
             return candidate
-    raise DatasetError(f"{folder}: no {stem}.jsonl or {stem}.jsonl.gz")
+    return None
+
+
+def _layout(folder: Path) -> tuple[Path, Path]:
+    """The corpus and queries files; every missing part is named at once, so that a folder that is not a
+    BEIR dataset is recognised as such."""
+    corpus, queries, has_qrels = _find(folder, "corpus"), _find(folder, "queries"), (folder / "qrels").is_dir()
+    if corpus is None or queries is None or not has_qrels:
+        parts = (("corpus.jsonl[.gz]", corpus), ("queries.jsonl[.gz]", queries), ("qrels/", has_qrels))
+        missing = ", ".join(name for name, found in parts if not found)
+        raise DatasetError(f"{folder}: not a BEIR dataset: no {missing} (expected {_LAYOUT})")
+    return corpus, queries
+
+
+def _qrels_path(folder: Path, split: str) -> Path:
+    path = folder / "qrels" / f"{split}.tsv"
+    if path.is_file():
+        return path
+    splits = sorted(p.stem for p in (folder / "qrels").glob("*.tsv") if p.is_file())
+    there = f"the splits here are {', '.join(splits)}" if splits else "the qrels folder holds no .tsv file"
+    raise DatasetError(f"no qrels/{split}.tsv: {there}")
 
 
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")  # where errors="surrogateescape" leaves the bytes it could not decode
@@ -49,13 +79,14 @@ def _utf8_lines(lines: Iterable[str], path: Path) -> Iterator[str]:
         yield line
 
 
-def _records(path: Path) -> Iterator[dict]:
+def _records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, record) for each non-blank line. utf-8-sig: a byte order mark, if any, is not text."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as lines:
+        with opener(path, "rt", encoding="utf-8-sig", errors="surrogateescape") as lines:
             for number, line in enumerate(_utf8_lines(lines, path), start=1):
                 if line.strip():
-                    yield _record(line, path, number)
+                    yield number, _record(line, path, number)
     except (OSError, EOFError, zlib.error) as exc:
         raise DatasetError(f"{path.name}: {exc}") from exc
 
@@ -70,21 +101,34 @@ def _record(line: str, path: Path, number: int) -> dict:
     return record
 
 
-def _id(record: dict, path: Path) -> str:
+def _id(record: dict, path: Path, number: int, seen: dict[str, int]) -> str:
+    """The record's _id as the qrels spell it; refused when it could not match a qrels id, or repeats one
+    (the qrels could not say which of the two records they judge)."""
     if "_id" not in record:
-        raise DatasetError(f"{path.name}: a record has no _id")
-    return str(record["_id"])
+        raise DatasetError(f"{path.name} line {number}: no _id")
+    value = record["_id"]
+    if not ((isinstance(value, str) and value) or (isinstance(value, int) and not isinstance(value, bool))):
+        shown = json.dumps(value)[:40]
+        raise DatasetError(f"{path.name} line {number}: _id must be a non-empty string or an integer, not {shown}")
+    record_id = str(value)
+    if (first := seen.setdefault(record_id, number)) != number:
+        raise DatasetError(f"{path.name} line {number}: _id {record_id!r} is already used on line {first}")
+    return record_id
+
+
+def _is_header(row: list[str]) -> bool:
+    return len(row) == 3 and not any(character.isdigit() for character in row[2])  # "score", "rel", "relevance" ...
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """query-id, corpus-id, score per line; the header line is skipped."""
+    """query-id, corpus-id, score per line; a first line whose score column holds no digit is a header."""
     if not path.is_file():
         raise DatasetError(f"{path}: no such qrels file")
     qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8", errors="surrogateescape", newline="") as handle:
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
         rows = csv.reader(_utf8_lines(handle, path), delimiter="\t")
         for number, row in enumerate(rows, start=1):
-            if not row or (number == 1 and row[0] == "query-id"):
+            if not row or (number == 1 and _is_header(row)):
                 continue
             if len(row) != 3:
                 raise DatasetError(f"{path.name} line {number}: expected 3 tab-separated columns")
@@ -96,24 +140,38 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def load_beir(folder: Path, *, split: str = "test") -> BeirDataset:
-    """The corpus, the queries that have judgements in `split`, and those judgements."""
+    """The corpus, the queries that have judgements in `split`, and those judgements.
+
+    Refused (DatasetError) when nothing could be scored: checked here, before the corpus is ingested.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetError(f"{folder}: not a folder")
-    qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
-    if not qrels:  # found now, not after the whole corpus is ingested
+    corpus_path, queries_path = _layout(folder)
+    qrels = read_qrels(_qrels_path(folder, split))
+    if not qrels:
         raise DatasetError(f"qrels/{split}.tsv judges no queries: the {split!r} split has nothing to score")
-    corpus_path, queries_path = _find(folder, "corpus"), _find(folder, "queries")
-    corpus = {}
-    for record in _records(corpus_path):
-        doc_id = _id(record, corpus_path)
+    relevant = [doc_id for docs in qrels.values() for doc_id, grade in docs.items() if grade > 0]
+    if not relevant:
+        raise DatasetError(f"qrels/{split}.tsv marks no document relevant (every score is 0 or less)")
+    corpus: dict[str, BeirDocument] = {}
+    seen: dict[str, int] = {}
+    for number, record in _records(corpus_path):
+        doc_id = _id(record, corpus_path, number, seen)
         corpus[doc_id] = BeirDocument(doc_id, str(record.get("title") or ""), str(record.get("text") or ""))
+    if not any((document.title + document.text).strip() for document in corpus.values()):
+        raise DatasetError(f"{corpus_path.name}: no document has a title or text")
+    if not any(doc_id in corpus for doc_id in relevant):
+        raise DatasetError(
+            f"qrels/{split}.tsv: none of the {len(set(relevant))} documents it marks relevant is in {corpus_path.name} "
+            f"(as {relevant[0]!r}): do its corpus-id values match the corpus _id values?"
+        )
     queries = {}
-    for record in _records(queries_path):
-        if (query_id := _id(record, queries_path)) in qrels:
+    seen = {}
+    for number, record in _records(queries_path):
+        if (query_id := _id(record, queries_path, number, seen)) in qrels:
             queries[query_id] = str(record.get("text") or "")
     if missing := sorted(set(qrels) - set(queries)):
-        raise DatasetError(f"qrels/{split}.tsv judges queries not in the queries file: {', '.join(missing[:5])}")
-    if not corpus:
-        raise DatasetError(f"{folder}: the corpus is empty")
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise DatasetError(f"qrels/{split}.tsv judges queries not in the queries file: {', '.join(missing[:5])}{more}")
     return BeirDataset(name=folder.name, corpus=corpus, queries=queries, qrels=qrels)

@@ -3,6 +3,11 @@ the embedding cache across runs, whole documents, and contextual prefixes from a
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,6 +144,38 @@ def test_qrels_with_only_a_header_are_refused_before_loading_the_model(
     ]
 
 
+def test_a_folder_without_the_beir_parts_or_the_split_is_refused_with_what_there_is(
+    capsys, monkeypatch: pytest.MonkeyPatch, dataset: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path / "data"))
+    (dataset / "qrels" / "train.tsv").write_text("q-lava\tvolcano\t1\n", encoding="utf-8")
+    assert cli.main(["eval", str(dataset), "--split", "dev", "--json"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: no qrels/dev.tsv: the splits here are test, train"]
+    (dataset / "queries.jsonl").unlink()
+    assert cli.main(["eval", str(dataset), "--json"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {dataset}: not a BEIR dataset: no queries.jsonl[.gz] "
+        "(expected corpus.jsonl[.gz], queries.jsonl[.gz] and qrels/<split>.tsv)"
+    ]
+
+
+def test_relevant_documents_the_corpus_lacks_are_noted_and_count_as_missed(
+    capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    with (dataset / "qrels" / "test.tsv").open("a", encoding="utf-8") as qrels:
+        qrels.write("q-lava\tnot-in-corpus\t1\nq-tide\tnot-judged-relevant\t0\n")
+    assert evaluation.run(
+        dataset, split="test", mode="dense", whole_docs=True, as_json=True, settings=settings_for(tmp_path), embedder=embedder
+    ) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["modes"]["dense"]["recall@100"] == pytest.approx((0.5 + 1 + 1 + 1) / 4)
+    assert [line for line in err.splitlines() if line.startswith("note:")] == [
+        "note: 1 (query, document) pairs that qrels/test.tsv marks relevant name a document the corpus lacks; "
+        "no mode can find them, so they lower every score"
+    ]
+
+
 @pytest.mark.parametrize(
     ("environment", "errors"),
     [
@@ -164,6 +201,45 @@ def test_invalid_retrieval_settings_are_one_line_each_without_their_values(
         monkeypatch.setenv(name, value)
     assert cli.main(["eval", str(dataset), "--json"]) == 2
     assert capsys.readouterr().err.splitlines() == errors
+
+
+STARTING = "cairn-eval-*"  # the temporary folder: made as the run starts
+INGESTING = "cairn-eval-*/**/chroma.sqlite3"  # the collection: made once the model is loaded
+
+
+@pytest.mark.parametrize(
+    ("stop", "when"),
+    [(signal.SIGINT, STARTING), (signal.SIGINT, INGESTING), (signal.SIGTERM, INGESTING), (signal.SIGHUP, INGESTING)],
+    ids=["SIGINT-starting", "SIGINT-ingesting", "SIGTERM-ingesting", "SIGHUP-ingesting"],
+)
+def test_a_stopped_evaluation_deletes_its_temporary_collection(
+    dataset: Path, tmp_path: Path, stop: signal.Signals, when: str
+) -> None:
+    """Ctrl-C, `kill`, `timeout` or a closed terminal: the temporary Chroma folder goes too, however early."""
+    corpus = "".join(json.dumps({"_id": f"doc{i}", "text": f"note {i}: " + "words to embed " * 60}) + "\n" for i in range(400))
+    with (dataset / "corpus.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(corpus)
+    (tmp_path / "tmp").mkdir()
+    env = os.environ | {"CAIRN_DATA_DIR": str(tmp_path / "data"), "TMPDIR": str(tmp_path / "tmp")}
+    root = Path(__file__).resolve().parents[3]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cairn.cli", "eval", str(dataset), "--json"],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "tmp").glob(when)):
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"never got there: {process.communicate()[1].decode()[-2000:]}")
+            time.sleep(0.1)
+        process.send_signal(stop)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + stop, err.decode()[-2000:]
+    assert out == b""
+    assert list((tmp_path / "tmp").glob("cairn-eval-*")) == []
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,129 @@ def test_a_corrupt_gzipped_corpus_is_reported(tmp_path: Path) -> None:
     (folder / "corpus.jsonl.gz").write_bytes(damaged)
     with pytest.raises(DatasetError, match=r"^corpus\.jsonl\.gz: .*decompressing"):
         load_beir(folder)
+
+
+@pytest.mark.parametrize(
+    ("remove", "missing"),
+    [
+        (["corpus.jsonl", "queries.jsonl", "qrels"], "no corpus.jsonl[.gz], queries.jsonl[.gz], qrels/"),
+        (["queries.jsonl"], "no queries.jsonl[.gz]"),
+        (["qrels"], "no qrels/"),
+    ],
+    ids=["nothing", "no queries", "no qrels folder"],
+)
+def test_a_folder_that_is_not_beir_names_every_missing_part(tmp_path: Path, remove: list[str], missing: str) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    for name in remove:
+        shutil.rmtree(folder / name) if (folder / name).is_dir() else (folder / name).unlink()
+    with pytest.raises(DatasetError) as refused:
+        load_beir(folder)
+    assert str(refused.value) == (
+        f"{folder}: not a BEIR dataset: {missing} (expected corpus.jsonl[.gz], queries.jsonl[.gz] and qrels/<split>.tsv)"
+    )
+
+
+def test_a_split_that_does_not_exist_lists_the_splits_there_are(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    with pytest.raises(DatasetError, match=r"^no qrels/dev\.tsv: the splits here are test, train$"):
+        load_beir(folder, split="dev")
+    for split in ("test", "train"):
+        (folder / "qrels" / f"{split}.tsv").unlink()
+    with pytest.raises(DatasetError, match=r"^no qrels/test\.tsv: the qrels folder holds no \.tsv file$"):
+        load_beir(folder)
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ({"text": "no id"}, "no _id"),
+        ({"_id": None, "text": "null id"}, "_id must be a non-empty string or an integer, not null"),
+        ({"_id": "", "text": "empty id"}, '_id must be a non-empty string or an integer, not ""'),
+        ({"_id": 4.5, "text": "float id"}, "_id must be a non-empty string or an integer, not 4.5"),
+        ({"_id": True, "text": "bool id"}, "_id must be a non-empty string or an integer, not true"),
+        ({"_id": ["d1"], "text": "list id"}, '_id must be a non-empty string or an integer, not ["d1"]'),
+        ({"_id": "d1", "text": "again"}, "_id 'd1' is already used on line 1"),
+        ({"_id": "3", "text": "as a string"}, "_id '3' is already used on line 3"),
+    ],
+    ids=["missing", "null", "empty", "float", "bool", "list", "duplicate", "duplicate number"],
+)
+def test_a_corpus_id_that_cannot_be_matched_to_the_qrels_is_refused_with_its_line(
+    tmp_path: Path, record: dict, problem: str
+) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    insert_line(folder / "corpus.jsonl", json.dumps(record).encode() + b"\n", at=4)
+    with pytest.raises(DatasetError) as refused:
+        load_beir(folder)
+    assert str(refused.value) == f"corpus.jsonl line 4: {problem}"
+
+
+def test_a_repeated_query_id_is_refused_with_its_line(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    insert_line(folder / "queries.jsonl", b'{"_id": "q1", "text": "what purrs, again"}\n', at=3)
+    with pytest.raises(DatasetError, match=r"^queries\.jsonl line 3: _id 'q1' is already used on line 1$"):
+        load_beir(folder)
+
+
+def test_a_corpus_without_any_text_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    blank = [{"_id": "d1", "title": "", "text": ""}, {"_id": "d2", "text": "  \n "}, {"_id": 3, "title": None}]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in blank), encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"^corpus\.jsonl: no document has a title or text$"):
+        load_beir(folder)
+
+
+def test_qrels_that_cannot_score_anything_are_refused(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    (folder / "qrels" / "test.tsv").write_text("q1\td1\t0\nq2\td2\t0\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"^qrels/test\.tsv marks no document relevant \(every score is 0 or less\)$"):
+        load_beir(folder)
+    (folder / "qrels" / "test.tsv").write_text("q1\tD1\t1\nq2\tD2\t1\nq2\td1\t0\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"^qrels/test\.tsv: none of the 2 documents it marks relevant is in corpus\.jsonl "
+                       r"\(as 'D1'\): do its corpus-id values match the corpus _id values\?$"):
+        load_beir(folder)
+
+
+def test_relevant_documents_missing_from_the_corpus_are_counted(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    (folder / "qrels" / "test.tsv").write_text("q1\td1\t1\nq2\td2\t1\nq2\tgone\t2\nq2\tzero\t0\n", encoding="utf-8")
+    assert load_beir(folder).relevant_missing == 1, "judged 0: not relevant, so not missed"
+    assert load_beir(write_dataset(tmp_path / "e", gz=False)).relevant_missing == 0
+
+
+@pytest.mark.parametrize("header", ["qid\tdocid\trel", "query_id\tcorpus_id\tscore", "\ufeffquery-id\tcorpus-id\tscore"])
+def test_a_qrels_header_under_another_name_is_skipped(tmp_path: Path, header: str) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False, header=False)
+    path = folder / "qrels" / "test.tsv"
+    path.write_text(header + "\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
+    assert read_qrels(path) == {"q1": {"d1": 1}, "q2": {"d2": 2, "d1": 0}}
+    path.write_text("q1\td1\t1\nq2\td2\ttwo\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"^test\.tsv line 2: score is not an integer$"):
+        read_qrels(path)
+
+
+def test_files_that_begin_with_a_byte_order_mark_load(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (folder / name).write_bytes(b"\xef\xbb\xbf" + (folder / name).read_bytes())
+    dataset = load_beir(folder)
+    assert list(dataset.corpus) == ["d1", "d2", "3"] and list(dataset.queries) == ["q1", "q2"]
+
+
+def test_queries_judged_but_missing_are_counted_in_the_message(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    extra = "".join(f"gone{i}\td1\t1\n" for i in range(7))
+    (folder / "qrels" / "test.tsv").write_text("q1\td1\t1\n" + extra, encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"^qrels/test\.tsv judges queries not in the queries file: gone0, gone1, gone2, "
+                       r"gone3, gone4 and 2 more$"):
+        load_beir(folder)
+
+
+def test_unicode_ids_and_text_load_unchanged(tmp_path: Path) -> None:
+    folder = tmp_path / "ünï"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(json.dumps({"_id": "doc-é", "title": "Café", "text": "日本語の文"}) + "\n", encoding="utf-8")
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q-ü", "text": "日本"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text("q-ü\tdoc-é\t1\n", encoding="utf-8")
+    dataset = load_beir(folder)
+    assert (dataset.name, dataset.queries, dataset.qrels) == ("ünï", {"q-ü": "日本"}, {"q-ü": {"doc-é": 1}})
+    assert dataset.corpus["doc-é"].text == "日本語の文"

@@ -83,3 +83,9 @@ def test_paired_difference_is_the_mean_per_query_difference_with_its_interval() 
     assert (one_query.mean, one_query.ci95) == (0.5, None)  # no interval from one query (was inf: not JSON)
     with pytest.raises(ValueError):
         paired_difference({"x": 1.0}, {"y": 1.0})
+
+
+def test_a_query_judged_only_not_relevant_counts_as_zero_as_pytrec_eval_and_beir_count_it() -> None:
+    scores = score({"q": {"a": 1}, "none": {"a": 0, "b": -1}}, {"q": {"a": 1.0}, "none": {"a": 2.0, "b": 1.0}})
+    assert scores.per_query["ndcg@10"] == {"q": 1.0, "none": 0.0}
+    assert scores.means["ndcg@10"] == scores.means["recall@100"] == 0.5
