@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, SecretStr, model_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -31,6 +31,12 @@ class Settings(CommonSettings):
         description="SQLAlchemy URL; default a SQLite file under the data directory. "
         "PostgreSQL: postgresql+psycopg://user:password@host:5432/db",
     )
+    db_password: SecretStr | None = Field(
+        None,
+        validation_alias=aliases("ANALYTICS_DB_PASSWORD"),
+        description="The database password, taken as it is (no URL escaping); it replaces any password "
+        "in ANALYTICS_DB_URL, so the URL can be written without one.",
+    )
     db_timeout_s: float = Field(5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S"))
     prefetch: int = Field(200, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH"))
     batch_size: int = Field(
@@ -51,6 +57,12 @@ class Settings(CommonSettings):
     retrieval_timeout_s: float = Field(
         5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S")
     )
+
+    @model_validator(mode="after")
+    def _password_has_a_database(self) -> "Settings":
+        if self.db_password is not None and self.db_url is None:
+            raise ValueError("ANALYTICS_DB_PASSWORD is set but ANALYTICS_DB_URL is not: name the database it is for")
+        return self
 
     @model_validator(mode="after")
     def _database_folder_usable(self) -> "Settings":
@@ -74,4 +86,10 @@ class Settings(CommonSettings):
 
     @property
     def database_url(self) -> str:
-        return self.db_url or f"sqlite:///{(self.data_dir / 'analytics.db').resolve()}"
+        if self.db_url is None:
+            return f"sqlite:///{(self.data_dir / 'analytics.db').resolve()}"
+        if self.db_password is None:
+            return self.db_url
+        # Set on SQLAlchemy's URL object, which escapes it when rendered: any character may be in it.
+        url = make_url(self.db_url).set(password=self.db_password.get_secret_value())
+        return url.render_as_string(hide_password=False)

@@ -19,12 +19,15 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 from pydantic_settings import BaseSettings
+from sqlalchemy.engine import make_url
 
 from services.analytics.settings import Settings as AnalyticsSettings
 from services.chat.settings import Settings as ChatSettings
 from services.gateway.settings import Settings as GatewaySettings
 from services.retrieval.settings import Settings as RetrievalSettings
+from shared.tracing import otlp_endpoint_configured
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +41,19 @@ OUTBOX_WRITERS = ("gateway", "chat")
 SETTINGS: dict[str, type[BaseSettings]] = {
     "gateway": GatewaySettings, "chat": ChatSettings, "retrieval": RetrievalSettings, "analytics": AnalyticsSettings,
 }
-LIBRARY_ENV = {"HF_HUB_OFFLINE"}  # read by huggingface_hub, not by Cairn's settings
+# The OpenTelemetry SDK's own variables, read by shared/tracing.py and the OTLP exporter it makes.
+TRACING_ENV = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces",
+    "OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=abc,x-team=cairn",
+    "OTEL_EXPORTER_OTLP_TIMEOUT": "5",
+    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+    "OTEL_TRACES_SAMPLER_ARG": "0.25",
+    "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=staging",
+}
+LIBRARY_ENV = {"HF_HUB_OFFLINE", *TRACING_ENV}  # read by huggingface_hub and OpenTelemetry, not by Cairn's settings
+# A strong password with every character that means something in a URL.
+AWKWARD_PASSWORD = "p@ss:w/rd#x%2F?y=1&z $dollar"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # The machine-learning stack only retrieval may carry (and, with it, any CUDA runtime).
 HEAVY = {"torch", "sentence-transformers", "transformers", "onnxruntime", "chromadb", "scipy"}
@@ -79,6 +94,12 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def _default_services(rendered: dict[str, Any]) -> dict[str, Any]:
     """The services `docker compose up` starts without a --profile."""
     return {name: svc for name, svc in rendered["services"].items() if not svc.get("profiles")}
+
+
+def _environment(svc: dict[str, Any]) -> dict[str, str]:
+    """The variables a container gets: `config` escapes a literal $ as $$, and a pass-through variable
+    that is unset in the shell renders as null and is left out of the container."""
+    return {name: value.replace("$$", "$") for name, value in svc["environment"].items() if value is not None}
 
 
 def _published(port: Any) -> tuple[str, int | None, int]:
@@ -128,6 +149,14 @@ def test_only_the_gateway_publishes_a_port(rendered: dict[str, Any]) -> None:
     assert published == {"gateway"}
     (port,) = rendered["services"]["gateway"]["ports"]
     assert _published(port)[2] == PORTS["gateway"]
+
+
+def test_the_gateway_can_be_published_on_the_loopback_only(tmp_path: Path) -> None:
+    # The default publishes on every interface (it is the public port); docs/operations.md shows this.
+    result = _config(tmp_path, CAIRN_SERVICE_TOKEN="t", GATEWAY_PUBLISH="127.0.0.1:8080")
+    assert result.returncode == 0, result.stderr
+    (port,) = yaml.safe_load(result.stdout)["services"]["gateway"]["ports"]
+    assert _published(port) == ("127.0.0.1", 8080, PORTS["gateway"])
 
 
 def test_every_service_has_a_healthcheck(rendered: dict[str, Any]) -> None:
@@ -186,11 +215,47 @@ def test_services_are_wired_to_the_shared_engines(rendered: dict[str, Any]) -> N
     assert {e["CAIRN_ENV"] for e in env.values()} == {"production"}
 
 
+def test_analytics_reaches_postgres_with_a_password_full_of_url_characters(tmp_path: Path) -> None:
+    result = _config(tmp_path, CAIRN_SERVICE_TOKEN="t", POSTGRES_PASSWORD=AWKWARD_PASSWORD)
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert _environment(services["postgres"])["POSTGRES_PASSWORD"] == AWKWARD_PASSWORD
+    settings = AnalyticsSettings(**_environment(services["analytics"]))
+    url = make_url(settings.database_url)
+    assert (url.drivername, url.username, url.host, url.port, url.database) == (
+        "postgresql+psycopg", "cairn", "postgres", 5432, "analytics"
+    )
+    assert url.password == AWKWARD_PASSWORD
+
+
+def test_tracing_settings_reach_every_cairn_service(tmp_path: Path, rendered: dict[str, Any]) -> None:
+    for name in CAIRN_SERVICES:  # unset in the shell: not given at all, so nothing is exported
+        assert not otlp_endpoint_configured(_environment(rendered["services"][name])), name
+    result = _config(tmp_path, CAIRN_SERVICE_TOKEN="t", **TRACING_ENV)
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    for name in CAIRN_SERVICES:
+        environment = _environment(services[name])
+        assert {key: environment.get(key) for key in TRACING_ENV} == TRACING_ENV, name
+        assert otlp_endpoint_configured(environment)
+
+
+def test_the_chroma_client_is_pinned_to_the_chroma_servers_minor_release() -> None:
+    # The HTTP client and the server change their API together from one minor release to the next.
+    server = Version(yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["chroma"]["image"].split(":")[1])
+    (client,) = [Requirement(r) for r in PROJECT["optional-dependencies"]["retrieval"] if Requirement(r).name == "chromadb"]
+    assert client.specifier.contains(server)
+    assert not client.specifier.contains(f"{server.major}.{server.minor + 1}.0")
+    if server.minor:
+        assert not client.specifier.contains(f"{server.major}.{server.minor - 1}.0")
+    assert client.specifier.contains(metadata.version("chromadb"))  # the client the tests ran against
+
+
 @pytest.mark.parametrize("name", CAIRN_SERVICES)
 def test_every_variable_a_service_gets_is_a_setting_it_reads(rendered: dict[str, Any], name: str) -> None:
     # The shared block (x-cairn-env) goes to every service, like the ConfigMap on Kubernetes: each of its
     # variables must be read by some service; a variable given to one service only, by that service.
-    shared = set(yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-cairn-env"])
+    shared = set(yaml.safe_load((ROOT / "docker-compose.yml").read_text())["x-cairn-env"]) - LIBRARY_ENV
     read_somewhere = set().union(*(_env_names(settings) for settings in SETTINGS.values()))
     assert shared - read_somewhere == set()
     own = set(rendered["services"][name]["environment"]) - shared - LIBRARY_ENV

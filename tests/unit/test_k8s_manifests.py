@@ -18,12 +18,14 @@ import pytest
 import yaml
 from kubernetes_validate.utils import all_versions
 from pydantic_settings import BaseSettings
+from sqlalchemy.engine import make_url
 
 from services.analytics.settings import Settings as AnalyticsSettings
 from services.chat.settings import Settings as ChatSettings
 from services.gateway.settings import Settings as GatewaySettings
 from services.retrieval.settings import Settings as RetrievalSettings
 from shared.settings import PLACEHOLDER_SERVICE_TOKEN
+from shared.tracing import otlp_endpoint_configured
 from tests.support import app_routes
 
 pytestmark = pytest.mark.unit
@@ -42,6 +44,8 @@ AUTOSCALED = {"chat", "retrieval"}
 NON_ROOT_UID = 10001  # the `cairn` user of every Cairn image (services/*/Dockerfile)
 # Environment variables a Cairn container gets for a library rather than for Cairn's own settings.
 LIBRARY_ENV = {"HF_HOME"}
+# ConfigMap keys read by the OpenTelemetry SDK (shared/tracing.py), not by Cairn's settings.
+TRACING_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT"}
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -297,7 +301,7 @@ def test_every_variable_a_cairn_container_gets_is_a_setting_it_reads(name: str) 
 
 def test_every_config_map_key_is_read_by_some_service() -> None:
     read_somewhere = set().union(*(_env_names(settings) for settings in SETTINGS.values()))
-    assert set(CONFIG) - read_somewhere == set()
+    assert set(CONFIG) - TRACING_ENV - read_somewhere == set()
     assert all(isinstance(value, str) for value in CONFIG.values())  # ConfigMap data must be strings
 
 
@@ -307,7 +311,7 @@ def test_every_config_map_key_is_read_by_some_service() -> None:
         ("gateway", {"REDIS_URL", "AMQP_URL"}),
         ("chat", {"REDIS_URL", "AMQP_URL", "LLM_API_KEY"}),
         ("retrieval", {"LLM_API_KEY"}),
-        ("analytics", {"AMQP_URL", "ANALYTICS_DB_URL"}),
+        ("analytics", {"AMQP_URL", "ANALYTICS_DB_PASSWORD"}),
     ],
 )
 def test_each_service_gets_the_secrets_it_needs(service: str, needs: set[str]) -> None:
@@ -320,8 +324,36 @@ def test_the_placeholder_secret_fails_closed_and_the_passwords_agree() -> None:
     assert SECRET["CAIRN_SERVICE_TOKEN"] == PLACEHOLDER_SERVICE_TOKEN
     assert urlparse(SECRET["REDIS_URL"]).password == SECRET["REDIS_PASSWORD"]
     assert urlparse(SECRET["AMQP_URL"]).password == SECRET["RABBITMQ_PASSWORD"]
-    assert urlparse(SECRET["ANALYTICS_DB_URL"]).password == SECRET["POSTGRES_PASSWORD"]
+    assert _secret_refs(_container("analytics"))["ANALYTICS_DB_PASSWORD"] == "POSTGRES_PASSWORD"
     assert all("REPLACE" in SECRET[key] for key in ("REDIS_PASSWORD", "RABBITMQ_PASSWORD", "POSTGRES_PASSWORD"))
+
+
+def _environment(container: dict[str, Any], secret: dict[str, str]) -> dict[str, str]:
+    """The variables the container gets from the ConfigMap and from `secret`, as the kubelet sets them."""
+    environment = dict(CONFIG)
+    for item in container["env"]:
+        ref = item.get("valueFrom", {}).get("secretKeyRef")
+        environment[item["name"]] = secret[ref["key"]] if ref else item["value"]
+    return environment
+
+
+def test_analytics_reaches_postgres_with_any_password_set_in_one_place() -> None:
+    # The operator replaces POSTGRES_PASSWORD only, with a strong password full of URL characters; the
+    # PostgreSQL StatefulSet and analytics both read that one key, and analytics needs no escaping.
+    password = "p@ss:w/rd#x%2F?y=1&z $dollar"
+    replaced = {"POSTGRES_PASSWORD": password, "CAIRN_SERVICE_TOKEN": "a-real-service-token"}
+    environment = _environment(_container("analytics"), SECRET | replaced)
+    url = make_url(AnalyticsSettings(**environment).database_url)
+    assert (url.username, url.host, url.port, url.database) == ("cairn", "postgres", 5432, "analytics")
+    assert url.password == password
+    (postgres,) = STATEFULSETS["postgres"]["spec"]["template"]["spec"]["containers"]
+    assert _secret_refs(postgres)["POSTGRES_PASSWORD"] == "POSTGRES_PASSWORD"
+
+
+def test_tracing_is_off_until_the_config_map_names_an_endpoint() -> None:
+    assert CONFIG["OTEL_EXPORTER_OTLP_ENDPOINT"] == ""
+    assert not otlp_endpoint_configured(CONFIG)
+    assert otlp_endpoint_configured(CONFIG | {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector:4318"})
 
 
 def test_every_url_setting_points_at_a_service_and_its_port() -> None:

@@ -1,6 +1,7 @@
 """Where every service's settings come from: their documented environment variables only."""
 import pytest
 from pydantic import ValidationError
+from sqlalchemy.engine import make_url
 
 from cairn.settings import CliSettings
 from services.analytics.settings import Settings as AnalyticsSettings
@@ -107,3 +108,23 @@ def test_a_database_url_sqlalchemy_cannot_read_is_named_at_start(monkeypatch):
     assert error["loc"] == ("ANALYTICS_DB_URL",) and "not a SQLAlchemy database URL" in error["msg"]
     monkeypatch.setenv("ANALYTICS_DB_URL", "postgresql+psycopg://cairn:secret@db:5432/analytics")
     assert AnalyticsSettings().db_url == "postgresql+psycopg://cairn:secret@db:5432/analytics"
+
+
+def test_a_database_password_is_taken_as_it_is_and_replaces_the_urls(monkeypatch):
+    password = "p@ss:w/rd#x%2F?y=1&z $dollar"
+    monkeypatch.setenv("ANALYTICS_DB_URL", "postgresql+psycopg://cairn:old@db:5432/analytics?sslmode=require")
+    monkeypatch.setenv("ANALYTICS_DB_PASSWORD", password)
+    settings = AnalyticsSettings()
+    url = make_url(settings.database_url)
+    assert (url.username, url.password, url.host, url.port, url.database) == ("cairn", password, "db", 5432, "analytics")
+    assert url.query == {"sslmode": "require"}
+    assert password not in repr(settings)
+
+
+def test_a_database_password_without_a_database_url_is_refused_at_start(monkeypatch):
+    monkeypatch.delenv("ANALYTICS_DB_URL", raising=False)
+    monkeypatch.setenv("ANALYTICS_DB_PASSWORD", "secret")
+    with pytest.raises(ValidationError) as caught:
+        AnalyticsSettings()
+    (error,) = caught.value.errors(include_input=False)
+    assert "ANALYTICS_DB_PASSWORD" in error["msg"] and "ANALYTICS_DB_URL" in error["msg"]
