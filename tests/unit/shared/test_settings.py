@@ -110,6 +110,16 @@ def test_a_database_url_sqlalchemy_cannot_read_is_named_at_start(monkeypatch):
     assert AnalyticsSettings().db_url == "postgresql+psycopg://cairn:secret@db:5432/analytics"
 
 
+def test_an_empty_database_url_means_the_default_sqlite_file(monkeypatch, tmp_path):
+    # As with CHROMA_URL: an empty variable (ANALYTICS_DB_URL= in a .env file or a bench run) is unset.
+    monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("ANALYTICS_DB_URL", "")
+    monkeypatch.setenv("ANALYTICS_DB_PASSWORD", "")
+    settings = AnalyticsSettings()
+    assert settings.db_url is None and settings.db_password is None
+    assert settings.database_url == f"sqlite:///{(tmp_path / 'analytics.db').resolve()}"
+
+
 def test_a_database_password_is_taken_as_it_is_and_replaces_the_urls(monkeypatch):
     password = "p@ss:w/rd#x%2F?y=1&z $dollar"
     monkeypatch.setenv("ANALYTICS_DB_URL", "postgresql+psycopg://cairn:old@db:5432/analytics?sslmode=require")
