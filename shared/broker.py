@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from pamqp.commands import Basic
 
-from shared.events import Event, routing_key
+from shared.events import Event, occurred_at_in_range, routing_key
 from shared.outbox import EVENTS_DROPPED, Outbox, PendingEvent, open_outbox
 from shared.settings import CommonSettings
 from shared.topology import ANALYTICS_BINDING, dead_letter_names, declare_topology
@@ -106,6 +106,15 @@ class RabbitEventPublisher:
 
     def submit(self, event: Event) -> None:
         """Keep the event and have it sent with the batch it joins (see the module's docstring)."""
+        if not occurred_at_in_range(event.occurred_at, now=datetime.now(UTC)):
+            # The consumer would dead-letter it, and one before 1970 cannot even be sent (an AMQP timestamp
+            # is unsigned): it would stay at the head of the outbox, failing every window.
+            EVENTS_DROPPED.labels(self._outbox.service, "invalid_occurred_at").inc()
+            log.error(
+                "event refused: occurred_at out of range, is the clock wrong?",
+                extra={"event_id": str(event.event_id), "occurred_at": event.occurred_at.isoformat()},
+            )
+            return
         try:
             pending = PendingEvent(
                 event_id=str(event.event_id),

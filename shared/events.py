@@ -6,12 +6,22 @@ changing the meaning of a field bumps it, and consumers keep reading the older v
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 SCHEMA_VERSION = 1
+
+# The occurred_at a consumer accepts: before the database (which cannot hold a UTC time before year 1 or
+# after 9999) and the reports see an event. The past bound is fixed, not relative to now: the outbox and the
+# queue may hand over events days or weeks late after an outage, and a dead letter may be replayed later
+# still, so only a clock reset to the epoch or a forged value falls before it. The future bound follows the
+# reader's clock with a day's slack, enough for skewed clocks and for a local time sent as UTC (at most 14
+# hours ahead), while an event far ahead, which would sit in the future of every report, is refused.
+OCCURRED_AT_MIN = datetime(2000, 1, 1, tzinfo=UTC)
+OCCURRED_AT_AHEAD = timedelta(days=1)
+OCCURRED_AT_RANGE = "2000-01-01T00:00:00Z to a day past the consumer's clock"
 
 
 class _Data(BaseModel):
@@ -100,7 +110,9 @@ class _Envelope(BaseModel):
     )
     schema_version: int = Field(SCHEMA_VERSION, description="The version of the event's schema, starting at 1.")
     occurred_at: datetime = Field(
-        default_factory=lambda: datetime.now(UTC), description="When the event happened, in UTC."
+        default_factory=lambda: datetime.now(UTC),
+        description="When the event happened, in UTC. A consumer refuses an event from before 2000 or more "
+        "than a day ahead of its clock.",
     )
     source_service: str = Field(description="The service that published the event, such as chat.")
     request_id: str | None = Field(None, description="The id of the request, the same one found in the logs.")
@@ -158,6 +170,17 @@ ROUTING_KEYS: dict[str, str] = {
 
 def routing_key(event: Event) -> str:
     return ROUTING_KEYS[event.event_type]
+
+
+def occurred_at_in_range(occurred_at: datetime, *, now: datetime) -> bool:
+    """Whether `occurred_at` lies in OCCURRED_AT_RANGE, a time without an offset read as UTC."""
+    if occurred_at.tzinfo is None:
+        occurred_at = occurred_at.replace(tzinfo=UTC)
+    try:
+        occurred_at = occurred_at.astimezone(UTC)
+    except OverflowError:  # before year 1 or after 9999 in UTC, such as 0001-01-01T03:00+05:00
+        return False
+    return OCCURRED_AT_MIN <= occurred_at <= now + OCCURRED_AT_AHEAD
 
 
 def parse_event(raw: bytes | str) -> Event:

@@ -8,7 +8,9 @@ When the file cannot be written (disk full, read-only, missing directory) events
 queue instead and an error is logged: the request still succeeds, but those events are lost if the
 process dies before the broker takes them. Events of the file the broker confirmed but the file cannot
 delete are skipped until it can, so that the events after them still go out; should the process stop
-first, they are sent again at the next start (the consumer is idempotent). The outbox holds at most
+first, they are sent again at the next start (the consumer is idempotent). Meanwhile new events go to
+memory, as after a failed write: a file that takes appends but refuses deletions (a disk filling and
+freeing by turns) would otherwise keep growing with sent events nobody counts. The outbox holds at most
 `max_events`; beyond that new events are refused with an error log and counted in
 `cairn_events_dropped_total`, and nothing already held is discarded.
 """
@@ -45,6 +47,11 @@ class Outbox:
         self._durable = durable
         self._memory = MemoryEventStore()
         self._sent: set[int] = set()  # ids of events in the file the broker confirmed but the file still holds
+        # Every event of the file up to `_read_from` is in `_sent`, so reads of the file start after it;
+        # `_sent_ahead` are the ids of `_sent` beyond it. Without this each window would read again every
+        # sent event before it: draining a backlog while the disk is full would cost reads in n².
+        self._read_from = 0
+        self._sent_ahead: set[int] = set()
         self._max_events = max_events
         self._service = service
         self._report()
@@ -56,7 +63,7 @@ class Outbox:
     @property
     def durable(self) -> bool:
         """True while new events go to the durable store."""
-        return self._durable is not None and len(self._memory) == 0
+        return self._durable is not None and len(self._memory) == 0 and not self._sent
 
     def put(self, event: PendingEvent) -> bool:
         """Keep the event; False (logged and counted) when the outbox is full."""
@@ -78,7 +85,13 @@ class Outbox:
     def oldest(self, limit: int) -> list[PendingEvent]:
         """The next events to send, oldest first: the durable store's, then memory's."""
         if self._waiting_in_file():
-            return [e for e in self._durable.oldest(limit + len(self._sent)) if e.id not in self._sent][:limit]
+            events = self._durable.oldest(limit + len(self._sent_ahead), after=self._read_from)
+            for event in events:  # sent events at the head are passed for good
+                if event.id not in self._sent_ahead:
+                    break
+                self._read_from = event.id
+                self._sent_ahead.discard(event.id)
+            return [e for e in events if e.id not in self._sent][:limit]
         return self._memory.oldest(limit)
 
     def remove(self, events: list[PendingEvent]) -> None:
@@ -97,6 +110,7 @@ class Outbox:
             self._durable.remove([*self._sent, *ids])
         except (OSError, sqlite3.Error) as exc:
             self._sent.update(ids)
+            self._sent_ahead.update(ids)
             if ids:
                 log.error(
                     "event outbox file cannot delete sent events, skipping them until it can",
@@ -104,6 +118,8 @@ class Outbox:
                 )
             return
         self._sent.clear()
+        self._sent_ahead.clear()
+        self._read_from = 0  # an emptied file may hand out its ids again
 
     def _waiting_in_file(self) -> int:
         return len(self._durable) - len(self._sent) if self._durable is not None else 0

@@ -54,7 +54,9 @@ class EventStore(Protocol):
 
     def put(self, event: PendingEvent) -> None: ...
 
-    def oldest(self, limit: int) -> list[PendingEvent]: ...
+    def oldest(self, limit: int, after: int = 0) -> list[PendingEvent]:
+        """Up to `limit` events, oldest first, those with an id above `after` only."""
+        ...
 
     def remove(self, ids: list[int]) -> None: ...
 
@@ -99,12 +101,13 @@ class SqliteEventStore:
         self._count += 1
         self._commits += 1
 
-    def oldest(self, limit: int) -> list[PendingEvent]:
+    def oldest(self, limit: int, after: int = 0) -> list[PendingEvent]:
         rows = self._db.execute(
-            "SELECT event_id, event_type, occurred_at, exchange, routing_key, body, id FROM outbox ORDER BY id LIMIT ?",
-            (limit,),
+            "SELECT event_id, event_type, occurred_at, exchange, routing_key, body, id FROM outbox WHERE id > ? "
+            "ORDER BY id LIMIT ?",
+            (after, limit),
         ).fetchall()
-        if len(rows) < limit and len(rows) != self._count:  # the whole table, and not what we counted
+        if not after and len(rows) < limit and len(rows) != self._count:  # the whole table, and not what we counted
             self._recount()
         return [PendingEvent(*row) for row in rows]
 
@@ -153,7 +156,9 @@ class MemoryEventStore:
         self._events.append(replace(event, id=self._next_id))
         self._next_id += 1
 
-    def oldest(self, limit: int) -> list[PendingEvent]:
+    def oldest(self, limit: int, after: int = 0) -> list[PendingEvent]:
+        if after:
+            return [e for e in self._events if e.id > after][:limit]
         return [self._events[i] for i in range(min(limit, len(self._events)))]
 
     def remove(self, ids: list[int]) -> None:

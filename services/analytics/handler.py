@@ -7,6 +7,7 @@ import enum
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -14,11 +15,15 @@ from pydantic import ValidationError
 from services.analytics.domain import EventRecord, EventStore, to_record
 from shared.context import request_id_var
 from shared.errors import DependencyUnavailable
-from shared.events import SCHEMA_VERSION, Event, parse_event
+from shared.events import OCCURRED_AT_RANGE, SCHEMA_VERSION, Event, occurred_at_in_range, parse_event
 
 log = logging.getLogger(__name__)
 
 MAX_REASON_CHARS = 1000
+# The largest message body read as an event. The largest the services publish is a few tens of kilobytes (a
+# 4,000-character question twice, citations, ids); a body of megabytes is forged or runaway, and would go
+# whole into the database, the reports and the exports, or hold gigabytes in a batch.
+MAX_EVENT_BYTES = 1 << 20
 
 
 class Outcome(enum.Enum):
@@ -215,6 +220,8 @@ async def _conclude(
 
 def _parse(body: bytes) -> Event | Verdict:
     """The event in `body`, or the verdict to dead-letter it with the reason."""
+    if len(body) > MAX_EVENT_BYTES:
+        return Verdict(Outcome.DEAD_LETTER, f"body: {len(body)} bytes, more than an event may have ({MAX_EVENT_BYTES})")
     try:
         event = parse_event(body)
     except ValidationError as exc:
@@ -222,6 +229,10 @@ def _parse(body: bytes) -> Event | Verdict:
     if not 1 <= event.schema_version <= SCHEMA_VERSION:
         return Verdict(
             Outcome.DEAD_LETTER, f"schema_version: {event.schema_version} is not supported (1 to {SCHEMA_VERSION})"
+        )
+    if not occurred_at_in_range(event.occurred_at, now=datetime.now(UTC)):
+        return Verdict(
+            Outcome.DEAD_LETTER, f"occurred_at: {event.occurred_at.isoformat()} is out of range ({OCCURRED_AT_RANGE})"
         )
     return event
 

@@ -3,6 +3,7 @@ SIGKILL whose outbox file a new publisher delivers, and the outbox size at chat'
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -10,11 +11,13 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aio_pika
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from services.chat.main import create_app as create_chat
 from services.chat.settings import Settings as ChatSettings
@@ -184,11 +187,11 @@ class FlakyFile(SqliteEventStore):
 
     failures = 1
 
-    def oldest(self, limit: int) -> list[PendingEvent]:
+    def oldest(self, limit: int, after: int = 0) -> list[PendingEvent]:
         if self.failures:
             self.failures -= 1
             raise sqlite3.OperationalError("disk I/O error")
-        return super().oldest(limit)
+        return super().oldest(limit, after)
 
 
 async def test_a_failed_read_of_the_outbox_is_retried(
@@ -369,3 +372,32 @@ def test_chat_and_the_gateway_report_their_outbox_at_metrics(tmp_path: Path, red
         metrics = httpx.get(f"{gateway_url}/metrics", timeout=5).text
     assert 'cairn_outbox_events{service="gateway"} 0.0' in metrics
     assert (tmp_path / "outbox" / "gateway.sqlite3").is_file()
+
+
+async def test_an_event_whose_occurred_at_the_consumer_would_refuse_is_refused_at_submit_not_retried_forever(
+    amqp_url: str, unique: str, topology: tuple[str, str], caplog
+) -> None:
+    """An occurred_at before 1970 cannot even be sent (AMQP's timestamp is unsigned): it stayed at the head of
+    the outbox, failing every window. One the consumer would dead-letter (before 2000, days ahead) is not
+    worth a trip to the broker either."""
+    exchange, queue = topology
+    events = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue,
+        outbox=Outbox(durable=None, max_events=100, service="it-clock"),
+    )
+    good = [question(1), question(2)]
+    wrong_clocks = (datetime(1969, 12, 31, tzinfo=UTC), datetime(1999, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
+    bad = [question(3 + n).model_copy(update={"occurred_at": at}) for n, at in enumerate(wrong_clocks)]
+    caplog.set_level(logging.ERROR, logger="shared.broker")
+    events.submit(good[0])
+    for event in bad:
+        events.submit(event)
+    events.submit(good[1])
+    await events.start()
+    await events.close(timeout=5)
+    assert (events.published, events.backlog) == (2, 0)
+    assert await take_all(amqp_url, queue) == [str(e.event_id) for e in good]
+    assert REGISTRY.get_sample_value(
+        "cairn_events_dropped_total", {"service": "it-clock", "reason": "invalid_occurred_at"}
+    ) == 3
+    assert "occurred_at out of range" in caplog.text

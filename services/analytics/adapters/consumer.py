@@ -13,6 +13,7 @@ import aio_pika
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
 from services.analytics import metrics
+from services.analytics.adapters.amqp_timestamps import read_unreadable_timestamps_as_absent
 from services.analytics.domain import EventStore
 from services.analytics.handler import Outcome, settle_batch
 from shared.topology import DELIVERY_LIMIT, dead_letter_names, declare_topology
@@ -91,6 +92,7 @@ class EventConsumer:
             raise ValueError("batch_size must be at least 1")
         if batch_wait_ms < 0:
             raise ValueError("batch_wait_ms must not be negative")
+        read_unreadable_timestamps_as_absent()  # one bad message must not drop the connection
         self.name = name or f"analytics@{socket.gethostname()}:{os.getpid()}"
         self.outcomes: Counter[Outcome] = Counter()  # what was done with each message settled
         self._amqp_url = amqp_url

@@ -149,6 +149,54 @@ def test_sent_events_the_full_file_cannot_delete_are_skipped_until_it_can(tmp_pa
     assert (len(outbox), len(disk)) == (0, 0)  # the next deletion takes the ones left behind
 
 
+def test_a_file_that_takes_events_but_cannot_delete_them_does_not_grow_past_the_bound(tmp_path: Path) -> None:
+    """A disk that fills and frees by turns: appends get through, deletions fail. The file must not keep
+    taking new events behind sent ones it cannot delete, which would grow it past max_events unseen."""
+    disk = FullDisk(tmp_path / "outbox.sqlite3")
+    outbox = Outbox(durable=disk, max_events=20, service="unit-undeletable-growth")
+    sent = []
+    for round_ in range(10):
+        disk.full = False  # space for a few appends...
+        for n in range(5):
+            assert outbox.put(pending(round_ * 5 + n))
+        batch = outbox.oldest(5)
+        disk.full = True  # ...gone again by the time the broker confirms
+        outbox.remove(batch)
+        sent += bodies(batch)
+    assert sent == [f'{{"n": {n}}}'.encode() for n in range(50)]  # each once, in order
+    assert len(outbox) == 0
+    assert len(disk) <= 20  # the file holds no more than the outbox's bound
+    disk.full = False
+    outbox.put(pending(50))
+    outbox.remove(outbox.oldest(10))
+    assert (len(outbox), len(disk)) == (0, 0)
+
+
+class CountingFullDisk(FullDisk):
+    rows_read = 0
+
+    def oldest(self, limit: int, after: int = 0) -> list[PendingEvent]:
+        rows = super().oldest(limit, after)
+        self.rows_read += len(rows)
+        return rows
+
+
+def test_draining_a_file_that_cannot_delete_reads_each_event_a_bounded_number_of_times(tmp_path: Path) -> None:
+    """Sent events left in the file were read again by every later window: draining a backlog of n events
+    while the disk was full read ~n²/200 rows (20,000 events: 14 s, 70 ms per window on the event loop)."""
+    disk = CountingFullDisk(tmp_path / "outbox.sqlite3")
+    outbox = Outbox(durable=disk, max_events=10_000, service="unit-undeletable-reads")
+    for n in range(3000):
+        outbox.put(pending(n))
+    disk.full = True
+    drained = 0
+    while batch := outbox.oldest(100):
+        drained += len(batch)
+        outbox.remove(batch)
+    assert drained == 3000 and len(disk) == 3000
+    assert disk.rows_read <= 3 * 3000, disk.rows_read
+
+
 def test_a_full_outbox_refuses_new_events_counts_them_and_keeps_the_old(tmp_path: Path, caplog) -> None:
     outbox = open_outbox(path=tmp_path / "outbox.sqlite3", max_events=3, service="unit-bound")
     kept = [pending(n) for n in range(3)]
