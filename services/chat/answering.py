@@ -13,6 +13,7 @@ from services.chat.chunks import RetrievedChunk
 from services.chat.citations import CitedAnswer, resolve_citations, says_anything, without_reasoning
 from services.chat.confidence import Confidence
 from services.chat.grounding import GroundingReport, check_grounding
+from services.chat.markdown_images import strip_images
 from services.chat.models import ChatResponse, Metadata, UsageOut
 from services.chat.ports import Generation
 from services.chat.presentation import citation_out, confidence_out, grounding_out, related_docs, sources_out
@@ -68,6 +69,8 @@ def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: flo
         confidence = scoring.no_information(best_relevance=best, threshold=relevance_threshold)
         return _Outcome("no_information", CitedAnswer(NO_INFORMATION, []), confidence)
     text = without_reasoning(generation.text)  # what a reasoning model thought is neither shown nor cited
+    # Before citations: an image's alt text stays and its URL goes, so the markers left are the ones shown.
+    text = strip_images(text)
     cited = resolve_citations(text, turn.used) if says_anything(text) else CitedAnswer(text, [])
     grounding = check_grounding(cited.answer, cited.citations, passages=turn.used)
     confidence = scoring.assess(

@@ -3,8 +3,8 @@
 Everything up to generation runs before the first event, so a bad request or a dependency that is
 down still gets its plain HTTP error (404, 422, 503). Once the stream has begun, a failure becomes an
 `error` event carrying the same JSON body the plain endpoint would return. The tokens are the model's
-raw text (markers as the prompt numbered the passages); `done` carries the post-processed response,
-whose answer replaces them.
+raw text (markers as the prompt numbered the passages) with its images turned to their alt text; `done`
+carries the post-processed response, whose answer replaces them.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from services.chat import metrics
 from services.chat.errors import LLMUnavailable
+from services.chat.markdown_images import ImageFilter
 from services.chat.models import ChatRequest, StreamSources
 from services.chat.pipeline import ChatPipeline
 from services.chat.ports import Generation
@@ -52,13 +53,17 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         generation = None
         streamed = False
         if turn.prompt is not None:
+            images = ImageFilter()  # the tokens carry no image a client would fetch, as the answer carries none
             async with aclosing(_generate(pipeline, turn)) as items:
                 async for item in items:
                     if isinstance(item, Generation):
                         generation = item
                     else:
                         streamed = True
-                        yield StreamEvent("token", {"text": item})
+                        if text := images.feed(item):
+                            yield StreamEvent("token", {"text": text})
+            if text := images.finish():
+                yield StreamEvent("token", {"text": text})
         # Shielded: a reader leaving now has had every token, so the turn is still kept and counted as
         # answered (ResponseGenerated), rather than failed with the turn perhaps stored all the same.
         finishing = asyncio.ensure_future(pipeline.finish(turn, generation))
