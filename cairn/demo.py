@@ -82,6 +82,7 @@ def _write_private(path: Path, text: str) -> None:
 def collection_is_empty(settings: CliSettings) -> bool:
     response = httpx.get(
         f"{settings.local_url_of('retrieval')}/documents",
+        params={"limit": 1},
         headers={"X-Service-Token": settings.service_token.get_secret_value()},
         timeout=30,
     )

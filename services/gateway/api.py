@@ -142,7 +142,13 @@ async def search(request: Request, session: UserSession, settings: SettingsDep, 
     return await _forward(retrieval, request, session, settings, path="/search")
 
 
-@api_router.get("/documents", summary="List the documents (admin)", responses=forwarded("retrieval"))
+@api_router.get(
+    "/documents",
+    summary="List the documents (admin)",
+    description="In pages, with the query string passed on to retrieval: `limit` (1..1000, default 100) and `cursor` "
+    "(the `next_cursor` of the page before). The response holds `documents`, `total` and `next_cursor`.",
+    responses=forwarded("retrieval"),
+)
 async def list_documents(
     request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
 ) -> Response:

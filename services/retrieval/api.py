@@ -4,11 +4,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from pydantic import AfterValidator
 from starlette.convertors import PathConvertor, register_url_convertor
 
-from services.retrieval import ingestion, uploads
+from services.retrieval import ingestion, paging, uploads
 from services.retrieval import search as searching
 from services.retrieval.deps import (
     ContextualizerDep,
@@ -98,11 +100,31 @@ async def add_document(
     return DocumentOut(**asdict(result))
 
 
-@router.get("/documents", response_model=DocumentList, tags=["documents"])
-async def list_documents(store: StoreDep) -> DocumentList:
-    documents = await store.list_documents()
+@router.get(
+    "/documents",
+    response_model=DocumentList,
+    tags=["documents"],
+    responses=error_responses({422: f"limit is not an integer in 1..{paging.MAX_LIMIT}, or cursor is not base64url"}),
+)
+async def list_documents(
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=paging.MAX_LIMIT, description="Documents per page.")] = paging.DEFAULT_LIMIT,
+    after: Annotated[
+        str | None,
+        Query(
+            alias="cursor",
+            min_length=1,
+            json_schema_extra={"pattern": paging.CURSOR_PATTERN},  # checked by doc_id_after, whose message says more
+            description="The next_cursor of the previous page; absent for the first.",
+        ),
+        AfterValidator(paging.doc_id_after),
+    ] = None,
+) -> DocumentList:
+    page = await store.document_page(after=after, limit=limit)
     return DocumentList(
-        documents=[DocumentSummary.of(d) for d in documents]
+        documents=[DocumentSummary.of(d) for d in page.documents],
+        total=page.total,
+        next_cursor=paging.next_cursor(page),
     )
 
 

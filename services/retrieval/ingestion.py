@@ -17,13 +17,21 @@ from typing import TYPE_CHECKING, Any, Literal
 from services.retrieval import parsing
 from services.retrieval.chunking import CHUNKER_VERSION, Chunk, chunk_text, document_title
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.ports import CONTEXT_KEY, Embedder, MetadataValue, StoredChunk, VectorStore, indexed_text
+from services.retrieval.ports import (
+    CONTEXT_KEY,
+    Embedder,
+    MetadataValue,
+    StoredChunk,
+    VectorStore,
+    chunk_id_of,
+    indexed_text,
+)
 
 if TYPE_CHECKING:
     from services.retrieval.contextual import Contextualizer
 
 Status = Literal["added", "unchanged", "replaced"]
-# A longer id is refused when given; one derived from a longer source is shortened (_within_doc_id_limit).
+# A longer id is refused when given; one derived from a longer source is shortened (within_doc_id_limit).
 MAX_DOC_ID_CHARS = 512
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 # Model tokens kept free for a contextual prefix, so prefix + chunk still fit what the model embeds.
@@ -66,11 +74,11 @@ def derive_doc_id(document: NewDocument, digest: str) -> str:
     if document.doc_id:
         return document.doc_id
     if document.source:
-        return _within_doc_id_limit(PurePosixPath(document.source.replace("\\", "/")).as_posix())
+        return within_doc_id_limit(PurePosixPath(document.source.replace("\\", "/")).as_posix())
     return f"doc-{digest[:16]}"
 
 
-def _within_doc_id_limit(path: str) -> str:
+def within_doc_id_limit(path: str) -> str:
     """The path, or for a path over MAX_DOC_ID_CHARS its start and a hash of the whole: still stable and unique."""
     if len(path) <= MAX_DOC_ID_CHARS:
         return path
@@ -170,7 +178,7 @@ async def ingest_document(
     chunk_overlap: int,
     contextualizer: Contextualizer | None = None,
 ) -> IngestResult:
-    """Store `document` as embedded chunks with ids f"{doc_id}#{chunk_index}".
+    """Store `document` as embedded chunks with ids chunk_id_of(doc_id, chunk_index): "{doc_id}#{chunk_index}".
 
     With a `contextualizer`, each chunk is embedded (and keyword-indexed) with a model-written prefix
     situating it in the document; the stored content stays the chunk itself. Chunks are then cut
@@ -262,7 +270,7 @@ async def _ingest(
     await store.upsert(
         [
             StoredChunk(
-                chunk_id=f"{doc_id}#{chunk.chunk_index}", doc_id=doc_id, content=chunk.text, embedding=embedding, metadata=meta
+                chunk_id=chunk_id_of(doc_id, chunk.chunk_index), doc_id=doc_id, content=chunk.text, embedding=embedding, metadata=meta
             )
             for chunk, meta, embedding in zip(chunks, metadatas, embeddings, strict=True)
         ]

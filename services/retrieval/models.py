@@ -131,7 +131,9 @@ class DocumentSummary(BaseModel):
 
 
 class DocumentList(BaseModel):
-    documents: list[DocumentSummary]
+    documents: list[DocumentSummary] = Field(description="One page of the documents, in doc_id order.")
+    total: int = Field(description="How many documents the collection holds, on every page.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the page after this one; null on the last page.")
 
 
 class DeletedDocument(BaseModel):

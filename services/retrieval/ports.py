@@ -64,6 +64,22 @@ class DocumentInfo:
     metadata: dict[str, MetadataValue] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class DocumentPage:
+    documents: list[DocumentInfo]
+    total: int  # every stored document, not only this page's
+    more: bool  # documents follow the last one of this page
+
+
+def chunk_id_of(doc_id: str, chunk_index: int) -> str:
+    return f"{doc_id}#{chunk_index}"
+
+
+def doc_id_of(chunk_id: str) -> str:
+    """The document a chunk id names (chunk_id_of's inverse; a doc_id may itself hold '#')."""
+    return chunk_id.rpartition("#")[0] or chunk_id
+
+
 class Embedder(Protocol):
     """Turns text into unit-length vectors; counts tokens the way the model does."""
 
@@ -131,6 +147,13 @@ class VectorStore(Protocol):
 
     async def list_documents(self) -> list[DocumentInfo]:
         """Every stored document, ordered by doc_id."""
+
+    async def document_page(self, *, after: str | None, limit: int) -> DocumentPage:
+        """Up to `limit` documents whose doc_id sorts after `after` (None: from the first), ordered by doc_id.
+
+        Chunk ids are chunk_id_of(doc_id, index), so a store can list doc_ids from ids alone and read the
+        metadata of this page's chunks only.
+        """
 
     async def heartbeat(self) -> bool:
         """True when the store answers."""

@@ -20,6 +20,9 @@ from services.retrieval.models import DocumentIn, UploadFields
 from shared.errors import BadRequest
 
 
+MAX_PARTS = 20  # of files, and of form fields, in one multipart body
+
+
 @dataclass(frozen=True)
 class Upload:
     filename: str
@@ -64,14 +67,25 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
 
 async def multipart_upload(request: Request, body: bytes) -> Upload:
     """The `file` part and its form fields; 400 for a broken multipart body, 422 without a file part."""
-    parser = MultiPartParser(request.headers, _once(body), max_files=1, max_fields=20, max_part_size=64 * 1024)
+    # More than one file is read, to be refused as such (422), not as an unreadable body (400).
+    parser = MultiPartParser(
+        request.headers, _once(body), max_files=MAX_PARTS, max_fields=MAX_PARTS, max_part_size=64 * 1024
+    )
     try:
         form = await parser.parse()
     except MultiPartException as exc:
         raise BadRequest(f"unreadable multipart body: {exc.message}") from None
     try:
+        files = [value for _, value in form.multi_items() if isinstance(value, UploadFile)]
+        if len(files) > 1:
+            names = ", ".join(f.filename or "(no name)" for f in files)
+            message = f"send one file per request; this body holds {len(files)} ({names})"
+            raise RequestValidationError([{"loc": ("file",), "msg": message, "type": "value_error"}])
         upload = form.get("file")
-        if not isinstance(upload, UploadFile):
+        if isinstance(upload, str):
+            message = "the 'file' part has no file name; send it as a file (curl: -F file=@PATH)"
+            raise RequestValidationError([{"loc": ("file",), "msg": message, "type": "value_error"}])
+        if upload is None:
             raise RequestValidationError([{"loc": ("file",), "msg": "a 'file' part is required", "type": "missing"}])
         fields = _validated(UploadFields, {k: v for k, v in form.items() if k != "file" and isinstance(v, str) and v != ""})
         filename = (upload.filename or "").strip()
@@ -91,7 +105,7 @@ def refuse_content_type(kind: str) -> UnsupportedMediaType:
 async def document_from_request(request: Request, *, limit: int) -> ingestion.NewDocument:
     """The document in a POST /documents body: JSON fields, or an uploaded file parsed by its type.
 
-    An upload's doc_id and source default to its file name.
+    An upload's doc_id and source default to its file name (the doc_id shortened as ingestion shortens a source).
     """
     kind = media_type(request)
     if kind not in ("", "application/json", "multipart/form-data"):
@@ -101,7 +115,7 @@ async def document_from_request(request: Request, *, limit: int) -> ingestion.Ne
         upload = await multipart_upload(request, body)
         parsed = await asyncio.to_thread(parsing.parse, upload.filename, upload.data, media_type=upload.media_type)
         fields = upload.fields.model_dump()
-        fields["doc_id"] = fields["doc_id"] or upload.filename
+        fields["doc_id"] = fields["doc_id"] or ingestion.within_doc_id_limit(upload.filename)
         fields["source"] = fields["source"] or upload.filename
         fields["metadata"] = fields["metadata"] or {}
         return ingestion.from_parsed(parsed, **fields)

@@ -12,6 +12,8 @@ from shared.web import SERVICE_TOKEN_HEADER, internal_headers, token_verdict
 
 log = logging.getLogger(__name__)
 
+PAGE_SIZE = 1000  # the most retrieval's GET /documents gives at once
+
 
 class HttpDocumentLibrary:
     """DocumentLibrary on retrieval's API, through a pooled client opened in the lifespan."""
@@ -26,12 +28,23 @@ class HttpDocumentLibrary:
         self._timeout = timeout_s
 
     async def document_ids(self) -> list[str]:
+        """Every doc_id, following retrieval's pages (next_cursor) to the last one."""
         try:
             headers = internal_headers(self._settings)
-            response = await self._client.get(self._url, headers=headers, timeout=self._timeout)
-            response.raise_for_status()
-            return [str(document["doc_id"]) for document in response.json()["documents"]]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            ids: list[str] = []
+            params: dict[str, str | int] = {"limit": PAGE_SIZE}
+            while True:
+                response = await self._client.get(self._url, headers=headers, params=params, timeout=self._timeout)
+                response.raise_for_status()
+                body = response.json()
+                ids += [str(document["doc_id"]) for document in body["documents"]]
+                cursor = body.get("next_cursor")
+                if not cursor:
+                    return ids
+                if cursor == params.get("cursor"):
+                    raise ValueError("retrieval gave the same next_cursor twice")
+                params["cursor"] = cursor
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             # Down, slow, refusing our token, or answering something else than a document list.
             log.warning("retrieval's document list failed", extra={"error": repr(exc)[:300]})
             raise DependencyUnavailable("retrieval", "retrieval did not list its documents") from exc

@@ -16,9 +16,13 @@ from services.analytics.adapters.retrieval_library import HttpDocumentLibrary
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.main import create_app
 from services.analytics.settings import Settings
+from services.retrieval.main import create_app as create_retrieval
+from services.retrieval.ports import StoredChunk
+from services.retrieval.settings import Settings as RetrievalSettings
 from shared.errors import DependencyUnavailable
 from tests.support import free_port, serve_in_thread
 from tests.unit.analytics.analytics_fixture import LIBRARY, load
+from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +127,19 @@ async def test_a_wrong_service_token_at_retrieval_is_503(store, tmp_path, retrie
         with pytest.raises(DependencyUnavailable) as info:
             await library.document_ids()
     assert info.value.code == "retrieval_unavailable"
+
+
+async def test_a_library_larger_than_one_page_of_retrievals_list_is_read_whole(tmp_path) -> None:
+    """The real retrieval app lists its documents in pages; the never-cited report needs every one of them."""
+    chunks = [StoredChunk(f"doc-{n:05d}#0", f"doc-{n:05d}", "text", [1.0], {"chunk_index": 0, "content_hash": "h"})
+              for n in range(2_500)]
+    library = FakeStore()
+    await library.upsert(chunks)
+    retrieval_app = create_retrieval(
+        RetrievalSettings(service_token=TOKEN, data_dir=tmp_path), embedder=FakeEmbedder(), store=library
+    )
+    settings = Settings(service_token=TOKEN, data_dir=tmp_path)
+    with serve_in_thread(retrieval_app) as url:
+        async with httpx.AsyncClient() as http:
+            ids = await HttpDocumentLibrary(client=http, settings=settings, base_url=url, timeout_s=10).document_ids()
+    assert ids == [c.doc_id for c in chunks]

@@ -72,3 +72,15 @@ def test_a_document_its_similar_documents_and_its_deletion_go_through_the_gatewa
     assert gateway.delete("/api/documents/notes/boilers.md").status_code == 200
     missing = gateway.get("/api/documents/notes/boilers.md")
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+
+def test_the_document_list_is_paged_through_the_gateway(gateway: TestClient) -> None:
+    for n in range(5):
+        assert gateway.post("/api/documents", json={"text": f"Note number {n}.", "doc_id": f"note-{n}"}).status_code == 200
+    first = gateway.get("/api/documents", params={"limit": 2})
+    assert first.status_code == 200, first.text
+    assert ([d["doc_id"] for d in first.json()["documents"]], first.json()["total"]) == (["note-0", "note-1"], 5)
+    rest = gateway.get("/api/documents", params={"limit": 10, "cursor": first.json()["next_cursor"]}).json()
+    assert ([d["doc_id"] for d in rest["documents"]], rest["next_cursor"]) == (["note-2", "note-3", "note-4"], None)
+    refused = gateway.get("/api/documents", params={"cursor": "?!"})
+    assert refused.status_code == 422 and refused.json()["message"].startswith("query.cursor: "), refused.text

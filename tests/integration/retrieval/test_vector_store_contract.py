@@ -72,6 +72,20 @@ async def test_documents_are_listed_and_deleted(store: VectorStore) -> None:
     assert await store.delete(doc_id="a") == 0
 
 
+async def test_documents_are_listed_a_page_at_a_time_after_a_doc_id(store: VectorStore) -> None:
+    names = ["a", "a#b", "b/c", "b", "ü.md", "c"]  # a '#' in a doc_id, a path, beyond ASCII
+    await store.upsert([chunk(name, i, unit(1, n, i)) for n, name in enumerate(names) for i in range(n % 2 + 1)])
+    first = await store.document_page(after=None, limit=4)
+    assert [(d.doc_id, d.chunks) for d in first.documents] == [("a", 1), ("a#b", 2), ("b", 2), ("b/c", 1)]
+    assert (first.total, first.more) == (6, True)
+    assert first.documents[1].metadata["title"] == "A#B" and first.documents[1].content_hashes == frozenset({"h1"})
+    rest = await store.document_page(after="b/c", limit=4)
+    assert ([d.doc_id for d in rest.documents], rest.total, rest.more) == (["c", "ü.md"], 6, False)
+    between = await store.document_page(after="a$", limit=1)  # a doc_id that is not stored still places the page
+    assert ([d.doc_id for d in between.documents], between.more) == (["b"], True)
+    assert (await store.document_page(after="ü.md", limit=4)).documents == []
+
+
 async def test_upsert_overwrites_by_chunk_id(store: VectorStore) -> None:
     await store.upsert([chunk("a", 0, unit(1, 0), content_hash="old")])
     await store.upsert([chunk("a", 0, unit(0, 1), content_hash="new")])

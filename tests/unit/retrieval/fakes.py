@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from shared.filters import Filter, matches, parse_filter
 from services.retrieval.document_metadata import document_fields
-from services.retrieval.ports import ChunkHit, DocumentInfo, StoredChunk
+from services.retrieval.ports import ChunkHit, DocumentInfo, DocumentPage, StoredChunk
 from shared.errors import DependencyUnavailable
 
 _WORD = re.compile(r"\w+")
@@ -129,6 +129,11 @@ class FakeStore:
                 )
             )
         return documents
+
+    async def document_page(self, *, after: str | None, limit: int) -> DocumentPage:
+        documents = await self.list_documents()
+        following = [d for d in documents if after is None or d.doc_id > after]
+        return DocumentPage(documents=following[:limit], total=len(documents), more=len(following) > limit)
 
     async def heartbeat(self) -> bool:
         return self.available

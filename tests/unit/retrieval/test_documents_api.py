@@ -236,3 +236,36 @@ def test_an_id_with_a_line_break_that_no_route_could_reach_is_refused(client: Te
     assert client.post("/documents", json={"doc_id": odd, "text": "Some text."}, headers=AUTH).status_code == 200
     assert client.get(f"/documents/{quote(odd, safe='')}", headers=AUTH).json()["doc_id"] == odd
     assert client.delete(f"/documents/{quote(odd, safe='')}", headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize("second", ["file", "other"])
+def test_an_upload_of_two_files_is_422_asking_for_one_per_request(
+    client: TestClient, store: FakeStore, second: str
+) -> None:
+    files = [("file", ("one.md", b"# One\n\nfirst", "text/markdown")), (second, ("two.md", b"# Two", "text/markdown"))]
+    response = client.post("/documents", files=files, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "invalid_request"
+    assert response.json()["message"] == "file: send one file per request; this body holds 2 (one.md, two.md)"
+    assert not store.chunks
+
+
+def test_a_file_name_longer_than_a_doc_id_gives_a_shortened_stable_id(client: TestClient) -> None:
+    name = "team/" * 120 + "notes.md"  # 608 characters
+    added = upload(client, name, b"# Notes\n\nSome text.")
+    assert added.status_code == 200, added.text
+    doc_id = added.json()["doc_id"]
+    assert len(doc_id) == 512 and doc_id.startswith("team/team/")
+    assert upload(client, name, b"# Notes\n\nSome text.").json() == added.json() | {"status": "unchanged"}
+    assert client.get(f"/documents/{quote(doc_id, safe='')}", headers=AUTH).json()["source"] == name
+
+
+def test_a_file_part_sent_without_a_file_name_is_422_saying_so(client: TestClient) -> None:
+    # What curl sends for -F 'file=<notes.md' (the file's text as a plain field) instead of -F 'file=@notes.md'.
+    body = b'--XX\r\nContent-Disposition: form-data; name="file"\r\n\r\n# Notes\n\ntext\r\n--XX--\r\n'
+    multipart = {"Content-Type": "multipart/form-data; boundary=XX"}
+    response = client.post("/documents", content=body, headers=AUTH | multipart)
+    assert response.status_code == 422, response.text
+    assert response.json()["message"] == (
+        "file: the 'file' part has no file name; send it as a file (curl: -F file=@PATH)"
+    )
