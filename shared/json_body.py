@@ -52,11 +52,34 @@ def is_json_type(content_type: str) -> bool:
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
+class UnsupportedContentEncoding(ServiceError):
+    """415 for a body under a content coding (gzip, br, ...): Cairn reads bodies as sent, and would otherwise
+    take the compressed bytes for malformed JSON, or pass them on to a service that would. The header
+    Accept-Encoding: identity says which coding would be taken (RFC 9110, 15.5.16)."""
+
+    status_code = 415
+    code = "unsupported_media_type"
+
+    def __init__(self, coding: str) -> None:
+        super().__init__(f"Content-Encoding {coding} is not supported: send the body uncompressed")
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Accept-Encoding": "identity"}
+
+
+def _content_coding(request: Request) -> str | None:
+    """The request's Content-Encoding, unless it is identity (no coding) or absent."""
+    codings = [c.strip() for value in request.headers.getlist("content-encoding") for c in value.split(",")]
+    named = [c for c in codings if c and c.lower() != "identity"]
+    return ", ".join(named) or None
+
+
 class StrictJsonRoute(APIRoute):
     """The route class of every Cairn router: FastAPI reads JSON bodies through StrictJsonRequest.
 
     A body sent under another Content-Type or none (curl's -d without -H sends a form type) is refused with
-    415: FastAPI would pass its bytes on unread, and the 422 that follows names no field and no cause."""
+    415: FastAPI would pass its bytes on unread, and the 422 that follows names no field and no cause.
+    So is a body under a Content-Encoding (UnsupportedContentEncoding)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -64,6 +87,8 @@ class StrictJsonRoute(APIRoute):
 
         async def strict_json_handler(request: Request) -> Response:
             strict = StrictJsonRequest(request.scope, request.receive)
+            if (coding := _content_coding(strict)) and await strict.body():
+                raise UnsupportedContentEncoding(coding)
             content_type = strict.headers.get("content-type", "")
             if takes_json and not is_json_type(content_type) and await strict.body():
                 raise ServiceError(

@@ -298,15 +298,31 @@ def internal_headers(settings: CommonSettings, **identity: str | None) -> dict[s
     return headers
 
 
+# Idle kept-alive connections, a pair: a service closes one after SERVER_KEEP_ALIVE_S (uvicorn's default), and
+# Cairn's clients of each other (the gateway's proxying, chat's retrieval client) drop theirs sooner, after
+# CLIENT_KEEP_ALIVE_S. The other way round, a request sent as the server closes the connection is lost
+# (ServerDisconnectedError, a 503 from a healthy service), and a POST that may have reached the server
+# cannot be sent again. The client starts counting when it has read the answer's last byte, after the server
+# started, so any shorter time keeps the order; the second spare is for safety, not measured.
+SERVER_KEEP_ALIVE_S = 5
+CLIENT_KEEP_ALIVE_S = SERVER_KEEP_ALIVE_S - 1
+# The gateway's public port keeps idle connections longer than the proxies in front of it usually do (nginx,
+# ingress-nginx and AWS's load balancers: 60 s), so that the proxy, not the gateway, ends an idle one.
+PUBLIC_KEEP_ALIVE_S = 75
+
 # How every Cairn service is served, and every test's real HTTP server, so that tests see the same.
 # uvicorn's own proxy-header handling is off: it would take any X-Forwarded-For sent from 127.0.0.1 as
 # the client's address, where the gateway trusts only its TRUSTED_PROXIES (empty: nobody's header).
 # One worker, stated: uvicorn would otherwise fork WEB_CONCURRENCY workers, a variable platforms set for
 # their own purposes, and workers split the metrics and share one outbox file. Replicas scale a service.
-SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "access_log": False, "proxy_headers": False, "workers": 1}
+SERVER_OPTIONS: dict[str, Any] = {
+    "log_config": None, "access_log": False, "proxy_headers": False, "workers": 1,
+    "timeout_keep_alive": SERVER_KEEP_ALIVE_S,
+}
 
 
-def serve(app_path: str, settings: CommonSettings) -> None:
+def serve(app_path: str, settings: CommonSettings, *, keep_alive_s: int = SERVER_KEEP_ALIVE_S) -> None:
     import uvicorn
 
-    uvicorn.run(app_path, factory=True, host=settings.host, port=settings.port, **SERVER_OPTIONS)
+    options = SERVER_OPTIONS | {"timeout_keep_alive": keep_alive_s}
+    uvicorn.run(app_path, factory=True, host=settings.host, port=settings.port, **options)

@@ -20,7 +20,7 @@ from shared.replica_calls import CONNECT_TIMEOUT_S, NOT_CONNECTED, NoReplicaConn
 from shared.replicas import ReplicaPool
 from shared.settings import CommonSettings
 from shared.tracing import client_span
-from shared.web import internal_headers
+from shared.web import CLIENT_KEEP_ALIVE_S, internal_headers
 
 log = logging.getLogger(__name__)
 
@@ -203,5 +203,7 @@ def _message_of(response: _Answer) -> str:
 
 
 def open_session() -> aiohttp.ClientSession:
-    """The pooled session for retrieval; each call sets its own timeout from what is left of its budget."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100, limit_per_host=0))
+    """The pooled session for retrieval; each call sets its own timeout from what is left of its budget. An idle
+    connection is dropped before retrieval would close it (shared.web.CLIENT_KEEP_ALIVE_S)."""
+    connector = aiohttp.TCPConnector(limit=100, limit_per_host=0, keepalive_timeout=CLIENT_KEEP_ALIVE_S)
+    return aiohttp.ClientSession(connector=connector)

@@ -27,6 +27,7 @@ from shared.metrics import count_stream_failure
 from shared.replica_calls import CONNECT_TIMEOUT_S, NoReplicaConnected, ReplicasHealth, on_a_replica, probe_replicas
 from shared.replicas import ReplicaPool
 from shared.tracing import client_span
+from shared.web import CLIENT_KEEP_ALIVE_S
 
 log = logging.getLogger(__name__)
 
@@ -218,11 +219,13 @@ def open_session(*, timeout_s: float, reuse_connections: bool = True) -> aiohttp
 
     Without `reuse_connections`, every request opens its own connection: a request to a replica that has
     just died is then refused and goes to another replica, where on a kept-alive connection it would fail
-    as if it had been in flight there (it cannot be resent: a POST may have done its work)."""
+    as if it had been in flight there (it cannot be resent: a POST may have done its work). A connection
+    kept is dropped after CLIENT_KEEP_ALIVE_S idle, before the service would close it (shared.web)."""
     # No cap on connections (limit=0): each request in hand holds at most one, and a capped pool made a
     # request wait for a free connection under the connect timeout, whose expiry counted as a replica
     # refusing: healthy chat replicas were skipped whenever 200 answers were streaming.
+    kept = {"keepalive_timeout": CLIENT_KEEP_ALIVE_S} if reuse_connections else {"force_close": True}
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, force_close=not reuse_connections),
+        connector=aiohttp.TCPConnector(limit=0, **kept),
         timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=CONNECT_TIMEOUT_S, sock_read=timeout_s),
     )
