@@ -323,8 +323,12 @@ def _refuse(message: str) -> NoReturn:
 
 
 def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
-    from cairn.ingest import ingest_paths
+    from cairn.ingest import ingest_paths, named_path_problems
 
+    if problems := named_path_problems(paths):  # a mistake in the command: nothing is sent
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         summary = ingest_paths(
             paths, retrieval_url=settings.url_of("retrieval"), service_token=settings.service_token.get_secret_value()
@@ -333,12 +337,14 @@ def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(summary.describe())
-    if summary.interrupted_at is not None:
+    if summary.interrupted:
         return INTERRUPTED
     return 1 if summary.failed else 0
 
 
 def ask(settings: CliSettings, *, question: str, username: str, password_stdin: bool, top_k: int) -> int:
+    if not question.strip():  # before the password is asked for: the gateway would refuse it anyway
+        _refuse("the question is empty")
     if password_stdin:
         password = _read_password(True)
     elif os.environ.get("CAIRN_PASSWORD"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mimetypes
 import os
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +21,19 @@ from tqdm import tqdm
 # The types the retrieval service reads (services.retrieval.parsing.SUPPORTED_SUFFIXES; a test keeps them equal).
 SUFFIXES = frozenset({".md", ".markdown", ".txt", ".html", ".htm", ".pdf"})
 SERVICE_TOKEN_HEADER = "X-Service-Token"
+# A file whose connection drops is sent once more after this pause: a restarting replica behind a load
+# balancer, or a proxy between replicas, is often back by then. Resending is safe: the service recognises
+# content it already holds.
+RETRY_AFTER_S = 1.0
+UNAVAILABLE_STATUSES = (502, 503, 504)  # a proxy with no replica behind it, or retrieval without its store
 
 
 class IngestError(Exception):
     """The retrieval service cannot take documents at all (unreachable, wrong token)."""
+
+
+class RetrievalGone(Exception):
+    """The connection to retrieval failed, or it answered that it cannot work: no later file can go in either."""
 
 
 @dataclass
@@ -33,7 +43,9 @@ class IngestSummary:
     replaced: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
     skipped: list[str] = field(default_factory=list)  # files of other types found in folders
-    interrupted_at: str | None = None  # the file being sent when Ctrl-C stopped the run
+    interrupted: bool = False  # Ctrl-C stopped the run
+    interrupted_at: str | None = None  # the file being sent then, if one was
+    unavailable_at: str | None = None  # the file being sent when retrieval went away
 
     @property
     def failed(self) -> int:
@@ -53,9 +65,14 @@ class IngestSummary:
         if self.skipped:
             line += f" ({len(self.skipped)} files of other types skipped)"
         lines = [line, *(f"  failed: {name}: {reason}" for name, reason in self.failures)]
+        if self.unavailable_at is not None:
+            lines.append(f"retrieval became unavailable while sending {self.unavailable_at} (it may or may not have "
+                         "been added); the files after it were not sent: run the same command again once it is back")
         if self.interrupted_at is not None:
             lines.append(f"interrupted while sending {self.interrupted_at} (it may or may not have been added); "
                          "the files after it were not sent: run the same command again to finish")
+        elif self.interrupted:
+            lines.append("interrupted: the files not counted above were not sent: run the same command again to finish")
         return "\n".join(lines)
 
 
@@ -96,9 +113,7 @@ def collect_files(
     skipped: list[str] = []
     for path in paths:
         if path.is_dir():
-            for found in sorted(path.rglob("*")):
-                if any(part.startswith(".") for part in found.relative_to(path).parts):
-                    continue
+            for found in _walk(path):
                 if found.is_symlink() and not found.exists():  # dangling, or a loop
                     refused.append((_link_name(found, base), "broken symbolic link"))
                     continue
@@ -112,8 +127,7 @@ def collect_files(
             if path.suffix.lower() in SUFFIXES:
                 files.append(path)
             else:
-                supported = ", ".join(sorted(SUFFIXES))
-                refused.append((source_name(path, base), f"unsupported file type {path.suffix or '(none)'}; use {supported}"))
+                refused.append((source_name(path, base), _unsupported(path)))
         elif path.is_symlink():
             refused.append((_link_name(path, base), "broken symbolic link"))
         else:
@@ -122,6 +136,43 @@ def collect_files(
     for file in files:
         by_name.setdefault(source_name(file, base), file)
     return list(by_name.values()), refused, skipped
+
+
+def _unsupported(path: Path) -> str:
+    return f"unsupported file type {path.suffix or '(none)'}; use {', '.join(sorted(SUFFIXES))}"
+
+
+def _walk(folder: Path) -> Iterable[Path]:
+    """Everything under `folder` in name order, hidden entries and what lies under them left out."""
+    for found in sorted(folder.rglob("*")):
+        if not any(part.startswith(".") for part in found.relative_to(folder).parts):
+            yield found
+
+
+def named_path_problems(paths: Iterable[Path]) -> list[str]:
+    """What is wrong with paths named on the command line, one line each: a path that is not there, a file
+    of a type the service does not read, a folder without one file it does. Any of these is a mistake in
+    the command, so it is refused before anything is sent."""
+    problems = []
+    for path in paths:
+        try:
+            if path.is_dir():
+                if not os.access(path, os.R_OK | os.X_OK):
+                    problems.append(f"{path}: permission denied")
+                elif not any(found.suffix.lower() in SUFFIXES and found.is_file() for found in _walk(path)):
+                    problems.append(f"{path}: no {'/'.join(sorted(SUFFIXES))} files in this folder")
+            elif path.is_file():
+                if path.suffix.lower() not in SUFFIXES:
+                    problems.append(f"{path}: {_unsupported(path)}")
+            elif path.is_symlink():
+                problems.append(f"{path}: broken symbolic link")
+            elif path.exists():
+                problems.append(f"{path}: not a file or folder")
+            else:
+                problems.append(f"{path}: no such file or folder")
+        except OSError as exc:  # a name too long for the file system, say
+            problems.append(f"{path}: {exc.strerror or exc}")
+    return problems
 
 
 def ingest_paths(
@@ -136,29 +187,46 @@ def ingest_paths(
     """Upload every file under `paths` to retrieval's /documents; a bad file is counted and skipped.
 
     doc_id and source are each file's path relative to `base` (default: the current directory).
+    A file whose connection fails is sent once more after RETRY_AFTER_S; when retrieval is still gone, that
+    file and every one after it are counted failed, and the summary says so. Ctrl-C ends the run with a summary.
 
-    Raises IngestError when the service is unreachable or refuses the token, since then no file can succeed.
+    Raises IngestError when the service refuses the token, or cannot be reached before any file went in,
+    since then no file can succeed.
     """
     files, refused, skipped = collect_files(paths, base)
     summary = IngestSummary(failures=list(refused), skipped=skipped)
     headers = {SERVICE_TOKEN_HEADER: service_token}
+    uploads = 0  # when the first upload cannot reach retrieval, one error line says it all
+    sending: str | None = None
     with (
         httpx.Client(base_url=retrieval_url.rstrip("/"), headers=headers, timeout=timeout_s) as client,
         tqdm(total=len(files), unit="file", desc="ingest", disable=not progress) as bar,
     ):
-        for path in files:
-            name = source_name(path, base)
-            bar.set_postfix_str(name[-40:], refresh=False)
-            try:
-                status = _send(client, name=name, data=_read(path))
-                setattr(summary, status, getattr(summary, status) + 1)
-            except ValueError as exc:
-                summary.failures.append((name, str(exc)))
-                bar.write(f"failed: {name}: {exc}", file=sys.stderr)  # beside the bar; the summary goes to stdout
-            except KeyboardInterrupt:  # what went in so far is worth knowing: the summary says it
-                summary.interrupted_at = name
-                break
-            bar.update(1)
+        try:  # around the whole loop: Ctrl-C anywhere in it (the bar's redraw too) keeps the summary
+            for index, path in enumerate(files):
+                sending = name = source_name(path, base)
+                bar.set_postfix_str(name[-40:], refresh=False)
+                try:
+                    data = _read(path)
+                    uploads += 1
+                    status = _send_retrying(client, name=name, data=data)
+                    setattr(summary, status, getattr(summary, status) + 1)
+                except ValueError as exc:
+                    summary.failures.append((name, str(exc)))
+                    bar.write(f"failed: {name}: {exc}", file=sys.stderr)  # beside the bar; the summary goes to stdout
+                except RetrievalGone as exc:
+                    if uploads == 1:
+                        raise IngestError(f"retrieval service not reachable at {client.base_url}: {exc}") from None
+                    summary.unavailable_at = name
+                    summary.failures.append((name, f"retrieval unavailable: {exc}"))
+                    not_sent = [source_name(rest, base) for rest in files[index + 1:]]
+                    summary.failures += [(rest, "not sent: retrieval unavailable") for rest in not_sent]
+                    bar.write(f"failed: {name}: retrieval unavailable: {exc}", file=sys.stderr)
+                    break
+                sending = None
+                bar.update(1)
+        except KeyboardInterrupt:  # what went in so far is worth knowing: the summary says it
+            summary.interrupted, summary.interrupted_at = True, sending
     return summary
 
 
@@ -180,6 +248,14 @@ def _reason(response: httpx.Response, name: str) -> str:
     return f"HTTP {response.status_code}: {message[:200]}"
 
 
+def _send_retrying(client: httpx.Client, *, name: str, data: bytes) -> str:
+    try:
+        return _send(client, name=name, data=data)
+    except RetrievalGone:
+        time.sleep(RETRY_AFTER_S)
+    return _send(client, name=name, data=data)
+
+
 def _send(client: httpx.Client, *, name: str, data: bytes) -> str:
     media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
     try:
@@ -189,9 +265,11 @@ def _send(client: httpx.Client, *, name: str, data: bytes) -> str:
     except httpx.TimeoutException:
         raise ValueError("retrieval did not answer in time") from None
     except httpx.TransportError as exc:
-        raise IngestError(f"retrieval service not reachable at {client.base_url}: {exc}") from exc
+        raise RetrievalGone(str(exc) or type(exc).__name__) from exc
     if response.status_code == 401:
         raise IngestError("retrieval refused the service token (check CAIRN_SERVICE_TOKEN)")
+    if response.status_code in UNAVAILABLE_STATUSES:
+        raise RetrievalGone(_reason(response, name))
     if response.status_code != 200:
         raise ValueError(_reason(response, name))
     status = response.json()["status"]

@@ -1,0 +1,140 @@
+"""`cairn ingest` over real HTTP to a stand-in for retrieval: a dropped connection is sent again once, a proxy
+with no retrieval behind it ends the run with a summary, and Ctrl-C at any point keeps the summary."""
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI, Form, UploadFile
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from cairn import cli, ingest
+from cairn.ingest import ingest_paths
+from tests.support import serve_in_thread
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "stand-in-token"
+
+
+def stand_in(received: list[str], *, proxy_gone_after: int | None = None) -> FastAPI:
+    """Takes every upload as added and closes each connection, so that each upload opens its own; after
+    `proxy_gone_after` uploads it answers as nginx does with no retrieval behind it."""
+    app = FastAPI()
+
+    @app.post("/documents")
+    async def upload(file: UploadFile, doc_id: str = Form(...)):
+        received.append(doc_id)
+        if proxy_gone_after is not None and len(received) > proxy_gone_after:
+            return HTMLResponse("<html><h1>502 Bad Gateway</h1></html>", status_code=502)
+        return JSONResponse({"doc_id": doc_id, "status": "added"}, headers={"Connection": "close"})
+
+    return app
+
+
+@contextmanager
+def dropping_proxy(upstream: str, *, drop: int) -> Iterator[str]:
+    """A TCP proxy to `upstream` that closes its `drop`-th connection (counted from 1) unanswered, as a
+    load balancer does when the replica behind it goes away."""
+    host, port = upstream.removeprefix("http://").split(":")
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = 0
+
+    def pipe(source: socket.socket, target: socket.socket) -> None:
+        with source, target:
+            while chunk := source.recv(65536):
+                target.sendall(chunk)
+            target.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        nonlocal accepted
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            accepted += 1
+            if accepted == drop:
+                client.recv(65536)  # the request arrives, then the connection drops
+                client.close()
+                continue
+            server = socket.create_connection((host, int(port)))
+            threading.Thread(target=pipe, args=(client, server), daemon=True).start()
+            threading.Thread(target=pipe, args=(server.dup(), client.dup()), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+@pytest.fixture
+def notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "notes").mkdir()
+    for n in range(5):
+        (tmp_path / "notes" / f"note{n}.md").write_text(f"# Note {n}\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "notes"
+
+
+@pytest.fixture(autouse=True)
+def short_retry_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest, "RETRY_AFTER_S", 0.1, raising=False)
+
+
+def test_a_dropped_connection_is_sent_again_once(notes: Path) -> None:
+    received: list[str] = []
+    with serve_in_thread(stand_in(received)) as url, dropping_proxy(url, drop=3) as proxy:
+        summary = ingest_paths([Path("notes")], retrieval_url=proxy, service_token=TOKEN, progress=False)
+    assert (summary.added, summary.failures) == (5, []), summary.describe()
+    assert received == [f"notes/note{n}.md" for n in range(5)], "the dropped upload went in on its second try"
+
+
+def test_a_proxy_with_no_retrieval_behind_it_ends_the_run_with_a_summary(
+    notes: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    received: list[str] = []
+    with serve_in_thread(stand_in(received, proxy_gone_after=2)) as url:
+        monkeypatch.setenv("RETRIEVAL_URL", url)
+        monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
+        assert cli.main(["ingest", "notes"]) == 1
+    assert received == ["notes/note0.md", "notes/note1.md", "notes/note2.md", "notes/note2.md"], "one retry, then stop"
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "2 added, 0 replaced, 0 unchanged, 3 failed",
+        "  failed: notes/note2.md: retrieval unavailable: HTTP 502: <html><h1>502 Bad Gateway</h1></html>",
+        "  failed: notes/note3.md: not sent: retrieval unavailable",
+        "  failed: notes/note4.md: not sent: retrieval unavailable",
+        "retrieval became unavailable while sending notes/note2.md (it may or may not have been added); "
+        "the files after it were not sent: run the same command again once it is back",
+    ]
+
+
+def test_ctrl_c_while_the_progress_bar_redraws_keeps_the_summary(
+    notes: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The redraw writes to the terminal: a slow one (ssh) makes it a fair share of the time Ctrl-C can land in."""
+    received: list[str] = []
+    update = ingest.tqdm.update
+
+    def ctrl_c_after_the_second_file(bar, n=1):
+        update(bar, n)
+        if bar.n == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest.tqdm, "update", ctrl_c_after_the_second_file)
+    with serve_in_thread(stand_in(received)) as url:
+        monkeypatch.setenv("RETRIEVAL_URL", url)
+        monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
+        assert cli.main(["ingest", "notes"]) == 130
+    assert len(received) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "2 added, 0 replaced, 0 unchanged, 0 failed",
+        "interrupted: the files not counted above were not sent: run the same command again to finish",
+    ]
