@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Send
+from starlette.types import Scope as ASGIScope
 
-from services.analytics.deps import LibraryDep, LimitQuery, ScopeDep, StoreDep, TimeZoneQuery
+from services.analytics.deps import ExportSlotsDep, LibraryDep, LimitQuery, ScopeDep, StoreDep, TimeZoneQuery
+from services.analytics.export_slots import ExportStream
 from services.analytics.models import (
     Bucket,
     ContentGapsResponse,
@@ -31,19 +35,36 @@ router = APIRouter(route_class=StrictJsonRoute, prefix="/analytics", tags=["anal
 _BAD_INPUT = (
     "from or to is not an ISO 8601 date-time, from is after to, or a parameter is out of range (invalid_request)"
 )
-_STATUSES = {401: "Missing or wrong service token", 422: _BAD_INPUT, 503: "Database unavailable (database_unavailable)"}
+_STATUSES = {
+    401: "Missing or wrong service token",
+    422: _BAD_INPUT,
+    503: "Database unavailable, or busy with every connection in use (database_unavailable; when busy, "
+    "with Retry-After)",
+}
 _ERRORS = error_responses(_STATUSES)
 _TIMESERIES_ERRORS = error_responses(
     _STATUSES | {422: f"{_BAD_INPUT}; tz is no IANA time zone name; or more than 10,000 buckets"}
 )
 _DOCUMENTS_ERRORS = error_responses(
-    _STATUSES | {503: "Database unavailable (database_unavailable), or retrieval did not list its documents "
-                 "(retrieval_unavailable)"}
+    _STATUSES | {503: f"{_STATUSES[503]}, or retrieval did not list its documents (retrieval_unavailable)"}
 )
+_EXPORT_STATUSES = _STATUSES | {
+    429: "ANALYTICS_MAX_EXPORTS exports are streaming already (too_many_exports, with Retry-After)"
+}
 
 
 class CsvResponse(StreamingResponse):
     media_type = "text/csv"
+
+    def __init__(self, rows: ExportStream, **kwargs: Any) -> None:
+        super().__init__(rows, **kwargs)
+        self._rows = rows
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._rows.close()
 
 
 def _json_errors(described: dict[int, str]) -> dict[int | str, dict]:
@@ -109,11 +130,17 @@ async def feedback(store: StoreDep, scope: ScopeDep, limit: LimitQuery = 20) -> 
     "/export.csv",
     response_class=CsvResponse,
     responses={200: {"description": "One row per request, oldest first (columns in docs/analytics.md)",
-                     "content": {"text/csv": {"schema": {"type": "string"}}}}, **_json_errors(_STATUSES)},
+                     "content": {"text/csv": {"schema": {"type": "string"}}}}, **_json_errors(_EXPORT_STATUSES)},
 )
-async def export_csv(store: StoreDep, scope: ScopeDep) -> CsvResponse:
-    """The per-request view as CSV, streamed."""
-    rows = await asyncio.to_thread(store.stream, export.statement(scope))
+async def export_csv(store: StoreDep, slots: ExportSlotsDep, scope: ScopeDep) -> CsvResponse:
+    """The per-request view as CSV, streamed; at most ANALYTICS_MAX_EXPORTS at once."""
+    slots.take()
+    try:
+        rows = await asyncio.to_thread(store.stream, export.statement(scope))
+    except BaseException:
+        slots.release()
+        raise
     return CsvResponse(
-        export.csv_chunks(rows), headers={"Content-Disposition": 'attachment; filename="cairn-requests.csv"'}
+        slots.stream(export.csv_chunks(rows), holding=rows),
+        headers={"Content-Disposition": 'attachment; filename="cairn-requests.csv"'},
     )

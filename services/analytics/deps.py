@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BeforeValidator
 
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import DocumentLibrary
+from services.analytics.export_slots import ExportSlots
 from services.analytics.reports.buckets import time_zone
 from services.analytics.reports.scope import Scope
 from shared.errors import ServiceError
@@ -22,7 +23,12 @@ async def _library(request: Request) -> DocumentLibrary:
     return request.app.state.library
 
 
+async def _export_slots(request: Request) -> ExportSlots:
+    return request.app.state.export_slots
+
+
 StoreDep = Annotated[SqlEventStore, Depends(_store)]
+ExportSlotsDep = Annotated[ExportSlots, Depends(_export_slots)]
 LibraryDep = Annotated[DocumentLibrary, Depends(_library)]
 
 _STARTS_WITH_A_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

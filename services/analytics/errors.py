@@ -1,7 +1,7 @@
 """Analytics' named errors (mapped to JSON by shared.web like every ServiceError)."""
 from __future__ import annotations
 
-from shared.errors import ServiceError
+from shared.errors import DependencyUnavailable, ServiceError
 
 
 class TooManyBuckets(ServiceError):
@@ -15,3 +15,31 @@ class TooManyBuckets(ServiceError):
             f"bucket: the range holds {buckets:,} {bucket} buckets, more than {limit:,}; "
             "choose a larger bucket or a shorter range"
         )
+
+
+class DatabaseBusy(DependencyUnavailable):
+    """Every connection of the pool stayed in use for the whole pool timeout: the database cannot serve this
+    request now, though it is up. A 503 like a database that is down, with a time to try again."""
+
+    RETRY_AFTER_S = 2
+
+    def __init__(self) -> None:
+        super().__init__("database", "database is busy: every connection is in use; try again shortly")
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.RETRY_AFTER_S)}
+
+
+class TooManyExports(ServiceError):
+    """All export slots are streaming: 429, so that a download never waits on, or takes, the connections
+    the reports need."""
+
+    status_code = 429
+    code = "too_many_exports"
+
+    def __init__(self, *, limit: int, retry_after_s: int) -> None:
+        super().__init__(f"{limit} CSV exports are being downloaded already; try again when one has finished")
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}

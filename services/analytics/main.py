@@ -13,6 +13,7 @@ from services.analytics.adapters.consumer import EventConsumer
 from services.analytics.adapters.retrieval_library import HttpDocumentLibrary
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.api import router
+from services.analytics.export_slots import ExportSlots
 from services.analytics.settings import Settings
 from shared.errors import DependencyUnavailable
 from shared.web import create_service_app, service_token_guard
@@ -25,7 +26,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        store = SqlEventStore.from_url(settings.database_url, timeout_s=settings.db_timeout_s)
+        store = SqlEventStore.from_url(
+            settings.database_url, timeout_s=settings.db_timeout_s,
+            pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow,
+        )
         try:
             await asyncio.to_thread(store.create_schema)
         except DependencyUnavailable:
@@ -70,5 +74,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         service_token=settings.service_token,
     )
     app.state.settings = settings
+    app.state.export_slots = ExportSlots(settings.max_exports)
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     return app

@@ -42,7 +42,21 @@ class Settings(CommonSettings):
         description="The database password, taken as it is (no URL escaping); it replaces any password "
         "in ANALYTICS_DB_URL, so the URL can be written without one.",
     )
-    db_timeout_s: float = Field(5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S"))
+    db_timeout_s: float = Field(
+        5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S"),
+        description="Longest wait to connect to the database, for a connection of the pool to come free, "
+        "and (SQLite) for a lock.",
+    )
+    db_pool_size: int = Field(5, ge=1, le=1000, validation_alias=aliases("ANALYTICS_DB_POOL_SIZE"))
+    db_max_overflow: int = Field(
+        10, ge=0, le=1000, validation_alias=aliases("ANALYTICS_DB_MAX_OVERFLOW"),
+        description="Connections opened beyond ANALYTICS_DB_POOL_SIZE when all of the pool's are in use.",
+    )
+    max_exports: int = Field(
+        4, ge=1, le=1000, validation_alias=aliases("ANALYTICS_MAX_EXPORTS"),
+        description="Most CSV exports streamed at once: each holds a database connection until it ends, "
+        "so without a limit slow downloads would leave none for the reports and the consumer.",
+    )
     prefetch: int = Field(200, ge=1, le=65535, validation_alias=aliases("ANALYTICS_PREFETCH"))
     batch_size: int = Field(
         100, ge=1, le=1000, validation_alias=aliases("ANALYTICS_BATCH_SIZE"),
@@ -67,6 +81,16 @@ class Settings(CommonSettings):
     def _password_has_a_database(self) -> "Settings":
         if self.db_password is not None and self.db_url is None:
             raise ValueError("ANALYTICS_DB_PASSWORD is set but ANALYTICS_DB_URL is not: name the database it is for")
+        return self
+
+    @model_validator(mode="after")
+    def _exports_leave_connections(self) -> "Settings":
+        connections = self.db_pool_size + self.db_max_overflow
+        if self.max_exports >= connections:
+            raise ValueError(
+                f"ANALYTICS_MAX_EXPORTS ({self.max_exports}) must be below ANALYTICS_DB_POOL_SIZE + "
+                f"ANALYTICS_DB_MAX_OVERFLOW ({connections}): exports would leave the reports no connection"
+            )
         return self
 
     @model_validator(mode="after")

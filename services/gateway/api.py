@@ -107,7 +107,10 @@ async def _forward(
 _CHAT = {404: "conversation_id names no conversation of the caller (conversation_not_found)"}
 _UPLOAD = {415: "An unsupported file or content type"}
 _DOCUMENT = {404: "No document has this id (not_found)"}
-_REPORT = {404: "No such report (not_found)"}
+_REPORT = {
+    404: "No such report (not_found)",
+    429: "export.csv: ANALYTICS_MAX_EXPORTS exports are streaming already (too_many_exports, with Retry-After)",
+}
 
 
 @api_router.post(

@@ -62,6 +62,16 @@ def test_a_cross_field_check_prints_its_own_message_and_no_setting_value():
     assert secret not in printed and "another-secret-token" not in printed
 
 
+def test_analytics_refuses_an_export_limit_that_would_leave_the_reports_no_connection(tmp_path: Path):
+    result = start("services.analytics", CAIRN_DATA_DIR=str(tmp_path), ANALYTICS_DB_POOL_SIZE="3",
+                   ANALYTICS_DB_MAX_OVERFLOW="1", ANALYTICS_MAX_EXPORTS="4")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "analytics: cannot start: ANALYTICS_MAX_EXPORTS (4) must be below ANALYTICS_DB_POOL_SIZE + "
+        "ANALYTICS_DB_MAX_OVERFLOW (4): exports would leave the reports no connection\n",
+    )
+
+
 @pytest.fixture
 def a_file(tmp_path: Path) -> Path:
     path = tmp_path / "a-file"

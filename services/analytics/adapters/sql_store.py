@@ -11,13 +11,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Executable, create_engine, event, text
+from sqlalchemy import Connection, Engine, Executable, Result, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from services.analytics.adapters import migrations
 from services.analytics.adapters.event_rows import insert_records
 from services.analytics.domain import EventRecord
+from services.analytics.errors import DatabaseBusy
 from shared.errors import DependencyUnavailable
 
 log = logging.getLogger(__name__)
@@ -25,21 +27,29 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def make_engine(url: str, *, timeout_s: float = 5.0) -> Engine:
-    """An engine for `url`; a bare postgresql:// URL gets the installed psycopg 3 driver."""
+def make_engine(url: str, *, timeout_s: float = 5.0, pool_size: int = 5, max_overflow: int = 10) -> Engine:
+    """An engine for `url`; a bare postgresql:// URL gets the installed psycopg 3 driver. A request that
+    finds all pool_size + max_overflow connections in use waits `timeout_s` for one, then gets DatabaseBusy."""
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     backend = parsed.get_backend_name()
+    pool = {"pool_size": pool_size, "max_overflow": max_overflow, "pool_timeout": timeout_s}
     if backend == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
+        in_memory = not parsed.database or parsed.database == ":memory:"
+        if not in_memory:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": timeout_s})
+        engine = create_engine(
+            parsed, connect_args={"check_same_thread": False, "timeout": timeout_s},
+            **({} if in_memory else pool),  # an in-memory database has a pool of its own kind, without these
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if backend != "postgresql":
-        return create_engine(parsed, pool_pre_ping=True)
-    engine = create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": max(1, round(timeout_s))})
+        return create_engine(parsed, pool_pre_ping=True, **pool)
+    engine = create_engine(
+        parsed, pool_pre_ping=True, connect_args={"connect_timeout": max(1, round(timeout_s))}, **pool
+    )
     event.listen(engine, "connect", _without_jit)
     return engine
 
@@ -70,8 +80,10 @@ class SqlEventStore:
         self._schema_ready = False
 
     @classmethod
-    def from_url(cls, url: str, *, timeout_s: float = 5.0) -> SqlEventStore:
-        return cls(make_engine(url, timeout_s=timeout_s))
+    def from_url(
+        cls, url: str, *, timeout_s: float = 5.0, pool_size: int = 5, max_overflow: int = 10
+    ) -> SqlEventStore:
+        return cls(make_engine(url, timeout_s=timeout_s, pool_size=pool_size, max_overflow=max_overflow))
 
     @property
     def engine(self) -> Engine:
@@ -103,9 +115,10 @@ class SqlEventStore:
         with self._unavailable_as_503(), self._engine.connect() as conn:
             return report(conn, **arguments)
 
-    def stream(self, statement: Executable, *, batch: int = 500) -> Iterator[Any]:
-        """The rows of `statement`, fetched `batch` at a time. The query runs before this returns, so a
-        database that is down raises here rather than in the middle of a response."""
+    def stream(self, statement: Executable, *, batch: int = 500) -> StreamedRows:
+        """The rows of `statement`, fetched `batch` at a time; the connection goes back when they have all been
+        read or are closed. The query runs before this returns, so a database that is down raises here rather
+        than in the middle of a response."""
         self._ensure_schema()
         with self._unavailable_as_503():
             conn = self._engine.connect()
@@ -114,15 +127,7 @@ class SqlEventStore:
             except BaseException:
                 conn.close()
                 raise
-
-        def rows() -> Iterator[Any]:
-            try:
-                yield from result
-            finally:
-                result.close()
-                conn.close()
-
-        return rows()
+        return StreamedRows(conn, result)
 
     def ping(self) -> bool:
         try:
@@ -144,11 +149,34 @@ class SqlEventStore:
     def _unavailable_as_503(self) -> Iterator[None]:
         try:
             yield
+        except PoolTimeout as exc:
+            log.warning("no database connection came free", extra={"pool": self._engine.pool.status()})
+            raise DatabaseBusy() from exc
         except DBAPIError as exc:
             if _database_unavailable(exc):
                 log.warning("database error", extra={"error": str(exc.orig or exc)[:300]})
                 raise DependencyUnavailable("database") from exc
             raise
+
+
+class StreamedRows:
+    """The rows of a query read as they are iterated, on a connection held until they are all read or
+    close() is called (which a reader that stops early must do)."""
+
+    def __init__(self, conn: Connection, result: Result) -> None:
+        self._conn, self._result = conn, result
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._result
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self._result.close()
+        finally:
+            self._conn.close()
 
 
 # SQLSTATE classes that say the database cannot take writes now, whatever the event: connection (08),

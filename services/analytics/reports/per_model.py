@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import Connection, case, desc, func, select
+from sqlalchemy import BigInteger, Connection, case, cast, desc, func, select
 
 from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.domain import PENDING, RESPONSE_OUTCOMES
@@ -23,6 +23,9 @@ def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
             model.label("model"),
             count.label("requests"),
             responses.label("responses"),
+            # Every model's requests, counted before the LIMIT: the share's denominator, without a query of
+            # its own (each query over the view joins the whole events table again).
+            cast(func.sum(count).over(), BigInteger).label("all_requests"),
             *(func.coalesce(func.sum(getattr(requests.c, f"{part}_tokens")), 0).label(part)
               for part in ("prompt", "completion", "total")),
         )
@@ -31,7 +34,6 @@ def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
         .order_by(desc(count), model)
         .limit(limit)
     ).all()
-    all_requests = conn.execute(select(func.count()).where(*done)).scalar_one()
     latencies: dict[str, list[float]] = defaultdict(list)
     stmt = select(model, requests.c.latency_ms).where(*done, requests.c.latency_ms.is_not(None))
     for name, latency in conn.execute(stmt.order_by(model, requests.c.latency_ms)):
@@ -40,7 +42,7 @@ def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
         ModelFigures(
             model=row.model,
             requests=row.requests,
-            share=row.requests / all_requests,
+            share=row.requests / row.all_requests,
             latency_ms=percentiles(latencies[row.model]),
             tokens=Tokens(prompt=row.prompt, completion=row.completion, total=row.total),
             mean_total_tokens=ratio(row.total, row.responses),

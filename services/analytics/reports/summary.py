@@ -19,7 +19,7 @@ def _sum(column, condition=None):
 
 
 def summary(conn: Connection, *, scope: Scope) -> SummaryResponse:
-    outcome, responded = requests.c.outcome, requests.c.outcome.in_(RESPONSE_OUTCOMES)
+    outcome, responded, rating = requests.c.outcome, requests.c.outcome.in_(RESPONSE_OUTCOMES), requests.c.rating
     reports_support = responded & requests.c.supported_citations.is_not(None)
     row = conn.execute(
         select(
@@ -36,6 +36,11 @@ def summary(conn: Connection, *, scope: Scope) -> SummaryResponse:
             *(_count_where(responded & (requests.c.confidence_level == level)).label(level)
               for level in ("high", "medium", "low")),
             *(_sum(getattr(requests.c, f"{part}_tokens")).label(part) for part in ("prompt", "completion", "total")),
+            # The feedback figures' counts, here rather than in a query of their own: each query over the view
+            # joins the whole events table again (about a quarter of the summary's time).
+            func.count(rating).label("ratings"),
+            _count_where(rating > 0).label("positive"),
+            _count_where(rating < 0).label("negative"),
         ).where(*scope.conditions())
     ).one()
     latencies = latency_values(conn, scope=scope)
@@ -57,7 +62,7 @@ def summary(conn: Connection, *, scope: Scope) -> SummaryResponse:
         mean_citations=ratio(row.answer_citations, row.answered),
         supported_citation_rate=ratio(row.supported, row.checked_citations),
         confidence=ConfidenceMix(high=row.high, medium=row.medium, low=row.low),
-        feedback=feedback_figures(conn, scope=scope),
+        feedback=feedback_figures_of(row.ratings, row.positive, row.negative),
         tokens=Tokens(prompt=row.prompt, completion=row.completion, total=row.total),
     )
 
@@ -84,12 +89,8 @@ def failures_by_stage(conn: Connection, *, scope: Scope) -> dict[str, int]:
     return {name: count for name, count in conn.execute(stmt)}
 
 
-def feedback_figures(conn: Connection, *, scope: Scope) -> FeedbackFigures:
-    rating = requests.c.rating
-    row = conn.execute(
-        select(func.count(rating), _count_where(rating > 0), _count_where(rating < 0)).where(*scope.conditions())
-    ).one()
-    ratings, positive, negative = row
+def feedback_figures_of(ratings: int, positive: int, negative: int) -> FeedbackFigures:
+    """The feedback figures of `ratings` ratings (requests rated), `positive` and `negative` among them."""
     return FeedbackFigures(
         ratings=ratings, positive=positive, negative=negative, score=ratio(positive - negative, ratings)
     )

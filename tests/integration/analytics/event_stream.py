@@ -119,7 +119,7 @@ class AnalyticsProcess:
 
     def __init__(
         self, *, data_dir: Path, amqp_url: str, exchange: str, queue: str, token: str = "process-test-token",
-        db_url: str | None = None,
+        db_url: str | None = None, env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -134,7 +134,7 @@ class AnalyticsProcess:
             "ANALYTICS_QUEUE": queue,
             "CAIRN_SERVICE_TOKEN": token,
             "CAIRN_ENV": "test",
-        } | ({"ANALYTICS_DB_URL": db_url} if db_url else {})
+        } | ({"ANALYTICS_DB_URL": db_url} if db_url else {}) | (env or {})
         self.process: subprocess.Popen | None = None
 
     def start(self, *, ready_timeout: float = 30) -> None:
