@@ -197,25 +197,17 @@ class ImageFilter:
         return "! ", 1  # not an image, and now none can start here; the bracket is read on as text
 
     def _closing_bracket(self, start: int, final: bool) -> int | None:
-        depth, i = 1, start
-        while i <= self._max_held:
-            char = self._char(i, final)
-            if char == "":
-                return None
-            if char == "\\":
-                i += 2
-                continue
-            if char == "[":
-                depth += 1
-            elif char == "]":
-                depth -= 1
-                if depth == 0:
-                    return i
-            i += 1
-        return None
+        """Where the "]" balancing the "[" before `start` stands."""
+        return self._balancing("[", "]", start, final)
 
     def _closing_paren(self, start: int, final: bool) -> int | None:
         """The end of a destination and title from `start` (after the "("): past its balancing ")"."""
+        close = self._balancing("(", ")", start, final)
+        return None if close is None else close + 1
+
+    def _balancing(self, opening: str, closing: str, start: int, final: bool) -> int | None:
+        """The index of the `closing` that balances an `opening` just before `start`, backslash escapes
+        skipped; None when the text ends, or MAX_HELD is reached, first."""
         depth, i = 1, start
         while i <= self._max_held:
             char = self._char(i, final)
@@ -224,12 +216,12 @@ class ImageFilter:
             if char == "\\":
                 i += 2
                 continue
-            if char == "(":
+            if char == opening:
                 depth += 1
-            elif char == ")":
+            elif char == closing:
                 depth -= 1
                 if depth == 0:
-                    return i + 1
+                    return i
             i += 1
         return None
 
