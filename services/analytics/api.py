@@ -56,8 +56,9 @@ _EXPORT_STATUSES = _STATUSES | {
 class CsvResponse(StreamingResponse):
     media_type = "text/csv"
 
-    def __init__(self, rows: ExportStream, **kwargs: Any) -> None:
-        super().__init__(rows, **kwargs)
+    # status_code stated: FastAPI reads the route's status from this signature's default for its OpenAPI.
+    def __init__(self, rows: ExportStream, status_code: int = 200, **kwargs: Any) -> None:
+        super().__init__(rows, status_code=status_code, **kwargs)
         self._rows = rows
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
