@@ -44,6 +44,11 @@ def _checked_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else user_metadata(value)
 
 
+# What _without_line_break checks, said in the schema for clients and schema-driven tests: "no line break"
+# rather than a pattern anchored with $, which in Python also matches before a final line break.
+OneLine = Annotated[str, Field(json_schema_extra={"not": {"pattern": "\n"}})]
+
+
 def _without_line_break(value: str | None) -> str | None:
     """A doc_id (or the source it defaults to) holding a line break could be stored, but neither read nor
     deleted: the routes' path parameters, here and in the gateway, match anything but a line break."""
@@ -66,10 +71,10 @@ def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
 
 
 class DocumentIn(RequestModel):
-    doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
+    doc_id: OneLine | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
     text: str = Field(min_length=1, max_length=10_000_000, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
-    source: str | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
+    source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
     metadata: MetadataIn | None = Field(None, description=_METADATA_DESCRIPTION, examples=[{"team": "ops", "published": 1714521600}])
@@ -95,9 +100,9 @@ class DocumentOut(BaseModel):
 class UploadFields(RequestModel):
     """The form fields that may accompany a `file` part in a multipart POST /documents."""
 
-    doc_id: str | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
+    doc_id: OneLine | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.")
-    source: str | None = Field(None, min_length=1, max_length=1000, description="Default: the file name.")
+    source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Default: the file name.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
     metadata: Annotated[
