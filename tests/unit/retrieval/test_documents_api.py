@@ -156,7 +156,8 @@ def test_openapi_offers_json_and_multipart_bodies(client: TestClient) -> None:
     assert "text/markdown" in form["encoding"]["file"]["contentType"]
     # A form field is a string; an unfilled one ("") is taken as absent.
     assert form["schema"]["properties"]["doc_id"] == {
-        "type": "string", "maxLength": 512, "title": "Doc Id", "description": "Default: the file name."
+        "type": "string", "maxLength": 512, "title": "Doc Id", "description": "Default: the file name.",
+        "not": {"pattern": "\n"},  # one line: a doc_id with a line break could be neither read nor deleted
     }
     assert {"400", "413", "415", "422"} <= set(post["responses"])
 
