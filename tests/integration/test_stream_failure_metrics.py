@@ -8,15 +8,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fastapi import FastAPI
-from fastapi.responses import StreamingResponse
 
 from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.gateway.main import create_app as create_gateway_app
 from tests.integration.chat.llm_stand_in import llm_stand_in
 from tests.integration.chat.stand_ins import TOKEN, fake_retrieval_app
-from tests.integration.gateway.chat_stand_in import gateway_settings, login
+from tests.integration.gateway.chat_stand_in import chat_stand_in, gateway_settings, login
 from tests.integration.metrics_scrape import moved, scrape
 from tests.support import serve_in_thread
 from tests.unit.chat.fakes import ListPublisher
@@ -45,33 +43,9 @@ def chat(model, redis_url) -> Iterator[str]:
             yield url
 
 
-def chat_that_dies_mid_stream() -> FastAPI:
-    """Sends its `sources` and a first token, then fails: the server can only drop the connection."""
-    app = FastAPI()
-
-    @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"status": "ok"}
-
-    @app.get("/models")
-    async def models() -> dict:
-        return {"default": "stand-in-llm", "models": ["stand-in-llm"]}
-
-    @app.post("/chat/stream")
-    async def chat_stream() -> StreamingResponse:
-        async def events():
-            yield f"event: sources\ndata: {json.dumps({'sources': []})}\n\n"
-            yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
-            raise RuntimeError("chat died mid-answer")
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return app
-
-
 @pytest.fixture(scope="module")
 def dying_chat() -> Iterator[str]:
-    with serve_in_thread(chat_that_dies_mid_stream()) as url:
+    with serve_in_thread(chat_stand_in(dies_mid_stream=True)) as url:
         yield url
 
 

@@ -35,7 +35,9 @@ def _answer(request: Request) -> dict:
     }
 
 
-def chat_stand_in() -> FastAPI:
+def chat_stand_in(*, dies_mid_stream: bool = False) -> FastAPI:
+    """`dies_mid_stream`: /chat/stream sends its `sources` and a first token, then fails, so that the server
+    can only drop the connection."""
     app = FastAPI()
 
     @app.get("/healthz")
@@ -54,6 +56,9 @@ def chat_stand_in() -> FastAPI:
     async def chat_stream(request: Request) -> StreamingResponse:
         async def events():
             yield f"event: sources\ndata: {json.dumps({'sources': []})}\n\n"
+            if dies_mid_stream:
+                yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
+                raise RuntimeError("chat died mid-answer")
             yield f"event: done\ndata: {json.dumps(_answer(request))}\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
