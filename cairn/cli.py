@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("paths", nargs="+", type=Path)
 
     evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format dataset (nDCG@10, recall, MRR, latency)")
-    evaluate.add_argument("dataset_dir", type=Path, help="folder with corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")
+    evaluate.add_argument("dataset_dir", type=Path, help="folder with corpus.jsonl[.gz], queries.jsonl[.gz], qrels/<split>.tsv")
     evaluate.add_argument("--split", default="test", help="qrels file to score against (default: test)")
     evaluate.add_argument("--mode", default="all", choices=["hybrid", "dense", "keyword", "all"],
                           help="search mode(s) to run (default: all available)")
