@@ -2,10 +2,10 @@
 
 Every report covers the requests submitted in [from, to) (a QuerySubmitted's occurred_at), optionally only
 those of one `model`. A request's outcome is that of its ResponseGenerated or QueryFailed; one with neither
-yet is `pending` and counts in `queries` only. Rates are shares of the requests with an outcome, null when
-there are none. Latencies are milliseconds from receipt to response (ResponseGenerated.latency_ms, else
-QueryFailed.total_ms); percentiles are linear interpolation between closest ranks (numpy's default method,
-PostgreSQL's percentile_cont), null when there is no value.
+yet is `pending`: it counts as a question asked, in no outcome, rate or latency. Rates are shares of the
+requests with an outcome, null when there are none. Latencies are milliseconds from receipt to response
+(ResponseGenerated.latency_ms, else QueryFailed.total_ms); percentiles are linear interpolation between
+closest ranks (numpy's default method, PostgreSQL's percentile_cont), null when there is no value.
 """
 from __future__ import annotations
 

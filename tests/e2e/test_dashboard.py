@@ -235,6 +235,25 @@ def test_each_figure_is_written_with_its_unit_and_user_text_stays_text(gateway, 
     assert problems == [], problems
 
 
+def test_the_export_of_a_preset_range_covers_the_range_the_figures_show(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard?range=1h")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    page.wait_for_timeout(1100)  # the clock moves on between showing the figures and exporting them
+    with page.expect_download():
+        page.get_by_test_id("export-csv").click()
+    asked = {path: dict(parse_qsl(query)) for path, query, _ in figures.seen}
+    shown, exported = asked["/analytics/summary"], asked["/analytics/export.csv"]
+    assert (exported["from"], exported["to"]) == (shown["from"], shown["to"])
+
+    # Switching to a custom range starts from the range shown too.
+    page.get_by_test_id("range").select_option("custom")
+    wait_for_figures(page)
+    custom = dict(parse_qsl([query for path, query, _ in figures.seen if path == "/analytics/summary"][-1]))
+    assert (custom["from"], custom["to"]) == (shown["from"], shown["to"])
+    assert problems == [], problems
+
+
 def test_a_range_with_no_data_shows_zeros_dashes_and_says_so_in_every_chart(gateway, browser, figures):
     figures.empty = True
     page, problems = open_page(browser, f"{gateway}/dashboard?range=1h", width=375)

@@ -40,7 +40,16 @@ const view = {
   feedbackList: $("feedback-list"),
 };
 
-const state = { token: sessionStorage.getItem(TOKEN_KEY), filters: range.readFilters(location.search), load: null };
+// shown: the {filters, range} of the figures on the page, the range resolved when they were loaded.
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY), filters: range.readFilters(location.search), load: null, shown: null,
+};
+
+/** The [from, to) of the figures on the page: a preset range ends when they were loaded, so the export and a
+ * switch to a custom range cover what is shown, not the last hour from now. */
+function shownRange() {
+  return state.shown?.filters === state.filters ? state.shown.range : range.resolveRange(state.filters);
+}
 
 function say(node, message, kind = "notice") {
   node.textContent = message;
@@ -123,7 +132,7 @@ function applyFilters() {
   const filters = readForm();
   if (filters.range === "custom" && state.filters.range !== "custom" && !filters.from && !filters.to) {
     // Custom starts from the range shown so far, for the analyst to adjust.
-    const shown = range.resolveRange(state.filters);
+    const shown = shownRange();
     Object.assign(filters, shown);
     view.from.value = range.toLocalInput(shown.from);
     view.to.value = range.toLocalInput(shown.to);
@@ -160,6 +169,7 @@ async function load() {
     return;
   }
   history.replaceState(null, "", range.writeFilters(state.filters));
+  state.shown = { filters: state.filters, range: resolved };
   state.load?.abort();
   const controller = new AbortController();
   state.load = controller;
@@ -193,7 +203,7 @@ async function load() {
 view.exportButton.addEventListener("click", async () => {
   let resolved;
   try {
-    resolved = range.resolveRange(state.filters);
+    resolved = shownRange();
   } catch (error) {
     say(view.status, error.message, "error");
     return;
