@@ -32,12 +32,17 @@ ExportSlotsDep = Annotated[ExportSlots, Depends(_export_slots)]
 LibraryDep = Annotated[DocumentLibrary, Depends(_library)]
 
 _STARTS_WITH_A_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# A date-time whose offset's "+" became a space: a query string reads an unencoded "+" as one, and curl or an
+# address bar send it unencoded. No ISO 8601 time ends in a space and an offset, so the sign is certain.
+_PLUS_READ_AS_SPACE = re.compile(r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}(?::?\d{2})?)")
 
 
 def _iso_8601(value: Any) -> Any:
     """ISO 8601 text only: not the Unix timestamps ("1700000000") pydantic would also read as datetimes."""
     if isinstance(value, str) and not _STARTS_WITH_A_DATE.match(value):
         raise ValueError("must be an ISO 8601 date-time, e.g. 2025-03-01T12:00:00Z")
+    if isinstance(value, str) and (plus_lost := _PLUS_READ_AS_SPACE.fullmatch(value)):
+        return f"{plus_lost[1]}+{plus_lost[2]}"
     return value
 
 

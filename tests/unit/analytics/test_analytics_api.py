@@ -168,6 +168,20 @@ async def test_a_time_without_offset_is_taken_as_utc(client: httpx.AsyncClient, 
     assert (response.json()["queries"], response.json()["from"]) == (1, "2025-03-01T12:00:00Z")
 
 
+async def test_an_offset_whose_plus_arrived_as_a_space_keeps_its_sign(
+    client: httpx.AsyncClient, store: SqlEventStore
+) -> None:
+    # As typed into curl or a browser's address bar: a query string reads an unencoded "+" as a space.
+    store.add(to_record(submitted(at=T0, request_id="a")))
+    store.add(to_record(submitted(at=T0 + timedelta(hours=1), request_id="b")))
+    response = await client.get(
+        "/analytics/summary?from=2025-03-01T14:00:00+02:00&to=2025-03-01T14:59:59.5+0200", headers=AUTH
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["queries"], body["from"], body["to"]) == (1, "2025-03-01T12:00:00Z", "2025-03-01T12:59:59.500000Z")
+
+
 async def test_a_bound_beyond_what_utc_can_hold_is_clamped(client: httpx.AsyncClient, store: SqlEventStore) -> None:
     store.add(to_record(submitted(at=T0)))
     params = {"from": "0001-01-01T00:00:00+05:00", "to": "9999-12-31T23:00:00-05:00"}
