@@ -104,10 +104,10 @@ class Contextualizer:
         fresh = {sha: prefix for sha, prefix in zip(missing, written) if prefix}
         if fresh:
             await self._cache.put_many(model=model, document_sha=document_sha, prefixes=fresh)
-        if failures:
+        if unwritten := sum(1 for p in written if not p):  # failed calls, or empty answers
             log.warning(
                 "document indexed with missing contextual prefixes",
-                extra={"model": model, "missing": sum(1 for p in written if not p), "chunks": len(chunks)},
+                extra={"model": model, "missing": unwritten, "chunks": len(chunks), "failed_calls": failures},
             )
         known = cached | fresh
         return [known.get(sha) for sha in shas]

@@ -117,18 +117,27 @@ def _fallback_title(document: NewDocument, doc_id: str) -> str:
 
 
 def _fit(prefix: str | None, *, budget: int, count_tokens: Callable[[str], int]) -> str | None:
-    """The prefix, cut at a word so that it has at most `budget` tokens."""
+    """The prefix, cut so that it has at most `budget` tokens: at a word, or at a character when not
+    even its first word fits (Chinese and Japanese sentences hold no spaces)."""
     if not prefix or count_tokens(prefix) <= budget:
         return prefix
     words = prefix.split(" ")
-    low, high = 0, len(words) - 1  # how many words fit lies in [low, high]
+    kept = _most_that_fit(len(words) - 1, lambda n: count_tokens(" ".join(words[:n])) <= budget)
+    if kept:
+        return " ".join(words[:kept])
+    return prefix[: _most_that_fit(len(words[0]) - 1, lambda n: count_tokens(prefix[:n]) <= budget)] or None
+
+
+def _most_that_fit(most: int, fits: Callable[[int], bool]) -> int:
+    """The largest n in [0, most] with fits(n), for a `fits` that holds up to some n and not beyond."""
+    low, high = 0, most
     while low < high:
         middle = (low + high + 1) // 2
-        if count_tokens(" ".join(words[:middle])) <= budget:
+        if fits(middle):
             low = middle
         else:
             high = middle - 1
-    return " ".join(words[:low]) or None
+    return low
 
 
 def _chunk_metadata(chunk: Chunk, prefix: str | None) -> dict[str, str | int]:

@@ -19,7 +19,9 @@ import numpy as np
 from services.retrieval import metrics
 from shared.filters import Filter, parse_filter
 from services.retrieval.fusion import reciprocal_rank_fusion
-from services.retrieval.ports import Embedder, KeywordHit, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore
+from services.retrieval.ports import (
+    Embedder, KeywordHit, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore, indexed_text,
+)
 from shared.errors import ServiceError
 
 Mode = Literal["hybrid", "dense", "keyword"]
@@ -236,7 +238,8 @@ def _completed(hit: SearchHit, chunk: StoredChunk, vector: list[float] | None) -
 
 async def _rerank(results: list[SearchHit], *, query: str, reranker: Reranker, depth: int) -> list[SearchHit]:
     head, tail = results[:depth], results[depth:]
-    scores = await reranker.score(query=query, passages=[h.content for h in head])
+    # With contextual chunking, the chunk as it was indexed: its prefix says what the chunk is about.
+    scores = await reranker.score(query=query, passages=[indexed_text(h.content, h.metadata) for h in head])
     rescored = [replace(hit, rerank_score=float(score)) for hit, score in zip(head, scores, strict=True)]
     rescored.sort(key=lambda h: h.rerank_score, reverse=True)  # type: ignore[arg-type, return-value]
     return rescored + tail

@@ -6,6 +6,7 @@ import logging
 
 import openai
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletion
 
 from services.retrieval import metrics
 from services.retrieval.adapters.prefix_cache import SqlitePrefixCache
@@ -38,19 +39,43 @@ class OpenAIContextModel:
             reason, message = _failure(exc)
             metrics.context_llm_failed(reason)
             raise DependencyUnavailable("llm", message) from exc
-        if completion.usage:
-            metrics.context_llm_used(
-                completion.model or self._model,
-                prompt_tokens=completion.usage.prompt_tokens,
-                completion_tokens=completion.usage.completion_tokens,
-            )
-        if not completion.choices:
+        except ValueError as exc:  # a body sent as JSON that does not parse
+            raise _invalid("the model endpoint answered with unreadable JSON") from exc
+        if not isinstance(completion, ChatCompletion):  # a body that is not JSON at all, such as a proxy's page
+            raise _invalid("the model endpoint did not answer with a chat completion")
+        # The SDK does not validate what it reads: any field may be missing or of another type.
+        self._meter(completion)
+        choices = getattr(completion, "choices", None)
+        if choices is None or choices == []:
             metrics.context_llm_failed("no_choices")
             raise DependencyUnavailable("llm", "the model returned no choices")
-        return completion.choices[0].message.content or ""
+        if not isinstance(choices, list):
+            raise _invalid("the model's choices are not a list")
+        message = getattr(choices[0], "message", None)
+        content = getattr(message, "content", None) if message is not None else None
+        if message is None or not isinstance(content, (str, type(None))):
+            raise _invalid("the model's answer holds no text message")
+        return content or ""
+
+    def _meter(self, completion: ChatCompletion) -> None:
+        usage = getattr(completion, "usage", None)
+        prompt, written = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+        if _is_count(prompt) and _is_count(written):
+            named = getattr(completion, "model", None)
+            model = named if isinstance(named, str) and named else self._model
+            metrics.context_llm_used(model, prompt_tokens=prompt, completion_tokens=written)
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _invalid(message: str) -> DependencyUnavailable:
+    metrics.context_llm_failed("invalid_response")
+    return DependencyUnavailable("llm", message)
 
 
 def _failure(exc: openai.OpenAIError) -> tuple[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
@@ -38,6 +38,7 @@ FOG = "## Fog signal\n\nSound the horn twice a minute while visibility stays und
 class LLMState:
     calls: int = 0
     fail: bool = False
+    malformed: Response | None = None  # answered instead of a chat completion
 
 
 def _llm_app(state: LLMState) -> FastAPI:
@@ -53,6 +54,8 @@ def _llm_app(state: LLMState) -> FastAPI:
         state.calls += 1
         if state.fail:
             return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
+        if state.malformed is not None:
+            return state.malformed
         chunk = body["messages"][-1]["content"].split("<chunk>\n", 1)[1].split("\n</chunk>", 1)[0]
         topic = "the fog horn" if "horn" in chunk else "the lamp"
         answer = f"From the lighthouse keeper's handbook, on {topic} (seamanship)."
@@ -147,3 +150,33 @@ def test_a_failing_endpoint_never_fails_an_ingest(client: TestClient, llm) -> No
     healed = client.post("/documents", json={"text": MANUAL, "doc_id": "down.md"}, headers=AUTH).json()
     assert healed["status"] == "replaced", "an incompletely situated document is re-done on its next ingest"
     assert client.get("/documents/down.md", headers=AUTH).json()["context_model"] == "ctx-model"
+
+
+MALFORMED = {
+    "plain text": PlainTextResponse("upstream proxy says hello"),
+    "broken json": PlainTextResponse('{"choices": [', media_type="application/json"),
+    "a choice without a message": JSONResponse({"choices": [{"index": 0, "finish_reason": "stop"}]}),
+    "a null choice": JSONResponse({"choices": [None]}),
+    "content that is not text": JSONResponse({"choices": [{"index": 0, "message": {"role": "assistant", "content": ["x"]}}]}),
+}
+
+
+@pytest.mark.parametrize("answer", MALFORMED.values(), ids=MALFORMED.keys())
+def test_an_answer_that_is_not_a_chat_completion_never_fails_an_ingest(client: TestClient, llm, answer: Response) -> None:
+    _, state = llm
+    state.malformed = answer
+    invalid_before = REGISTRY.get_sample_value("cairn_retrieval_llm_failures_total", {"reason": "invalid_response"}) or 0.0
+    added = client.post("/documents", json={"text": MANUAL, "doc_id": "odd.md"}, headers=AUTH)
+    assert added.status_code == 200, added.text
+    assert client.get("/documents/odd.md", headers=AUTH).json()["context_model"] is None
+    invalid = REGISTRY.get_sample_value("cairn_retrieval_llm_failures_total", {"reason": "invalid_response"}) or 0.0
+    assert invalid - invalid_before == state.calls >= 1, "each unreadable answer is counted"
+
+
+def test_unreadable_token_usage_still_gives_the_prefix(client: TestClient, llm) -> None:
+    _, state = llm
+    answer = {"index": 0, "message": {"role": "assistant", "content": "On the fog horn."}, "finish_reason": "stop"}
+    state.malformed = JSONResponse({"choices": [answer], "usage": {"prompt_tokens": None, "completion_tokens": "many"}})
+    added = client.post("/documents", json={"text": MANUAL, "doc_id": "usage.md"}, headers=AUTH)
+    assert added.status_code == 200, added.text
+    assert client.get("/documents/usage.md", headers=AUTH).json()["context_model"] == "ctx-model"

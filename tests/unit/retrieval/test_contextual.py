@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from services.retrieval.adapters.bm25_index import keyword_indexed
 from services.retrieval.adapters.prefix_cache import SqlitePrefixCache
 from services.retrieval.contextual import GIVE_UP_AFTER, MAX_PREFIX_CHARS, Contextualizer
 from services.retrieval.ingestion import NewDocument, ingest_document
 from services.retrieval.ports import indexed_text
+from services.retrieval.search import search
 from shared.errors import DependencyUnavailable
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 
@@ -153,3 +155,65 @@ async def test_prefix_and_chunk_together_fit_what_the_model_embeds(cache) -> Non
     chunk = store.chunks["long#0"]
     assert chunk.metadata["context"] == " ".join(f"context{i}" for i in range(10)), "a quarter of 40 tokens"
     assert len(chunk.content.split()) == 30
+
+
+async def test_a_prefix_without_spaces_is_cut_not_dropped(cache) -> None:
+    """Chinese or Japanese sentences hold no spaces: a long prefix is cut at a character, and the
+    document counts as situated, so ingesting it again is a no-op."""
+
+    class Chinese(FakeModel):
+        async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+            return "这一段来自灯塔管理员手册的雾号一节，说明能见度低于一英里时每分钟鸣笛两次。"
+
+    class PerCharacter(FakeEmbedder):  # as BERT tokenizers count Chinese: a token per character
+        def count_tokens(self, text: str) -> int:
+            return len("".join(text.split()))
+
+    store, embedder = FakeStore(), PerCharacter(max_tokens=40)
+    document = NewDocument(text="雾天值班。" * 10, doc_id="zh")
+    contextualizer = Contextualizer(model=Chinese(), cache=cache)
+    await ingest_document(document, embedder=embedder, store=store, chunk_size=30, chunk_overlap=0, contextualizer=contextualizer)
+    assert store.chunks["zh#0"].metadata["context"] == "这一段来自灯塔管理员", "a quarter of 40 tokens"
+    assert all(embedder.count_tokens(t) <= 40 for t in embedder.embedded_texts)
+    again = await ingest_document(document, embedder=embedder, store=store, chunk_size=30, chunk_overlap=0, contextualizer=contextualizer)
+    assert again.status == "unchanged"
+
+
+class RecordingReranker:
+    def __init__(self) -> None:
+        self.passages: list[str] = []
+
+    async def score(self, *, query: str, passages: list[str]) -> list[float]:
+        self.passages += passages
+        return [0.0] * len(passages)
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "keyword"])
+async def test_the_reranker_reads_each_chunk_with_its_prefix(cache, mode: str) -> None:
+    """The prefix says what "it" is in "Revenue rose 3 % that quarter": a cross-encoder given the chunk
+    alone would push down the very chunks the prefix helped find."""
+    embedder = FakeEmbedder()
+    store, index, sync = keyword_indexed(FakeStore())
+    await sync.refresh()
+    await ingest(NewDocument(text=DOC, doc_id="r"), store, Contextualizer(model=FakeModel(), cache=cache), embedder)
+    reranker = RecordingReranker()
+    hits = await search(
+        query="report sales revenue staff", top_k=5, mode=mode, embedder=embedder, store=store, keywords=index, reranker=reranker,
+    )
+    assert len(hits) == 2
+    assert sorted(reranker.passages) == sorted(f"{h.metadata['context']}\n\n{h.content}" for h in hits)
+    assert all("About:" not in h.content for h in hits), "the returned content stays the chunk"
+
+
+async def test_an_empty_answer_is_logged_as_a_missing_prefix(cache, caplog) -> None:
+    """No prefix means the document is re-done on every ingest: the operator must be able to see why."""
+
+    class Silent(FakeModel):
+        async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+            return " \n "
+
+    caplog.set_level("WARNING", logger="cairn.retrieval.contextual")
+    prefixes = await Contextualizer(model=Silent(), cache=cache).prefixes(document=DOC, chunks=["a chunk", "another"])
+    assert prefixes == [None, None]
+    missing = [r for r in caplog.records if r.getMessage() == "document indexed with missing contextual prefixes"]
+    assert [(r.missing, r.chunks) for r in missing] == [(2, 2)]
