@@ -29,6 +29,11 @@ class CrossEncoderReranker:
 
         started = time.perf_counter()
         self._model = CrossEncoder(str(model_path), device="cpu")
+        if self._model.num_labels != 1:  # which output means "relevant" is then the model's own convention
+            raise ValueError(
+                f"RERANK_MODEL: a reranker must give one relevance score per passage; {Path(model_path).name} "
+                f"gives {self._model.num_labels} (a classifier's labels)"
+            )
         self._batch_size = batch_size
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank")
         self.model_name = Path(model_path).name
@@ -38,7 +43,7 @@ class CrossEncoderReranker:
         scores = self._model.predict(
             [(query, passage) for passage in passages], batch_size=self._batch_size, show_progress_bar=False, convert_to_numpy=True
         )
-        return [float(s) for s in scores.reshape(len(passages), -1)[:, 0]]
+        return [float(s) for s in scores.reshape(len(passages))]
 
     async def score(self, *, query: str, passages: list[str]) -> list[float]:
         if not passages:

@@ -27,22 +27,25 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def save_tiny_cross_encoder(path: Path, *, num_labels: int = 1) -> Path:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
-    path = tmp_path_factory.mktemp("tiny-cross-encoder")
     vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
     torch.manual_seed(7)
     config = BertConfig(
         vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=64, num_labels=1, initializer_range=0.3,
+        max_position_embeddings=64, num_labels=num_labels, initializer_range=0.3,
     )
     BertForSequenceClassification(config).save_pretrained(path)
     BertTokenizer(vocab=vocab).save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))
 
 
 @pytest.fixture
@@ -70,3 +73,12 @@ def test_rerank_orders_by_the_cross_encoders_scores(client: TestClient, tiny_cro
         assert result["rerank_score"] == pytest.approx(by_chunk[result["chunk_id"]], abs=1e-5)
     assert [r["chunk_id"] for r in reranked] != [r["chunk_id"] for r in plain], "the test needs an order rerank changes"
     assert all(r["rerank_score"] is None for r in plain)
+
+
+def test_a_classifier_with_several_labels_is_refused(tmp_path: Path) -> None:
+    """Which of its outputs means "relevant" is the model's own convention: ranking by the first one
+    could put the least relevant chunks first."""
+    from services.retrieval.adapters.reranker import CrossEncoderReranker
+
+    with pytest.raises(ValueError, match="RERANK_MODEL.*one relevance score.*gives 2"):
+        CrossEncoderReranker(save_tiny_cross_encoder(tmp_path, num_labels=2))
