@@ -1,5 +1,5 @@
-"""Retrieval's metrics: search stage latencies, embedding cache lookups, micro-batch sizes, and the tokens and
-failures of the contextual-chunking model."""
+"""Retrieval's metrics: search stage latencies, embedding cache lookups, micro-batch sizes, rerank failures,
+and the tokens and failures of the contextual-chunking model."""
 from __future__ import annotations
 
 from collections.abc import Awaitable
@@ -42,6 +42,10 @@ CONTEXT_LLM_FAILURES = Counter(
     "Calls to the contextual-chunking model that failed after the SDK's retries, by reason (HTTP status or error)",
     ["reason"],
 )
+RERANK_FAILURES = Counter(
+    "cairn_retrieval_rerank_failures_total",
+    "Searches whose cross-encoder rerank raised; they were answered in the order of the search",
+)
 
 for _stage in STAGES:  # every stage's series exists from the start, so rate() has a zero to start from
     STAGE_SECONDS.labels(_stage)
@@ -72,6 +76,10 @@ def batch_ran(batcher: str, size: int) -> None:
 def context_llm_used(model: str, *, prompt_tokens: int, completion_tokens: int) -> None:
     CONTEXT_LLM_TOKENS.labels(model, "prompt").inc(prompt_tokens)
     CONTEXT_LLM_TOKENS.labels(model, "completion").inc(completion_tokens)
+
+
+def rerank_failed() -> None:
+    RERANK_FAILURES.inc()
 
 
 def context_llm_failed(reason: str) -> None:

@@ -10,6 +10,7 @@ the keyword leg found, because callers (chat's relevance threshold) and `thresho
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -23,6 +24,8 @@ from services.retrieval.ports import (
     Embedder, KeywordHit, KeywordIndex, MetadataValue, Reranker, StoredChunk, VectorStore, indexed_text,
 )
 from shared.errors import ServiceError
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["hybrid", "dense", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "dense", "keyword")
@@ -239,7 +242,13 @@ def _completed(hit: SearchHit, chunk: StoredChunk, vector: list[float] | None) -
 async def _rerank(results: list[SearchHit], *, query: str, reranker: Reranker, depth: int) -> list[SearchHit]:
     head, tail = results[:depth], results[depth:]
     # With contextual chunking, the chunk as it was indexed: its prefix says what the chunk is about.
-    scores = await reranker.score(query=query, passages=[indexed_text(h.content, h.metadata) for h in head])
+    passages = [indexed_text(h.content, h.metadata) for h in head]
+    try:
+        scores = await reranker.score(query=query, passages=passages)
+    except Exception:  # the model's own failure: the fused order still answers, as without a reranker
+        log.exception("rerank failed; results keep the order of the search", extra={"passages": len(passages)})
+        metrics.rerank_failed()
+        return results
     rescored = [replace(hit, rerank_score=float(score)) for hit, score in zip(head, scores, strict=True)]
     rescored.sort(key=lambda h: h.rerank_score, reverse=True)  # type: ignore[arg-type, return-value]
     return rescored + tail

@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from prometheus_client import REGISTRY
 
 from services.retrieval.adapters.bm25_index import Bm25Index, keyword_indexed
 from services.retrieval.ingestion import NewDocument, ingest_document
@@ -191,6 +192,21 @@ async def test_rerank_reorders_the_head_by_its_scores(indexed: Indexed) -> None:
     assert [h.chunk_id for h in skipped] == [h.chunk_id for h in plain] and reranker.calls == [3]
     with pytest.raises(RerankUnavailable):
         await indexed.search(query="users", top_k=3, rerank=True)
+
+
+class BrokenReranker:
+    async def score(self, *, query: str, passages: list[str]) -> list[float]:
+        raise RuntimeError("the cross-encoder ran out of memory")
+
+
+async def test_a_failing_rerank_answers_in_the_order_of_the_search(indexed: Indexed, caplog) -> None:
+    failures = REGISTRY.get_sample_value("cairn_retrieval_rerank_failures_total") or 0.0
+    plain = await indexed.search(query="users add accounts service", top_k=3)
+    fallen_back = await indexed.search(query="users add accounts service", top_k=3, reranker=BrokenReranker())
+    assert [h.chunk_id for h in fallen_back] == [h.chunk_id for h in plain]
+    assert all(h.rerank_score is None for h in fallen_back)
+    assert REGISTRY.get_sample_value("cairn_retrieval_rerank_failures_total") == failures + 1
+    assert "rerank failed" in caplog.text
 
 
 async def test_a_keyword_hit_deleted_from_the_store_is_not_returned(indexed: Indexed) -> None:
