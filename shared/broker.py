@@ -3,8 +3,14 @@
 The publisher never makes a request wait on the broker: `submit` appends the event to an outbox (a
 local SQLite file in the services, see shared/outbox.py) and returns. A background task sends the
 outbox oldest first as persistent messages with publisher confirms, in windows of up to `window`
-messages in flight, and forgets an event only after RabbitMQ confirmed it. While the broker is down
-it retries with a capped backoff; after a restart of the process it resumes from the file.
+messages in flight, and forgets an event only after RabbitMQ confirmed it. While the broker is down it
+retries with a capped backoff; after a restart of the process it resumes from the file.
+
+Messages are mandatory: one that no queue took comes back before its confirm, since a confirm alone says
+only that the broker has it, and the event stays in the outbox while the next connection declares the
+analytics queue again (an operator may have deleted it). An event no attempt could deliver is dropped and
+counted in cairn_events_dropped_total rather than holding up every event behind it: one returned from an
+exchange we declare no queue for, one the broker refuses (over its max_message_size), a damaged row.
 
 Events go out in batches: the first event kept after a send waits up to `linger_s` (EVENTS_LINGER_S) for
 others, unless `window` events are waiting, and `close` sends at once what waits. A batch costs the broker
@@ -27,6 +33,7 @@ from typing import Protocol
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+from aio_pika.exceptions import ChannelPreconditionFailed
 from pamqp.commands import Basic
 
 from shared.events import Event, occurred_at_in_range, routing_key
@@ -48,6 +55,10 @@ log = logging.getLogger(__name__)
 RETRY_FIRST_S = 0.5
 RETRY_CAP_S = 5.0
 LINGER_S = 1.0  # the longest an event waits for others before it is sent
+
+
+class Unroutable(Exception):
+    """RabbitMQ returned events because no queue was bound for them; they stay in the outbox."""
 
 
 class EventPublisher(Protocol):
@@ -94,6 +105,9 @@ class RabbitEventPublisher:
         self._idle = asyncio.Event()  # set by the drainer: the outbox is empty
         # While set, the newest events linger: the drainer waits for a wake, at the latest this timer's.
         self._linger_timer: asyncio.TimerHandle | None = None
+        # After the broker refused a message of a window (one over its max_message_size closes the channel,
+        # failing the whole window) this many events go one at a time, so that the refused one is found.
+        self._one_by_one = 0
         self.published = 0
 
     @property
@@ -173,6 +187,9 @@ class RabbitEventPublisher:
                 error = await self._send_next_window()
             except (OSError, sqlite3.Error) as exc:  # the outbox file failed to read: its events wait there
                 error = exc
+            except Exception as exc:  # a defect: logged with its traceback, and the task keeps draining
+                log.exception("event publisher failed unexpectedly")
+                error = exc
             if error is None:
                 if delay > RETRY_FIRST_S:
                     log.info("event broker reachable again", extra={"backlog": self.backlog})
@@ -193,40 +210,102 @@ class RabbitEventPublisher:
         if self._linger_timer is not None:
             await self._wake.wait()
         self._wake.clear()
-        batch = self._outbox.oldest(self._window)
+        batch = self._outbox.oldest(1 if self._one_by_one else self._window)
         if not batch:
             self._idle.set()
             await self._wake.wait()
             return None
-        confirmed, error = await self._publish_window(batch)
-        self._outbox.remove(confirmed)
+        confirmed, dropped, error = await self._publish_window(batch)
+        self._outbox.remove(confirmed + dropped)
         self.published += len(confirmed)
         return error
 
-    async def _publish_window(self, batch: list[PendingEvent]) -> tuple[list[PendingEvent], BaseException | None]:
-        """Publish every event of the batch at once and wait for all confirms: (confirmed events, first error)."""
+    async def _publish_window(
+        self, batch: list[PendingEvent]
+    ) -> tuple[list[PendingEvent], list[PendingEvent], BaseException | None]:
+        """Publish every event of the batch at once and wait for all confirms: (events a queue took,
+        events dropped because no attempt could ever deliver them, first error)."""
         try:
             exchanges = {name: await self._exchange(name) for name in {e.exchange for e in batch}}
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise
         except Exception as exc:  # broker down or refusing: nothing was sent
-            return [], exc
+            return [], [], exc
+        messages, dropped = self._messages(batch)
+        batch = [e for e in batch if e.id in messages]
         results = await asyncio.gather(
             *(
-                exchanges[e.exchange].publish(_message(e), routing_key=e.routing_key, timeout=self._publish_timeout)
+                exchanges[e.exchange].publish(
+                    messages[e.id], routing_key=e.routing_key, mandatory=True, timeout=self._publish_timeout
+                )
                 for e in batch
             ),
             return_exceptions=True,
         )
-        confirmed, error = [], None
+        confirmed, unroutable, error = self._outcomes(batch, results)
+        dropped += unroutable
+        if any(isinstance(result, ChannelPreconditionFailed) for result in results):
+            # The broker refused a message and closed the channel, failing the rest of the window. Alone in
+            # its window, that event is dropped: sent again it would be refused again, holding up the others.
+            if len(batch) == 1:
+                self._drop_refused(batch[0], error)
+                dropped.append(batch[0])
+                self._one_by_one, error = 0, None
+                await self._reset()
+            else:
+                self._one_by_one = len(batch)
+        elif self._one_by_one and confirmed:
+            self._one_by_one -= 1
+        return confirmed, dropped, error
+
+    def _outcomes(
+        self, batch: list[PendingEvent], results: list
+    ) -> tuple[list[PendingEvent], list[PendingEvent], BaseException | None]:
+        """(events a queue took, unroutable events dropped, first error) from the publishes' results."""
+        confirmed, dropped, returned, error = [], [], 0, None
         for event, result in zip(batch, results):
             if isinstance(result, BaseException):
                 error = error or result
-                continue
-            if not isinstance(result, Basic.Ack):  # returned: no queue is bound for it
-                log.warning("event unroutable", extra={"event_id": event.event_id, "exchange": event.exchange})
-            confirmed.append(event)
-        return confirmed, error
+            elif isinstance(result, Basic.Ack):
+                confirmed.append(event)
+            # Returned (and then confirmed): no queue is bound for it, so RabbitMQ stored it nowhere.
+            elif self._queue_for(event.exchange):  # our queue was deleted: declared again on the next connection
+                returned += 1
+            else:  # nothing we declare will ever take it: retrying would hold up every later event
+                EVENTS_DROPPED.labels(self._outbox.service, "unroutable").inc()
+                log.error(
+                    "event unroutable, dropped: no queue is bound to its exchange",
+                    extra={"event_id": event.event_id, "exchange": event.exchange, "routing_key": event.routing_key},
+                )
+                dropped.append(event)
+        if returned and error is None:
+            error = Unroutable(f"{returned} events returned unroutable: the queue {self._queue_name} is missing")
+        return confirmed, dropped, error
+
+    def _drop_refused(self, event: PendingEvent, error: BaseException) -> None:
+        EVENTS_DROPPED.labels(self._outbox.service, "refused").inc()
+        log.error(
+            "event refused by the broker, dropped",
+            extra={"event_id": event.event_id, "size": len(event.body), "error": str(error)},
+        )
+
+    def _messages(self, batch: list[PendingEvent]) -> tuple[dict[int, aio_pika.Message], list[PendingEvent]]:
+        """The message of each event by its id, and the events that cannot be one (a damaged row of the
+        file): those would fail every attempt and hold up every event behind them, so they are dropped."""
+        messages, dropped = {}, []
+        for event in batch:
+            try:
+                messages[event.id] = _message(event)
+            except Exception:
+                EVENTS_DROPPED.labels(self._outbox.service, "error").inc()
+                log.exception("event cannot be sent, dropped", extra={"event_id": event.event_id})
+                dropped.append(event)
+        return messages, dropped
+
+    def _queue_for(self, exchange: str) -> str | None:
+        # Events go to the exchange configured when they were submitted; the analytics queue is declared
+        # only for today's exchange, so events an earlier configuration addressed elsewhere stay there.
+        return self._queue_name if exchange == self._exchange_name else None
 
     async def _exchange(self, name: str) -> AbstractExchange:
         if name in self._exchanges:
@@ -234,10 +313,7 @@ class RabbitEventPublisher:
         if self._channel is None:
             self._connection = await aio_pika.connect(self._amqp_url, timeout=self._publish_timeout)
             self._channel = await self._connection.channel(publisher_confirms=True)
-        # Events go to the exchange configured when they were submitted; the analytics queue is declared
-        # only for today's exchange, so events an earlier configuration addressed elsewhere stay there.
-        queue = self._queue_name if name == self._exchange_name else None
-        self._exchanges[name] = await declare_topology(self._channel, exchange=name, queue=queue)
+        self._exchanges[name] = await declare_topology(self._channel, exchange=name, queue=self._queue_for(name))
         return self._exchanges[name]
 
     async def _reset(self) -> None:

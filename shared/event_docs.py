@@ -33,7 +33,7 @@ Cairn's services describe what happens to every question as domain events. The c
 
 ## Messages
 
-Each event is one persistent AMQP message whose body is the event as JSON (content type `application/json`). The message's `message_id` is the event's `event_id`, its `type` is the `event_type`, and its `timestamp` is `occurred_at`. The publisher waits for RabbitMQ to confirm every message before it forgets the event.
+Each event is one persistent AMQP message whose body is the event as JSON (content type `application/json`). The message's `message_id` is the event's `event_id`, its `type` is the `event_type`, and its `timestamp` is `occurred_at`. The publisher sends every message as mandatory and waits for RabbitMQ to confirm it before it forgets the event. RabbitMQ also confirms a message that no queue took, and returns it: the publisher then keeps the event, declares the analytics queue and its binding again, and sends the event once more. An event addressed to an exchange of an earlier configuration, for which the publisher declares no queue, is dropped when it comes back, with the error log `event unroutable, dropped` and a count in `cairn_events_dropped_total` with `reason="unroutable"`. A message RabbitMQ refuses, such as one over its `max_message_size`, is dropped and counted with `reason="refused"`, so that it does not hold up the events behind it.
 
 Events are delivered at least once. A publisher that crashes after RabbitMQ confirmed an event but before it noted the confirm sends that event again when it restarts. A consumer must therefore store each `event_id` only once; the analytics service does, so a repeated event is never counted twice.
 

@@ -6,13 +6,16 @@ the broker is; the file adds no second dependency.
 
 When the file cannot be written (disk full, read-only, missing directory) events go to an in-memory
 queue instead and an error is logged: the request still succeeds, but those events are lost if the
-process dies before the broker takes them. Events of the file the broker confirmed but the file cannot
-delete are skipped until it can, so that the events after them still go out; should the process stop
-first, they are sent again at the next start (the consumer is idempotent). Meanwhile new events go to
-memory, as after a failed write: a file that takes appends but refuses deletions (a disk filling and
-freeing by turns) would otherwise keep growing with sent events nobody counts. The outbox holds at most
-`max_events`; beyond that new events are refused with an error log and counted in
-`cairn_events_dropped_total`, and nothing already held is discarded.
+process dies before the broker takes them or the file takes them back. The drainer moves them to the
+file, oldest first, before each window once the file takes writes again, and `close` tries once more.
+
+Events of the file the broker confirmed but the file cannot delete are skipped until it can, so that
+the events after them still go out; should the process stop first, they are sent again at the next
+start (the consumer is idempotent). Meanwhile new events go to memory, as after a failed write, and stay
+there: a file that takes appends but refuses deletions (a disk filling and freeing by turns) would
+otherwise keep growing with sent events nobody counts. The outbox holds at most `max_events`; beyond
+that new events are refused with an error log and counted in `cairn_events_dropped_total`, and nothing
+already held is discarded.
 """
 from __future__ import annotations
 
@@ -84,6 +87,9 @@ class Outbox:
 
     def oldest(self, limit: int) -> list[PendingEvent]:
         """The next events to send, oldest first: the durable store's, then memory's."""
+        if len(self._memory) and self._durable is not None and not self._sent:
+            # Called between two windows of the drainer, so no event of memory is in flight now.
+            self._move_memory_to_file()
         if self._waiting_in_file():
             events = self._durable.oldest(limit + len(self._sent_ahead), after=self._read_from)
             for event in events:  # sent events at the head are passed for good
@@ -127,7 +133,23 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._memory) + self._waiting_in_file()
 
+    def _move_memory_to_file(self) -> None:
+        """Write the events held in memory to the file, oldest first, as far as the file takes them."""
+        moved = []
+        for event in self._memory.oldest(len(self._memory)):
+            try:
+                self._durable.put(event)
+            except (OSError, sqlite3.Error):
+                break
+            moved.append(event.id)
+        if moved:
+            self._memory.remove(moved)
+            log.info("event outbox file writable again, events moved there from memory", extra={"moved": len(moved)})
+            self._report()
+
     def close(self) -> None:
+        if len(self._memory) and self._durable is not None:
+            self._move_memory_to_file()  # even past sent events the file cannot delete: kept beats lost
         if lost := len(self._memory):
             EVENTS_DROPPED.labels(self._service, "shutdown").inc(lost)
             log.error("events held in memory are lost at shutdown", extra={"lost": lost})

@@ -37,7 +37,9 @@ def _server_script() -> str:
 class RabbitNode:
     """One private broker node. `start()` / `stop()` may be repeated; `cleanup()` removes everything."""
 
-    def __init__(self, *, start_timeout_s: float = 60.0) -> None:
+    def __init__(self, *, start_timeout_s: float = 60.0, config: str = "") -> None:
+        """`config`: lines added to the node's rabbitmq.conf, such as `max_message_size = 4096`."""
+        self.extra_config = config
         self.name = f"cairn-test-{uuid.uuid4().hex[:8]}@localhost"
         self.port = free_port()
         self.dist_port = free_port()
@@ -54,6 +56,7 @@ class RabbitNode:
         (self.base / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
             "disk_free_limit.absolute = 50MB\n"
+            + self.extra_config
         )
         (self.base / "rabbitmq-env.conf").write_text("")
         (self.base / "enabled_plugins").write_text("[].\n")

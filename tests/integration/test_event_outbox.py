@@ -30,6 +30,7 @@ from shared.outbox_stores import PendingEvent, SqliteEventStore
 from shared.topology import declare_topology
 from tests.integration.chat.stand_ins import HEADERS, TOKEN, fake_retrieval_app
 from tests.outbox_doubles import FullDisk
+from tests.rabbit_node import RabbitNode
 from tests.support import free_port, read_events, serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -401,3 +402,166 @@ async def test_an_event_whose_occurred_at_the_consumer_would_refuse_is_refused_a
         "cairn_events_dropped_total", {"service": "it-clock", "reason": "invalid_occurred_at"}
     ) == 3
     assert "occurred_at out of range" in caplog.text
+
+
+async def test_events_returned_because_an_operator_deleted_the_queue_are_kept_and_delivered(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    """The publisher declares the queue when it connects. Deleted while the connection stays up, the queue is
+    gone for every later publish: RabbitMQ confirms the message and returns it unroutable, so a confirm alone
+    does not mean the event is stored anywhere. Returned events stay in the outbox until the queue is back."""
+    exchange, queue = topology
+    events = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue, linger_s=0,
+        outbox=open_outbox(path=tmp_path / "outbox.sqlite3", max_events=100, service="it-returned"),
+    )
+    await events.start()
+    sent = [question(n) for n in range(3)]
+    events.submit(sent[0])
+    await published(events, 1)
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        await (await connection.channel()).queue_delete(queue)  # the operator's mistake
+    for event in sent[1:]:
+        events.submit(event)
+    await published(events, 3)
+    await events.close(timeout=10)
+    assert events.backlog == 0
+    assert await take_all(amqp_url, queue) == [str(e.event_id) for e in sent[1:]]  # the first went with the queue
+
+
+async def test_an_event_no_queue_will_ever_take_is_dropped_counted_and_does_not_hold_up_the_others(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str], caplog
+) -> None:
+    """An event of the file addressed to an exchange of an earlier configuration, to which nothing is bound:
+    the publisher declares no queue for it, so every publish comes back unroutable. It is dropped with an
+    error and counted, rather than retried forever or forgotten silently."""
+    exchange, queue = topology
+    path = tmp_path / "outbox.sqlite3"
+    orphan = question(0)
+    store = SqliteEventStore(path)
+    store.put(PendingEvent(
+        event_id=str(orphan.event_id), event_type=orphan.event_type, occurred_at=orphan.occurred_at.isoformat(),
+        exchange=f"{unique}.retired", routing_key="analytics.query.submitted", body=orphan.model_dump_json().encode(),
+    ))
+    store.close()
+    events = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue,
+        outbox=open_outbox(path=path, max_events=100, service="it-unroutable"),
+    )
+    caplog.set_level(logging.ERROR, logger="shared.broker")
+    sent = [question(n) for n in range(1, 4)]
+    for event in sent:
+        events.submit(event)
+    await events.start()
+    try:
+        await events.close(timeout=10)
+        assert events.backlog == 0
+        assert await take_all(amqp_url, queue) == [str(e.event_id) for e in sent]
+        assert REGISTRY.get_sample_value(
+            "cairn_events_dropped_total", {"service": "it-unroutable", "reason": "unroutable"}
+        ) == 1
+        assert "event unroutable, dropped" in caplog.text
+    finally:
+        connection = await aio_pika.connect(amqp_url)
+        async with connection:
+            await (await connection.channel()).exchange_delete(f"{unique}.retired")
+
+
+async def test_an_event_of_the_file_that_cannot_be_made_a_message_is_dropped_and_the_rest_go(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str], caplog
+) -> None:
+    """A damaged row (here an occurred_at that is no date) cannot become an AMQP message. It killed the task
+    that drains the outbox, without a word: every later event waited forever. It is dropped and counted."""
+    exchange, queue = topology
+    path = tmp_path / "outbox.sqlite3"
+    damaged = question(0)
+    store = SqliteEventStore(path)
+    store.put(PendingEvent(
+        event_id=str(damaged.event_id), event_type=damaged.event_type, occurred_at="yesterday", exchange=exchange,
+        routing_key="analytics.query.submitted", body=damaged.model_dump_json().encode(),
+    ))
+    store.close()
+    events = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue,
+        outbox=open_outbox(path=path, max_events=100, service="it-damaged"),
+    )
+    caplog.set_level(logging.ERROR, logger="shared.broker")
+    sent = [question(n) for n in range(1, 4)]
+    for event in sent:
+        events.submit(event)
+    await events.start()
+    await events.close(timeout=10)
+    assert (events.published, events.backlog) == (3, 0)
+    assert await take_all(amqp_url, queue) == [str(e.event_id) for e in sent]
+    assert REGISTRY.get_sample_value("cairn_events_dropped_total", {"service": "it-damaged", "reason": "error"}) == 1
+    assert "event cannot be sent, dropped" in caplog.text
+
+
+async def test_events_held_in_memory_while_the_disk_was_full_reach_the_file_once_it_frees(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
+) -> None:
+    """A disk full for a moment while the broker is down: the events of that moment, and every one after it,
+    were kept in memory until the broker came back, and lost when the process stopped first. They go to the
+    file as soon as it takes writes again, and the next process delivers all of them, in order."""
+    exchange, queue = topology
+    path = tmp_path / "outbox.sqlite3"
+    disk = FullDisk(path)
+    down = RabbitEventPublisher(
+        amqp_url=f"amqp://guest:guest@127.0.0.1:{free_port()}/", exchange=exchange, queue=queue, linger_s=0,
+        outbox=Outbox(durable=disk, max_events=100, service="it-freed"),
+    )
+    await down.start()
+    sent = [question(n) for n in range(4)]
+    down.submit(sent[0])
+    disk.full = True
+    down.submit(sent[1])
+    disk.full = False
+    down.submit(sent[2])
+    await asyncio.sleep(1.0)  # failed attempts to reach the broker
+    down.submit(sent[3])
+    await down.close(timeout=0.5)
+    lost = REGISTRY.get_sample_value("cairn_events_dropped_total", {"service": "it-freed", "reason": "shutdown"})
+    assert lost is None
+
+    up = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=open_outbox(path=path, max_events=100, service="it")
+    )
+    assert up.backlog == 4
+    await up.start()
+    await up.close(timeout=10)
+    assert await take_all(amqp_url, queue) == [str(e.event_id) for e in sent]
+
+
+async def test_an_event_the_broker_refuses_is_dropped_with_the_reason_and_the_others_still_go(
+    tmp_path: Path, unique: str, caplog
+) -> None:
+    """A message over the broker's max_message_size closes the channel, failing every publish of its window.
+    Sent again and again, it held up every later event for good. The publisher sends the window's events
+    one at a time to find the one the broker refuses, drops that one with the broker's reason, and goes on."""
+    node = RabbitNode(config="max_message_size = 2048\n")  # its own node: the limit is the whole broker's
+    node.start()
+    try:
+        exchange, queue = f"{unique}.events", f"{unique}.analytics"
+        events = RabbitEventPublisher(
+            amqp_url=node.url, exchange=exchange, queue=queue, linger_s=60,
+            outbox=open_outbox(path=tmp_path / "outbox.sqlite3", max_events=100, service="it-refused"),
+        )
+        caplog.set_level(logging.ERROR, logger="shared.broker")
+        huge = question(0).model_copy(update={"data": QuerySubmittedData(query="q" * 4000)})
+        sent = [question(1), huge, question(2), question(3)]
+        for event in sent:
+            events.submit(event)
+        await events.start()
+        await events.close(timeout=10)
+        assert events.backlog == 0
+        # A message of the window the broker stored before it closed the channel, but whose confirm was lost
+        # with the channel, goes again: a repeat the consumer absorbs.
+        assert set(await take_all(node.url, queue)) == {str(e.event_id) for e in sent if e is not huge}
+        assert REGISTRY.get_sample_value(
+            "cairn_events_dropped_total", {"service": "it-refused", "reason": "refused"}
+        ) == 1
+        [refused] = [r for r in caplog.records if r.getMessage() == "event refused by the broker, dropped"]
+        assert refused.event_id == str(huge.event_id) and "larger than configured max size" in refused.error
+    finally:
+        node.cleanup()
