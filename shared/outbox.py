@@ -8,6 +8,9 @@ When the file cannot be written (disk full, read-only, missing directory) events
 queue instead and an error is logged: the request still succeeds, but those events are lost if the
 process dies before the broker takes them or the file takes them back. The drainer moves them to the
 file, oldest first, before each window once the file takes writes again, and `close` tries once more.
+A file that could not even be opened at start is opened again the same way, at most every
+`REOPEN_EVERY_S` seconds (and once more by `close`): events are no longer memory-only for the whole life
+of a process that started while its directory was missing or not writable.
 
 Events of the file the broker confirmed but the file cannot delete are skipped until it can, so that
 the events after them still go out; should the process stop first, they are sent again at the next
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import Counter, Gauge
@@ -30,6 +35,8 @@ from shared.outbox_stores import EventStore, MemoryEventStore, PendingEvent, Sql
 __all__ = ["EVENTS_DROPPED", "OUTBOX_EVENTS", "Outbox", "PendingEvent", "open_outbox"]
 
 log = logging.getLogger(__name__)
+
+REOPEN_EVERY_S = 5.0  # between two attempts to open a file that could not be opened
 
 OUTBOX_EVENTS = Gauge("cairn_outbox_events", "Events held by the publisher until the broker confirms them", ["service"])
 EVENTS_DROPPED = Counter(
@@ -44,10 +51,20 @@ class Outbox:
     still leave in the order they came: everything in the file is older than anything in memory.
     """
 
-    def __init__(self, *, durable: EventStore | None, max_events: int, service: str) -> None:
+    def __init__(
+        self,
+        *,
+        durable: EventStore | None,
+        max_events: int,
+        service: str,
+        open_durable: Callable[[], EventStore] | None = None,
+    ) -> None:
+        """`open_durable`, given when `durable` could not be opened, is tried again by the drainer."""
         if max_events <= 0:
             raise ValueError("max_events must be positive")
         self._durable = durable
+        self._open_durable = open_durable if durable is None else None
+        self._next_open_at = time.monotonic() + REOPEN_EVERY_S
         self._memory = MemoryEventStore()
         self._sent: set[int] = set()  # ids of events in the file the broker confirmed but the file still holds
         # Every event of the file up to `_read_from` is in `_sent`, so reads of the file start after it;
@@ -87,6 +104,8 @@ class Outbox:
 
     def oldest(self, limit: int) -> list[PendingEvent]:
         """The next events to send, oldest first: the durable store's, then memory's."""
+        if self._open_durable is not None and time.monotonic() >= self._next_open_at:
+            self._open_file()
         if len(self._memory) and self._durable is not None and not self._sent:
             # Called between two windows of the drainer, so no event of memory is in flight now.
             self._move_memory_to_file()
@@ -133,6 +152,20 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._memory) + self._waiting_in_file()
 
+    def _open_file(self) -> None:
+        """Open the file that could not be opened before; its events, if any, are older than memory's."""
+        self._next_open_at = time.monotonic() + REOPEN_EVERY_S
+        try:
+            self._durable = self._open_durable()
+        except (OSError, sqlite3.Error):
+            return
+        self._open_durable = None
+        log.info(
+            "event outbox file opened, events kept there from now on",
+            extra={"held_in_file": len(self._durable), "held_in_memory": len(self._memory)},
+        )
+        self._report()
+
     def _move_memory_to_file(self) -> None:
         """Write the events held in memory to the file, oldest first, as far as the file takes them."""
         moved = []
@@ -148,6 +181,8 @@ class Outbox:
             self._report()
 
     def close(self) -> None:
+        if self._open_durable is not None:
+            self._open_file()
         if len(self._memory) and self._durable is not None:
             self._move_memory_to_file()  # even past sent events the file cannot delete: kept beats lost
         if lost := len(self._memory):
@@ -172,13 +207,18 @@ class Outbox:
 
 
 def open_outbox(*, path: Path, max_events: int, service: str) -> Outbox:
-    """The outbox in the file at `path`, or in memory (logged as an error) when the file cannot be opened."""
+    """The outbox in the file at `path`, or in memory (logged as an error) until the file can be opened."""
     try:
         durable: EventStore | None = SqliteEventStore(path)
     except (OSError, sqlite3.Error) as exc:
-        log.error("event outbox file cannot be opened, holding events in memory", extra={"path": str(path), "error": repr(exc)})
+        log.error(
+            "event outbox file cannot be opened, holding events in memory until it can",
+            extra={"path": str(path), "error": repr(exc), "retry_every_s": REOPEN_EVERY_S},
+        )
         durable = None
-    outbox = Outbox(durable=durable, max_events=max_events, service=service)
+    outbox = Outbox(
+        durable=durable, max_events=max_events, service=service, open_durable=lambda: SqliteEventStore(path)
+    )
     if len(outbox):
         log.info("event outbox resumes with events from an earlier run", extra={"path": str(path), "held": len(outbox)})
     return outbox

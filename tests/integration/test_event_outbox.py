@@ -533,6 +533,38 @@ async def test_events_held_in_memory_while_the_disk_was_full_reach_the_file_once
     assert await take_all(amqp_url, queue) == [str(e.event_id) for e in sent]
 
 
+async def test_events_of_a_process_whose_outbox_file_could_not_be_opened_reach_the_file_once_it_can(
+    tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str], monkeypatch
+) -> None:
+    """The outbox directory blocked at start, the broker down: the events wait in memory, and go to the file
+    while the process runs once the directory can be made, so a process killed then loses none of them."""
+    monkeypatch.setattr("shared.outbox.REOPEN_EVERY_S", 0.3)
+    exchange, queue = topology
+    blocker = tmp_path / "outbox"
+    blocker.write_text("a file where the outbox directory should be")
+    path = blocker / "gateway.sqlite3"
+    down = RabbitEventPublisher(
+        amqp_url=f"amqp://guest:guest@127.0.0.1:{free_port()}/", exchange=exchange, queue=queue, linger_s=0,
+        outbox=open_outbox(path=path, max_events=100, service="it-opened-late"),
+    )
+    await down.start()
+    sent = [question(n) for n in range(3)]
+    for event in sent:
+        down.submit(event)
+    blocker.unlink()
+    await asyncio.sleep(1.5)  # failed attempts to reach the broker, each a chance to open the file
+    assert path.exists()
+    assert len(SqliteEventStore(path)) == 3  # in the file before any shutdown: a kill would lose nothing
+    await down.close(timeout=0.5)
+
+    up = RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=exchange, queue=queue, outbox=open_outbox(path=path, max_events=100, service="it")
+    )
+    await up.start()
+    await up.close(timeout=10)
+    assert await take_all(amqp_url, queue) == [str(e.event_id) for e in sent]
+
+
 async def test_an_event_the_broker_refuses_is_dropped_with_the_reason_and_the_others_still_go(
     tmp_path: Path, unique: str, caplog
 ) -> None:

@@ -105,6 +105,38 @@ def test_an_unwritable_path_falls_back_to_memory_and_says_so(tmp_path: Path, cap
     assert sample("cairn_outbox_events", service="unit-unwritable") == 2
 
 
+def test_a_file_that_could_not_be_opened_at_start_keeps_the_events_once_it_can(tmp_path: Path, caplog) -> None:
+    """Its directory missing at start and creatable later: the events of memory are not lost at shutdown."""
+    blocker = tmp_path / "outbox"
+    blocker.write_text("a file where the outbox directory should be")
+    outbox = open_outbox(path=blocker / "chat.sqlite3", max_events=10, service="unit-opened-late")
+    assert outbox.put(pending(1)) and outbox.put(pending(2))
+    blocker.unlink()
+    caplog.set_level(logging.INFO, logger="shared.outbox")
+    outbox.close()
+    assert "event outbox file opened" in caplog.text
+    assert sample("cairn_events_dropped_total", service="unit-opened-late", reason="shutdown") is None
+    assert bodies(open_outbox(path=blocker / "chat.sqlite3", max_events=10, service="unit").oldest(10)) == [
+        b'{"n": 1}', b'{"n": 2}'
+    ]
+
+
+def test_a_file_that_cannot_be_opened_is_tried_again_at_a_bounded_rate(monkeypatch) -> None:
+    monkeypatch.setattr("shared.outbox.REOPEN_EVERY_S", 0.2)
+    attempts = []
+
+    def refuse() -> SqliteEventStore:
+        attempts.append(time.monotonic())
+        raise OSError("read-only file system")
+
+    outbox = Outbox(durable=None, max_events=10, service="unit-reopen-rate", open_durable=refuse)
+    outbox.put(pending(1))
+    deadline = time.monotonic() + 0.7
+    while time.monotonic() < deadline:  # a drainer retrying as fast as it can
+        assert bodies(outbox.oldest(10)) == [b'{"n": 1}']
+    assert 2 <= len(attempts) <= 4, len(attempts)
+
+
 def test_a_write_failure_moves_new_events_to_memory_and_keeps_their_order(tmp_path: Path, caplog) -> None:
     disk = FullDisk(tmp_path / "outbox.sqlite3")
     outbox = Outbox(durable=disk, max_events=100, service="unit-full")
