@@ -50,15 +50,23 @@ async def login(
     address: ClientAddress,
 ) -> LoginResponse:
     attempt = await rate_limits.start_login(limiter=limiter, limits=limits, username=body.username, address=address)
-    token, session, user = await auth.login(
-        users=users,
-        sessions=sessions,
-        username=body.username,
-        password=body.password,
-        ttl_s=settings.session_ttl_seconds,
-        max_age_s=settings.session_max_age_seconds,
-    )
-    await rate_limits.login_succeeded(limiter=limiter, attempt=attempt)  # only failures use up the limits
+    try:
+        token, session, user = await auth.login(
+            users=users,
+            sessions=sessions,
+            username=body.username,
+            password=body.password,
+            ttl_s=settings.session_ttl_seconds,
+            max_age_s=settings.session_max_age_seconds,
+        )
+    except DependencyUnavailable:  # no session is left behind (see auth.login), and no failure counted
+        await rate_limits.login_cut_short(limiter=limiter, attempt=attempt)
+        raise
+    try:
+        await rate_limits.login_succeeded(limiter=limiter, attempt=attempt)  # only failures use up the limits
+    except DependencyUnavailable:  # the user gets no token: the session must not stay
+        await auth.abandon_session(sessions=sessions, session=session)
+        raise
     set_user_id(user.id)  # the request's log line names who logged in
     return LoginResponse(
         token=token, expires_at=session.expires_at, user=UserOut(id=user.id, username=user.username, roles=list(user.roles))

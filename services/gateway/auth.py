@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import math
 import secrets
 from dataclasses import replace
@@ -11,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 from services.gateway.domain import Session, SessionLifetime, User
 from services.gateway.passwords import verify_password
 from services.gateway.stores import SessionStore, UserStore
-from shared.errors import NotFound, Unauthorized
+from shared.errors import DependencyUnavailable, NotFound, Unauthorized
+
+log = logging.getLogger(__name__)
 
 _BAD_CREDENTIALS = "invalid username or password"
 _BAD_TOKEN = "invalid or expired token"
@@ -55,14 +58,28 @@ async def login(
         last_seen=now,
         expires_at=lifetime.expires_at(created_at=now, now=now),
     )
-    await sessions.create(session, ttl_s=_seconds_until(session.expires_at, now))
-    # `cairn user disable/set-role/reset-password` saves the user first, then ends its sessions. Reading
-    # the user again after storing the session either sees that change or proves the command will
-    # find this session and end it: a login racing the command never keeps stale rights.
-    if await users.get(username) != user:
-        await sessions.delete(session)
-        raise Unauthorized(_BAD_CREDENTIALS)
+    try:
+        await sessions.create(session, ttl_s=_seconds_until(session.expires_at, now))
+        # `cairn user disable/set-role/reset-password` saves the user first, then ends its sessions. Reading
+        # the user again after storing the session either sees that change or proves the command will
+        # find this session and end it: a login racing the command never keeps stale rights.
+        if await users.get(username) != user:
+            await sessions.delete(session)
+            raise Unauthorized(_BAD_CREDENTIALS)
+    except DependencyUnavailable:
+        await abandon_session(sessions=sessions, session=session)
+        raise
     return token, session, user
+
+
+async def abandon_session(*, sessions: SessionStore, session: Session) -> None:
+    """End the session of a login that fails on the store: a write whose answer timed out may have reached
+    Redis. Best effort: while the store still fails, the session (whose token nobody got) lives until it
+    expires."""
+    try:
+        await sessions.delete(session)
+    except DependencyUnavailable:
+        log.warning("session of a failed login not ended: it expires by itself", extra={"session": session.public_id})
 
 
 async def authenticate(*, sessions: SessionStore, token: str | None, ttl_s: int, max_age_s: int) -> Session:

@@ -6,8 +6,8 @@ window: at most `events` in any `window_s` seconds.
 Logins: every attempt is counted in both buckets before the password is checked, atomically, so a
 burst of parallel guesses gets no more than the limit through; a successful attempt is then given
 back, so only failures use up the budget and many people behind one address (an office, a NAT) can
-all log in. While a bucket is full no password is checked at all: a guess made then says nothing,
-even a right one.
+all log in. So is an attempt the store cut short (a 503): it is no wrong password. While a bucket is
+full no password is checked at all: a guess made then says nothing, even a right one.
 
 Lock-out abuse: anyone may fail logins on anyone's username, so the per-username limit lets an
 attacker lock an account out. The lock is bounded: refused attempts are not counted, so it ends
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.errors import ServiceError
+from shared.errors import DependencyUnavailable, ServiceError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -126,6 +126,15 @@ async def start_login(*, limiter: RateLimiter, limits: LoginLimits, username: st
 async def login_succeeded(*, limiter: RateLimiter, attempt: LoginAttempt) -> None:
     if attempt.keys:
         await limiter.give_back(attempt.keys, event_id=attempt.event_id)
+
+
+async def login_cut_short(*, limiter: RateLimiter, attempt: LoginAttempt) -> None:
+    """Give back an attempt the session store failed: it failed before the password was checked or after a
+    right one, so it is no failed login. Best effort: while the store still fails, the count stays."""
+    try:
+        await login_succeeded(limiter=limiter, attempt=attempt)
+    except DependencyUnavailable:
+        pass
 
 
 def _chat_key(user_id: str) -> str:
