@@ -404,6 +404,24 @@ async def test_an_event_whose_occurred_at_the_consumer_would_refuse_is_refused_a
     assert "occurred_at out of range" in caplog.text
 
 
+def _publisher_over_a_file_holding(
+    event, *, path: Path, exchange: str, topology: tuple[str, str], amqp_url: str, service: str,
+    occurred_at: str | None = None,
+) -> RabbitEventPublisher:
+    """A publisher whose outbox file already holds `event`, as written for `exchange` by an earlier run."""
+    store = SqliteEventStore(path)
+    store.put(PendingEvent(
+        event_id=str(event.event_id), event_type=event.event_type,
+        occurred_at=occurred_at or event.occurred_at.isoformat(), exchange=exchange,
+        routing_key="analytics.query.submitted", body=event.model_dump_json().encode(),
+    ))
+    store.close()
+    return RabbitEventPublisher(
+        amqp_url=amqp_url, exchange=topology[0], queue=topology[1],
+        outbox=open_outbox(path=path, max_events=100, service=service),
+    )
+
+
 async def test_events_returned_because_an_operator_deleted_the_queue_are_kept_and_delivered(
     tmp_path: Path, amqp_url: str, unique: str, topology: tuple[str, str]
 ) -> None:
@@ -438,16 +456,9 @@ async def test_an_event_no_queue_will_ever_take_is_dropped_counted_and_does_not_
     error and counted, rather than retried forever or forgotten silently."""
     exchange, queue = topology
     path = tmp_path / "outbox.sqlite3"
-    orphan = question(0)
-    store = SqliteEventStore(path)
-    store.put(PendingEvent(
-        event_id=str(orphan.event_id), event_type=orphan.event_type, occurred_at=orphan.occurred_at.isoformat(),
-        exchange=f"{unique}.retired", routing_key="analytics.query.submitted", body=orphan.model_dump_json().encode(),
-    ))
-    store.close()
-    events = RabbitEventPublisher(
-        amqp_url=amqp_url, exchange=exchange, queue=queue,
-        outbox=open_outbox(path=path, max_events=100, service="it-unroutable"),
+    events = _publisher_over_a_file_holding(
+        question(0), path=path, exchange=f"{unique}.retired", topology=(exchange, queue), amqp_url=amqp_url,
+        service="it-unroutable",
     )
     caplog.set_level(logging.ERROR, logger="shared.broker")
     sent = [question(n) for n in range(1, 4)]
@@ -475,16 +486,9 @@ async def test_an_event_of_the_file_that_cannot_be_made_a_message_is_dropped_and
     that drains the outbox, without a word: every later event waited forever. It is dropped and counted."""
     exchange, queue = topology
     path = tmp_path / "outbox.sqlite3"
-    damaged = question(0)
-    store = SqliteEventStore(path)
-    store.put(PendingEvent(
-        event_id=str(damaged.event_id), event_type=damaged.event_type, occurred_at="yesterday", exchange=exchange,
-        routing_key="analytics.query.submitted", body=damaged.model_dump_json().encode(),
-    ))
-    store.close()
-    events = RabbitEventPublisher(
-        amqp_url=amqp_url, exchange=exchange, queue=queue,
-        outbox=open_outbox(path=path, max_events=100, service="it-damaged"),
+    events = _publisher_over_a_file_holding(
+        question(0), path=path, exchange=exchange, topology=(exchange, queue), amqp_url=amqp_url,
+        service="it-damaged", occurred_at="yesterday",
     )
     caplog.set_level(logging.ERROR, logger="shared.broker")
     sent = [question(n) for n in range(1, 4)]
