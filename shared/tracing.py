@@ -25,7 +25,7 @@ from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
-_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _propagator = TraceContextTextMapPropagator()
 _tracers: dict[str, Tracer] = {}
 _current_tracer: ContextVar[Tracer | None] = ContextVar("cairn_tracer", default=None)
@@ -33,7 +33,7 @@ _process_service: str | None = None  # the service configured last: in a deploye
 
 
 def otlp_endpoint_configured(environ: Mapping[str, str] = os.environ) -> bool:
-    return any(environ.get(name, "").strip() for name in _ENDPOINT_VARIABLES)
+    return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
 
 
 def configure_tracing(service: str, *, exporter: SpanExporter | None = None) -> TracerProvider:
