@@ -14,6 +14,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.gateway.openai_errors import from_http_exception, is_v1
+
 if TYPE_CHECKING:
     from services.gateway.settings import Settings
 
@@ -71,7 +73,7 @@ class BodyLimitMiddleware:
         limit = self.limit_for(scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit.bytes:
-            await _too_large(BodyTooLarge(limit))(scope, receive, send)
+            await _too_large(BodyTooLarge(limit), scope["path"])(scope, receive, send)
             return
         received = 0
         started = False
@@ -95,10 +97,12 @@ class BodyLimitMiddleware:
         except BodyTooLarge as exc:  # read where no exception handler answers it (e.g. a background read)
             if started:
                 raise
-            await _too_large(exc)(scope, receive, send)
+            await _too_large(exc, scope["path"])(scope, receive, send)
 
 
-def _too_large(exc: BodyTooLarge) -> JSONResponse:
+def _too_large(exc: BodyTooLarge, path: str) -> JSONResponse:
+    if is_v1(path):  # an OpenAI client reads only OpenAI's error shape
+        return from_http_exception(exc)
     return JSONResponse({"error": "payload_too_large", "message": exc.detail}, status_code=413)
 
 

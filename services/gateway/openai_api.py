@@ -23,8 +23,8 @@ from shared.sse import KEEPALIVE_COMMENT, with_keepalive
 
 router = APIRouter(route_class=OpenAIRoute, prefix="/v1", tags=["openai-compatible"])
 
-_INVALID = {400: "Malformed JSON, or an invalid request: no question, a field of the wrong type, n over 1 "
-            "(invalid_request_error)"}
+_INVALID = {400: "Malformed JSON, or an invalid request: no question, a field of the wrong type, n over 1, "
+            "a tool call or JSON demanded (invalid_request_error)"}
 _NO_MODEL = {404: "Chat offers no model of this name (not_found_error, model_not_found)"}
 # Where a stream that ends without chat's `done` or `error` event stops: chat went away mid-answer.
 _CUT_OFF = {"error": "chat_unavailable", "message": "the chat service stopped before the answer was complete"}
@@ -90,16 +90,18 @@ async def chat_completions(
         if answer.status_code != 200:
             return answer
         return JSONResponse(openai_compat.completion(json.loads(answer.body), model=model))
-    return await _streamed(chat, headers=headers, payload=payload, model=model, keepalive_s=settings.sse_keepalive_s)
+    usage_apart = bool(body.stream_options and body.stream_options.include_usage)
+    writer = ChunkWriter(model=model, request_id=request_id_var.get(), usage_apart=usage_apart)
+    return await _streamed(chat, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s)
 
 
 async def _streamed(
-    chat: Upstream, *, headers: dict[str, str], payload: bytes, model: str, keepalive_s: float
+    chat: Upstream, *, headers: dict[str, str], payload: bytes, writer: ChunkWriter, keepalive_s: float
 ) -> Response:
     upstream = await chat.open_stream(method="POST", path="/chat/stream", headers=headers, body=payload)
     if upstream.status_code != 200:
         return await chat.read_whole(upstream)
-    chunks = _chunks(upstream, ChunkWriter(model=model, request_id=request_id_var.get()))
+    chunks = _chunks(upstream, writer)
     return StreamingResponse(
         with_keepalive(chunks, every_s=keepalive_s, comment=KEEPALIVE_COMMENT),
         media_type="text/event-stream",

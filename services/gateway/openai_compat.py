@@ -3,7 +3,8 @@ chat's answers (plain or streamed) back as chat.completion objects and chunks.
 
 The question is the last user message with text (not blank); messages after it (an assistant's or a
 tool's) are ignored, and the user/assistant pairs before it are the conversation, which chat uses to
-resolve follow-ups. System messages are ignored: Cairn's own prompt decides how the documents are used.
+resolve follow-ups; an assistant message without text (one that only calls tools) pairs with nothing.
+System messages are ignored: Cairn's own prompt decides how the documents are used.
 Model "cairn", none, or a name chat does not offer means chat's default model; the completion names
 the model that answered. Citations stay in the text as [n] and come in full in the extra `citations`
 field (and, for a stream, in its last chunk).
@@ -13,9 +14,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from services.gateway.model_offer import CAIRN_MODEL
 from shared.json_types import NOT_BLANK_PATTERN, JsonBool, JsonInt
@@ -75,8 +76,23 @@ _ASKS = {
 }
 
 
+_NO_TOOL_CALL = {"anyOf": [{"enum": ["auto", "none"]}, {"type": "null"}]}
+_TEXT_FORMAT = {
+    "anyOf": [{"type": "object", "required": ["type"], "properties": {"type": {"const": "text"}}}, {"type": "null"}]
+}
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: JsonBool | None = Field(
+        False, description="true: usage comes in a last chunk of its own, with no choices, as OpenAI sends it."
+    )
+
+
 class CompletionRequest(BaseModel):
-    """The part of OpenAI's chat-completions request that Cairn uses; other fields are accepted and ignored."""
+    """The part of OpenAI's chat-completions request that Cairn uses; other fields are accepted and ignored.
+    A demand Cairn cannot meet (a tool call, JSON) is refused rather than answered with prose the client
+    would fail to parse."""
 
     model_config = ConfigDict(extra="ignore")
     model: str | None = Field(
@@ -91,11 +107,34 @@ class CompletionRequest(BaseModel):
         json_schema_extra={"contains": _ASKS},
     )
     stream: JsonBool | None = Field(False, description="true for Server-Sent Events; false or null for one answer.")
+    stream_options: StreamOptions | None = None
     # Bounds as JSON Schema reads them (they apply to a number only, so null stays valid); the validator
     # says why in its own words.
     n: JsonInt | None = Field(
         None, description="Cairn gives one choice: 1 or null.", json_schema_extra={"minimum": 1, "maximum": 1}
     )
+
+    # Typed loosely so that the validators below explain a refusal; the schema says exactly what is taken.
+    tool_choice: Annotated[str | dict[str, Any] | None, WithJsonSchema(_NO_TOOL_CALL)] = Field(
+        None, description='Cairn calls no tools: "auto", "none" or null; `tools` are accepted and ignored.'
+    )
+    response_format: Annotated[dict[str, Any] | None, WithJsonSchema(_TEXT_FORMAT)] = Field(
+        None, description='Cairn answers in text: {"type": "text"} or null.'
+    )
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _no_tool_call_demanded(cls, choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        if choice not in (None, "auto", "none"):
+            raise ValueError('Cairn answers in text and calls no tools; tool_choice may only be "auto" or "none"')
+        return choice
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_format(cls, response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+        if response_format is not None and response_format.get("type") != "text":
+            raise ValueError('Cairn answers in text with citations; response_format may only be {"type": "text"}')
+        return response_format
 
     @field_validator("n")
     @classmethod
@@ -133,7 +172,8 @@ class Completion(BaseModel):
 
 STREAM_DESCRIPTION = (
     "A chat.completion object; with stream true, chat.completion.chunk objects as Server-Sent Events "
-    "(`data: {...}` lines), the last with finish_reason, usage and citations, then `data: [DONE]`."
+    "(`data: {...}` lines), the last with finish_reason, usage and citations, then `data: [DONE]`. With "
+    "stream_options.include_usage, usage comes instead in one more chunk, whose choices are empty."
 )
 
 
@@ -144,7 +184,8 @@ def chat_body(request: CompletionRequest, *, model_id: str | None = None) -> dic
     for message in request.messages[:last]:
         if message.asks:
             question = message.text.strip()
-        elif message.role == "assistant" and question is not None:  # it answers the user message before it
+        # It answers the user message before it; one with no text (a tool call) does not, the one after it does.
+        elif message.role == "assistant" and question is not None and message.text.strip():
             history.append(
                 {"question": question[:MAX_PAST_QUESTION_CHARS], "answer": message.text[:MAX_PAST_ANSWER_CHARS]}
             )
@@ -179,9 +220,11 @@ def completion(answer: dict[str, Any], *, model: str) -> dict[str, Any]:
 class ChunkWriter:
     """The chunks of one streamed completion, as `data: ...` lines of Server-Sent Events."""
 
-    def __init__(self, *, model: str, request_id: str | None = None) -> None:
+    def __init__(self, *, model: str, request_id: str | None = None, usage_apart: bool = False) -> None:
         self.id = f"chatcmpl-{request_id or uuid.uuid4().hex}"  # as a completion's id, when the request has one
         self.model = model
+        # stream_options.include_usage: usage in a chunk of its own. Never in two chunks: clients add them up.
+        self.usage_apart = usage_apart
         self.created = int(time.time())
         self.passages: dict[str, dict[str, Any]] = {}  # chunk_id -> the passage, numbered as the streamed text cites it
 
@@ -198,9 +241,14 @@ class ChunkWriter:
         """The closing chunk: finish_reason, usage and the citations, numbered as the streamed text cites
         them (the streamed text is the model's own, before chat renumbers its markers)."""
         citations = [entry for citation in answer["citations"] for entry in self._as_streamed(citation)]
-        return self._chunk(
-            {}, finish_reason=_finish_reason(answer), usage=answer["metadata"]["usage"], **_extras(answer, citations)
+        usage = answer["metadata"]["usage"]
+        closing = self._chunk(
+            {}, finish_reason=_finish_reason(answer), usage=None if self.usage_apart else usage,
+            **_extras(answer, citations),
         )
+        if not self.usage_apart:
+            return closing
+        return closing + self._frame({**self._head(), "choices": [], "usage": usage})
 
     def _as_streamed(self, citation: dict[str, Any]) -> list[dict[str, Any]]:
         """`citation` under the number the streamed text gave its passage. Chat gives the cited passages of
@@ -221,14 +269,16 @@ class ChunkWriter:
         return f"data: {json.dumps({'error': error})}\n\n"
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> str:
-        chunk = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-            **extra,
-        }
+        if self.usage_apart:  # as OpenAI marks every chunk before the usage one
+            extra = {"usage": None, **extra}
+        choices = [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
+        return self._frame({**self._head(), "choices": choices, **extra})
+
+    def _head(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
+
+    @staticmethod
+    def _frame(chunk: dict[str, Any]) -> str:
         return f"data: {json.dumps(chunk)}\n\n"
 
 

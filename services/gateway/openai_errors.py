@@ -102,13 +102,17 @@ def from_relayed(response: Response) -> JSONResponse:
     return openai_error(status, code=code, message=message, headers=kept)
 
 
+def is_v1(path: str) -> bool:
+    return path == "/v1" or path.startswith("/v1/")
+
+
 def under_v1(handler: Callable[[Request, HTTPException], Response]) -> Callable[[Request, HTTPException], Response]:
     """The app's handler of router errors, answering in OpenAI's shape under /v1: a path no route matches
     (an unknown model path holding a newline, say) or a method a route does not take never reaches
     OpenAIRoute, yet an OpenAI client reads the answer."""
 
     def openai_or_cairn(request: Request, exc: HTTPException) -> Response:
-        if request.url.path == "/v1" or request.url.path.startswith("/v1/"):
+        if is_v1(request.url.path):
             return from_http_exception(exc)
         return handler(request, exc)
 

@@ -25,8 +25,8 @@ def _answer(request: Request) -> dict:
 
 
 def unreliable_chat() -> FastAPI:
-    """Answers "fail" with chat's 502, "invalid" with chat's 422, streams "cut" without its `done` event and
-    "silent" with a pause of 5 s before it."""
+    """Answers "fail" with chat's 502, "invalid" with chat's 422, "history?" with the history it was sent,
+    streams "cut" without its `done` event and "silent" with a pause of 5 s before it."""
     app = FastAPI()
 
     @app.get("/healthz")
@@ -44,6 +44,8 @@ def unreliable_chat() -> FastAPI:
             return JSONResponse({"error": "llm_unavailable", "message": "the LLM failed"}, status_code=502)
         if query == "invalid":
             return JSONResponse({"error": "invalid_request", "message": "query: too long"}, status_code=422)
+        if query == "history?":
+            return {**_answer(request), "answer": json.dumps((await request.json()).get("history"))}
         return _answer(request)
 
     @app.post("/chat/stream")
@@ -209,3 +211,53 @@ def test_refused_questions_use_up_no_limit_and_free_their_request_id(gateway, to
         assert client.post("/api/chat", json={"query": "fail"}).status_code == 502  # asked: chat failed, not refused
         over = client.post("/v1/chat/completions", json={"messages": QUESTION})
         assert over.status_code == 429 and over.json()["error"]["code"] == "rate_limited"
+
+
+def test_a_stream_asked_to_include_usage_ends_with_a_usage_chunk_without_choices(gateway, token):
+    chunks = list(_ask(_client(gateway, token), stream=True, stream_options={"include_usage": True}))
+    *answer, usage = chunks
+    assert usage.choices == [] and usage.usage.total_tokens == 708 and usage.usage.prompt_tokens == 696
+    assert answer[-1].choices[0].finish_reason == "stop" and "citations" in answer[-1].model_extra
+    assert all(chunk.usage is None for chunk in answer), "usage counted once, as clients add up every chunk's"
+    assert usage.id == answer[0].id and usage.model == "stand-in-llm"
+
+
+def test_a_demand_for_a_tool_call_or_json_is_refused_and_tools_offered_freely_are_ignored(gateway, token):
+    client = _client(gateway, token)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+    forced = {"type": "function", "function": {"name": "lookup"}}
+    schema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}
+    for param, fields in (("tool_choice", {"tools": tools, "tool_choice": "required"}),
+                          ("tool_choice", {"tools": tools, "tool_choice": forced}),
+                          ("response_format", {"response_format": {"type": "json_object"}}),
+                          ("response_format", {"response_format": schema})):
+        with pytest.raises(openai.BadRequestError) as refused:
+            _ask(client, **fields)
+        assert (refused.value.code, refused.value.param) == ("invalid_request", param), fields
+        assert "Cairn answers in text" in refused.value.message
+
+    for fields in ({"tools": tools, "tool_choice": "auto"}, {"tool_choice": "none"},
+                   {"response_format": {"type": "text"}}):
+        assert _ask(client, **fields).choices[0].message.content == "Run it [1].", fields
+
+
+def test_a_turn_that_called_a_tool_keeps_the_answer_that_followed_the_call(gateway, token):
+    call = {"id": "call-1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    messages = [{"role": "user", "content": "How do I log out?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call-1", "content": "{}"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Call POST /auth/logout [1]."}]},
+                {"role": "user", "content": "history?"}]
+    answer = _client(gateway, token).chat.completions.create(model="cairn", messages=messages)
+    assert json.loads(answer.choices[0].message.content) == [
+        {"question": "How do I log out?", "answer": "Call POST /auth/logout [1]."}
+    ]
+
+
+def test_a_body_over_the_limit_is_refused_in_openais_shape(gateway, token):
+    history = [{"role": "user", "content": "q " * 300_000}, {"role": "assistant", "content": "a " * 300_000}]
+    with pytest.raises(openai.APIStatusError) as too_large:  # MAX_BODY_BYTES: 1 MiB, told by Content-Length
+        _client(gateway, token).chat.completions.create(model="cairn", messages=[*history, *QUESTION])
+    assert too_large.value.status_code == 413
+    assert (too_large.value.code, too_large.value.type) == ("payload_too_large", "invalid_request_error")
+    assert "MAX_BODY_BYTES" in too_large.value.message
