@@ -95,10 +95,18 @@ def test_log_in_ask_open_a_citation_follow_up_rate_and_log_out(cairn, browser, s
     fits(page, width)
     page.screenshot(path=screenshots / f"{width}-answer.png", full_page=True)
 
+    conversation_id = json.loads(page.evaluate("sessionStorage.getItem('cairn.conversation')"))["conversationId"]
+    page.reload()  # the conversation is kept for the tab too
+    first = page.locator(".turn").nth(0)
+    expect(first.locator(".question-text")).to_have_text("How do I add a user?")
+    expect(first.locator(".answer-text")).to_contain_text("cairn user add")
+    first.get_by_role("button", name=re.compile(r"^Citation 1\b")).first.click()
+    expect(first.get_by_role("region", name="Cited passage")).to_contain_text("Users and roles")
+
     follow_up_body = ask(page, "And how do I list them?")
     second = page.locator(".turn").nth(1)
     expect(second.locator(".answer-text")).to_contain_text("cairn user list")
-    assert follow_up_body["conversation_id"], follow_up_body
+    assert follow_up_body["conversation_id"] == conversation_id, follow_up_body
     expect(second.locator(".reformulated")).to_contain_text("How do I list a user?")
 
     with page.expect_response("**/api/feedback") as rated:
@@ -122,6 +130,7 @@ def test_log_in_ask_open_a_citation_follow_up_rate_and_log_out(cairn, browser, s
     expect(page.get_by_label("User name")).to_be_focused()
     assert page.evaluate("sessionStorage.getItem('cairn.token')") is None
     expect(page.locator(".turn")).to_have_count(0)
+    assert page.evaluate("sessionStorage.getItem('cairn.conversation')") is None
 
     def revoked() -> bool:
         response = httpx.get(f"{cairn.gateway}/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=10)
@@ -257,8 +266,9 @@ CITATIONS = [citation(1, PASSAGE_1, 1), citation(2, PASSAGE_2, 2)]
 
 class FakeGateway:
     """The gateway's routes the chat page calls. `plans` says how the next questions are answered, in order:
-    {"answer": text}, {"status": 401}, {"error": code} (an error event), {"hang": text} (the stream stays
-    open after that text until the page closes it) or {"break": text} (the connection breaks after that text)."""
+    {"answer": text}, {"status": 401} (or {"status": 404, "code": code}), {"error": code} (an error event),
+    {"hang": text} (the stream stays open after that text until the page closes it) or {"break": text} (the
+    connection breaks after that text)."""
 
     def __init__(self) -> None:
         self.plans: list[dict] = []
@@ -295,7 +305,8 @@ class FakeGateway:
             self.asked.append(body)
             plan = self.plans.pop(0) if self.plans else {"answer": "Run `cairn user add` [1]."}
             if "status" in plan:
-                return JSONResponse({"error": "unauthorized", "message": "Log in first."}, status_code=plan["status"])
+                code = plan.get("code", "unauthorized")
+                return JSONResponse({"error": code, "message": "Not this time."}, status_code=plan["status"])
             return StreamingResponse(self.events(body, plan), media_type="text/event-stream")
 
         return app
@@ -574,3 +585,153 @@ def test_the_skip_link_is_offered_only_where_the_question_box_is(browser, fake):
     page.keyboard.press("Enter")
     expect(page.get_by_label("Your question")).to_be_focused()
     assert problems == [], problems
+
+
+# --- a reload keeps the conversation of the tab ------------------------------------------------------
+KEPT = "sessionStorage.getItem('cairn.conversation')"
+
+
+def test_a_reload_shows_the_conversation_again_and_goes_on_with_it(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1] <b>as admin</b> [2]."}, {"answer": "Use --role [2]."}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    page.locator(".turn").last.get_by_role("button", name="Good answer").click()
+    expect(page.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+
+    page.reload()
+    turn = page.locator(".turn")
+    expect(turn).to_have_count(1)
+    expect(turn).to_have_class(re.compile(r"\bdone\b"))
+    expect(page.locator("#intro")).to_be_hidden()
+    expect(turn.locator(".question-text")).to_have_text("How do I add a user?")
+    expect(turn.locator(".answer-text")).to_have_text("Run cairn user add 1 <b>as admin</b> 2.")  # text, not HTML
+    turn.get_by_role("button", name=re.compile(r"^Citation 2\b")).click()
+    expect(turn.get_by_role("region", name="Cited passage").locator(".snippet")).to_contain_text("Adding a user.")
+    expect(turn.get_by_role("region", name="Sources")).to_contain_text("Users and roles")
+    expect(turn.locator(".badge")).to_have_text(re.compile(r"^High confidence"))
+    good, bad = turn.get_by_role("button", name="Good answer"), turn.get_by_role("button", name="Bad answer")
+    expect(good).to_have_attribute("aria-pressed", "true")
+    bad.click()  # the restored answer can still be rated: by its request id
+    expect(turn.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+    assert [r["rating"] for r in gateway.ratings] == [1, -1]
+    assert gateway.ratings[0]["request_id"] == gateway.ratings[1]["request_id"]
+
+    body = ask(page, "And roles?")
+    first_answer_id = json.loads(page.evaluate(KEPT))["conversationId"]
+    assert body["conversation_id"] == first_answer_id and first_answer_id.startswith("conv-"), body
+    page.reload()
+    expect(page.locator(".turn")).to_have_count(2)
+    expect(page.locator(".turn").last.locator(".answer-text")).to_have_text("Use --role 2.")
+
+    page.get_by_role("button", name="Log out").click()
+    assert page.evaluate(KEPT) is None
+    log_in_as(page, "demo")
+    page.reload()
+    expect(page.get_by_label("Your question")).to_be_focused()
+    expect(page.locator(".turn")).to_have_count(0)
+    assert problems == [], problems
+
+
+def test_a_reload_while_an_answer_is_written_keeps_the_question_as_interrupted(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]."}, {"hang": "Roles are given"}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    box = page.get_by_label("Your question")
+    box.fill("And roles?")
+    box.press("Enter")
+    expect(page.locator(".turn").last.locator(".answer-text")).to_have_text("Roles are given")
+
+    page.reload()
+    expect(page.locator(".turn")).to_have_count(2)
+    cut = page.locator(".turn").last
+    expect(cut).to_have_class(re.compile(r"\binterrupted\b"))
+    expect(cut.locator(".answer-status")).to_have_text(
+        "Interrupted when the page was reloaded. Ask again for an answer.")
+    expect(cut.locator(".answer-text")).to_have_text("")
+    expect(box).to_have_value("And roles?")  # ready to send again
+    body = ask(page, "And roles?")
+    assert body["conversation_id"] == gateway.asked[1]["conversation_id"] != None  # noqa: E711
+
+    page.reload()  # the question goes back in the box only right after the reload that cut it
+    expect(page.locator(".turn")).to_have_count(3)
+    expect(page.locator(".turn").nth(1)).to_have_class(re.compile(r"\binterrupted\b"))
+    expect(box).to_have_value("")
+    assert problems == [], problems
+
+
+def test_a_conversation_cairn_refuses_after_a_reload_starts_again(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]."}, {"status": 404, "code": "conversation_not_found"}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    page.reload()
+    box, turn = ask_and_fail(page, "And roles?")
+    expect(turn.locator(".answer-status")).to_have_text("This conversation has expired. Ask again to start a new one.")
+    expect(box).to_have_value("And roles?")
+    assert "conversation_id" not in ask(page, "And roles?")
+    new_id = json.loads(page.evaluate(KEPT))["conversationId"]
+    assert new_id != gateway.asked[1]["conversation_id"]
+
+    page.reload()
+    expect(page.locator(".turn")).to_have_count(3)
+    expect(page.locator(".turn").nth(1).locator(".answer-status")).to_contain_text("has expired")
+    assert ask(page, "And passwords?")["conversation_id"] == new_id
+
+    page.get_by_role("button", name="New conversation").click()
+    page.reload()
+    expect(page.get_by_label("Your question")).to_be_focused()
+    expect(page.locator(".turn")).to_have_count(0)
+    assert "conversation_id" not in ask(page, "hello")
+
+    page.evaluate("sessionStorage.setItem('cairn.token', 'token-someone-else-99')")
+    page.reload()  # the tab now belongs to another user: none of the last one's conversation
+    expect(page.locator("#whoami")).to_have_text("someone-else")
+    expect(page.locator(".turn")).to_have_count(0)
+    assert page.evaluate(KEPT) is None
+    assert problems == [], problems
+
+
+SAVE_IN_BROWSER = """async ({ turns, chars, quota }) => {
+  const saved = await import("/web/saved-conversation.js");
+  const setItem = Storage.prototype.setItem;
+  Storage.prototype.setItem = function (key, value) {
+    if (value.length > quota) throw new DOMException("full", "QuotaExceededError");
+    return setItem.call(this, key, value);
+  };
+  try {
+    const answer = { answer: "x".repeat(chars) };
+    const all = Array.from({ length: turns }, (_, i) => ({ question: `q${i}`, answer }));
+    saved.save({ owner: "demo", conversationId: "c1", turns: all });
+    const kept = saved.load();
+    const size = sessionStorage.getItem("cairn.conversation").length;
+    return kept && { questions: kept.turns.map((t) => t.question), size };
+  } finally {
+    Storage.prototype.setItem = setItem;
+  }
+}"""
+
+
+@pytest.mark.parametrize(
+    ("turns", "chars", "quota", "kept"),
+    [
+        (60, 10, 10**9, 50),  # at most 50 turns
+        (20, 100_000, 10**9, 9),  # about a megabyte
+        (20, 10_000, 50_000, 2),  # the browser's quota: fewer, newest first
+        (1, 100_000, 1_000, 0),  # not even one answer fits: only the conversation's id
+    ],
+)
+def test_the_kept_conversation_is_bounded_and_a_full_storage_breaks_nothing(browser, turns, chars, quota, kept):
+    app = FastAPI()
+    app.include_router(web_page_router)
+    with serve_in_thread(app) as url:
+        page = browser.new_page()
+        page.goto(url + "/")
+        result = page.evaluate(SAVE_IN_BROWSER, {"turns": turns, "chars": chars, "quota": quota})
+        page.close()
+    assert result["questions"] == [f"q{i}" for i in range(turns - kept, turns)], result
+    assert result["size"] <= min(1_000_000, quota) + 1000

@@ -1,5 +1,6 @@
 // The chat page: log in, ask, follow up in the same conversation, log out.
 import * as api from "./api.js";
+import * as saved from "./saved-conversation.js";
 import { Turn } from "./turn.js";
 
 const TOKEN_KEY = "cairn.token";
@@ -27,8 +28,9 @@ const view = {
 };
 
 // owner: the user the turns on the page and conversationId belong to; they outlive an ended session
-// so that the same user can log in again and go on.
-const state = { token: sessionStorage.getItem(TOKEN_KEY), conversationId: null, busy: null, owner: null };
+// so that the same user can log in again and go on. turns: the Turns of the conversation, kept in the
+// tab (saved-conversation.js) so that a reload shows them again.
+const state = { token: sessionStorage.getItem(TOKEN_KEY), conversationId: null, busy: null, owner: null, turns: [] };
 
 /** What to tell the user about a failed call. */
 function describe(error) {
@@ -88,8 +90,40 @@ function sessionEnded() {
 
 function forgetConversation() {
   state.conversationId = null;
+  state.turns = [];
+  saved.clear();
   view.turns.replaceChildren();
   setQuestion("");
+}
+
+function remember() {
+  const turns = state.turns.map((turn) => turn.toSaved());
+  saved.save({ owner: state.owner, conversationId: state.conversationId, turns });
+}
+
+function newTurn(question) {
+  return new Turn({ template: view.turnTemplate, question, rate, rated: remember });
+}
+
+/** The conversation this tab kept, back on the page (hidden until its owner is logged in). */
+function restoreConversation() {
+  const kept = saved.load();
+  if (!kept) return;
+  state.owner = kept.owner;
+  state.conversationId = kept.conversationId;
+  for (const record of kept.turns) {
+    const turn = newTurn(record.question);
+    try {
+      turn.restore(record);
+    } catch {
+      continue; // a kept answer this page cannot show: left out
+    }
+    state.turns.push(turn);
+    view.turns.append(turn.element);
+  }
+  const last = kept.turns.at(-1);
+  if (last && !last.answer && !last.end) setQuestion(last.question); // cut off by the reload: ready to send again
+  remember(); // a turn cut off by the reload is kept as interrupted from now on
 }
 
 /** Put text in the question box, which grows with its lines. */
@@ -185,7 +219,10 @@ async function rate(requestId, rating) {
 }
 
 async function ask(query) {
-  const turn = new Turn({ template: view.turnTemplate, question: query, rate });
+  const turn = newTurn(query);
+  const turns = state.turns;
+  turns.push(turn);
+  remember(); // the question is kept even if the page is reloaded before the answer ends
   view.intro.hidden = true;
   view.turns.append(turn.element);
   turn.element.scrollIntoView({ block: "start", behavior: "smooth" });
@@ -232,6 +269,7 @@ async function ask(query) {
     }
     if (!view.question.value) setQuestion(query); // ready to send again
   } finally {
+    if (state.turns === turns) remember(); // not after New conversation or Log out took the turn away
     if (state.busy === controller) {
       setBusy(null);
       // After Ask or Stop was clicked the focus is on that button (or lost): back to the question box.
@@ -267,9 +305,10 @@ view.askButton.addEventListener("click", (event) => {
 // --- start ---------------------------------------------------------------------------------------
 async function start() {
   if (!state.token) {
-    showLogin();
+    showLogin(); // logged out (here or on the dashboard): no conversation is kept without a session
     return;
   }
+  restoreConversation();
   try {
     const who = await api.me(state.token);
     showChat(who.user.username);
@@ -277,6 +316,7 @@ async function start() {
     if (error.status === 401) sessionEnded();
     else showChat(sessionStorage.getItem(USER_KEY) ?? "");
   }
+  if (!view.chat.hidden) view.turns.lastElementChild?.scrollIntoView({ block: "start" });
 }
 
 start();

@@ -47,10 +47,14 @@ function sameQuestion(a, b) {
 }
 
 export class Turn {
-  constructor({ template, question, rate }) {
+  /** `rate(requestId, rating)` sends a rating and says whether Cairn took it; `rated()` follows one it took. */
+  constructor({ template, question, rate, rated = () => {} }) {
     this.id = `turn-${++nextId}`;
+    this.question = question;
     this.rate = rate;
+    this.rated = rated;
     this.text = "";
+    this.end = null; // how a turn without an answer ended: "stopped", "failed" or "interrupted"
     this.rating = null; // the rating Cairn has accepted
     this.sending = false;
     this.cites = new Map();
@@ -122,15 +126,19 @@ export class Turn {
     this.parts.footer.hidden = false;
   }
 
-  fail(message, { keepText = true } = {}) {
+  /** `announce`: false for a turn restored after a reload, whose failure is old news. */
+  fail(message, { keepText = true, announce = true } = {}) {
     if (this.frame) cancelAnimationFrame(this.frame);
     this.frame = null;
-    if (keepText && this.text) this.render();
+    if (!keepText) this.text = "";
+    if (this.text) this.render();
     else this.parts.body.replaceChildren();
+    this.end = "failed";
+    this.message = message;
     this.parts.body.setAttribute("aria-busy", "false");
     this.parts.status.textContent = message;
     this.parts.status.classList.add("error");
-    this.parts.status.setAttribute("role", "alert");
+    if (announce) this.parts.status.setAttribute("role", "alert");
     this.element.classList.add("failed");
   }
 
@@ -141,7 +149,16 @@ export class Turn {
     this.render();
     this.parts.body.setAttribute("aria-busy", "false");
     this.parts.status.textContent = this.text ? "Stopped. The answer is incomplete." : "Stopped.";
+    this.end = "stopped";
     this.element.classList.add("stopped");
+  }
+
+  /** The page was reloaded while the answer was written: Cairn did not keep it. */
+  interrupted() {
+    this.end = "interrupted";
+    this.parts.body.setAttribute("aria-busy", "false");
+    this.parts.status.textContent = "Interrupted when the page was reloaded. Ask again for an answer.";
+    this.element.classList.add("stopped", "interrupted");
   }
 
   renderConfidence(confidence, kind) {
@@ -186,6 +203,25 @@ export class Turn {
       list.append(item);
     }
     this.parts.sources.hidden = false;
+  }
+
+  // --- kept across a reload (see saved-conversation.js) -------------------------------------------
+  /** The turn as data: the question, and the answer as Cairn sent it or how the turn ended. */
+  toSaved() {
+    if (this.response) return { question: this.question, answer: this.response, rating: this.rating };
+    if (!this.end) return { question: this.question }; // still being answered
+    return { question: this.question, end: this.end, text: this.text, message: this.message };
+  }
+
+  /** Show a kept turn again through the same rendering as a live one. */
+  restore({ answer, rating, end, text, message }) {
+    this.text = typeof text === "string" ? text : "";
+    if (answer) {
+      this.finish(answer);
+      if (rating === 1 || rating === -1) this.showRating(rating);
+    } else if (end === "stopped") this.stop();
+    else if (end === "failed") this.fail(String(message ?? ""), { announce: false });
+    else this.interrupted();
   }
 
   // --- citations ---------------------------------------------------------------------------------
@@ -269,20 +305,30 @@ export class Turn {
   async sendRating(rating) {
     if (this.sending || rating === this.rating) return;
     this.sending = true;
-    const show = (pressed) => {
-      for (const b of this.parts.feedback.querySelectorAll("button[data-rating]")) {
-        b.setAttribute("aria-pressed", String(Number(b.dataset.rating) === pressed));
-      }
-    };
-    show(rating);
+    this.pressThumb(rating);
     this.parts.feedback.setAttribute("aria-busy", "true");
     this.parts.feedbackStatus.textContent = "Sending…";
     const ok = await this.rate(this.response.metadata.request_id, rating);
-    if (ok) this.rating = rating;
+    if (ok) {
+      this.rating = rating;
+      this.rated();
+    }
     this.sending = false;
     this.parts.feedback.setAttribute("aria-busy", "false");
     this.parts.feedbackStatus.textContent = ok ? "Thanks for your feedback." : "Feedback could not be sent.";
     this.parts.feedbackStatus.classList.toggle("quiet-error", !ok);
-    show(this.rating);
+    this.pressThumb(this.rating);
+  }
+
+  /** A rating accepted before the page was reloaded. */
+  showRating(rating) {
+    this.rating = rating;
+    this.pressThumb(rating);
+  }
+
+  pressThumb(rating) {
+    for (const b of this.parts.feedback.querySelectorAll("button[data-rating]")) {
+      b.setAttribute("aria-pressed", String(Number(b.dataset.rating) === rating));
+    }
   }
 }
