@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextvars
 import json
 import logging
 import threading
 import warnings
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlparse
@@ -38,6 +40,14 @@ _IDS_PER_CALL = 500
 _UPSERT_PER_CALL = 1000  # well under Chroma's maximum batch size
 _WRITES_PER_BATCH = 64
 _FAILURES = (ChromaError, httpx.HTTPError, OSError, TimeoutError)
+_TIMEOUTS = (TimeoutError, httpx.TimeoutException)
+# Chroma calls get threads of their own: a call to a server that stopped answering holds its thread until
+# the HTTP timeout, and on the shared default pool (6 threads on 2 cores) a few of them stalled every
+# search held in memory too, since BM25 and the exact scan run on that pool.
+_THREADS = 8
+# Readiness probes wait a few seconds (3 in deploy/k8s, 2 from chat): a heartbeat slower than this counts as down.
+_HEARTBEAT_S = 1.0
+_HTTP_TIMEOUTS = 3  # a request to the server gives up after this many CHROMA_TIMEOUT_S (see _bound_http_waits)
 
 
 def _matrix(embedding: list[float]) -> np.ndarray:
@@ -72,6 +82,22 @@ class _Write:
         self.chunks = chunks
 
 
+def _calls(writes: list[_Write]) -> list[list[StoredChunk]]:
+    """The chunks of `writes` in calls of at most _UPSERT_PER_CALL, each caller's chunks in one call when they
+    fit: a server lost between two calls then leaves a document whole or absent, never its first chunks
+    only (which carry its content hash, so that a retry would find it unchanged)."""
+    # One call cannot hold the same id twice; of a chunk written twice, the later write wins.
+    last_writer = {chunk.chunk_id: n for n, write in enumerate(writes) for chunk in write.chunks}
+    calls: list[list[StoredChunk]] = [[]]
+    for n, write in enumerate(writes):
+        own = list({c.chunk_id: c for c in write.chunks if last_writer[c.chunk_id] == n}.values())
+        if calls[-1] and len(calls[-1]) + len(own) > _UPSERT_PER_CALL:
+            calls.append([])
+        calls[-1] += own
+    # A caller with more chunks than one call takes is still split.
+    return [call[start : start + _UPSERT_PER_CALL] for call in calls for start in range(0, len(call), _UPSERT_PER_CALL)]
+
+
 class ChromaStore:
     """HNSW in cosine space with explicit parameters. ef_search may change on an existing collection;
     ef_construction and max_neighbors are fixed when the collection is created."""
@@ -101,6 +127,7 @@ class ChromaStore:
         self._client: Any = None
         self._collections: _Collections | None = None
         self._lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(_THREADS, thread_name_prefix="chroma")
         self._log = ChangeLog()
         # A Chroma write has a fixed cost (about 13 ms of CPU for a 4-chunk upsert, against 0.8 ms per chunk
         # in large ones), so the chunks of documents ingested at the same time go in one upsert.
@@ -126,12 +153,15 @@ class ChromaStore:
         if self._client is None:
             if self._url is not None:
                 parsed = urlparse(self._url)
-                self._client = chromadb.HttpClient(
-                    host=parsed.hostname or "127.0.0.1",
-                    port=parsed.port or (443 if parsed.scheme == "https" else 8000),
-                    ssl=parsed.scheme == "https",
-                    settings=no_telemetry,
-                )
+                host, ssl = parsed.hostname or "127.0.0.1", parsed.scheme == "https"
+                port = parsed.port or (443 if ssl else 8000)
+                # HttpClient asks the server at once and without a timeout: a server that accepts connections
+                # but never answers would hold this thread, and the lock, for good.
+                netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address in brackets
+                heartbeat = f"{'https' if ssl else 'http'}://{netloc}/api/v2/heartbeat"
+                httpx.get(heartbeat, timeout=self._timeout_s).raise_for_status()
+                self._client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=no_telemetry)
+                self._bound_http_waits(self._client)
             else:
                 self._path.mkdir(parents=True, exist_ok=True)
                 self._client = chromadb.PersistentClient(path=str(self._path), settings=no_telemetry)
@@ -143,6 +173,17 @@ class ChromaStore:
             changes = self._client.get_or_create_collection(f"{self._name}-changes", embedding_function=None)
             self._collections = _Collections(chunks, changes)
         return self._collections
+
+    def _bound_http_waits(self, client: Any) -> None:
+        """Chroma's HTTP client waits for an answer forever; give each of its requests a limit, so a silent
+        server frees the thread (asyncio's timeout only stops waiting for it). A few times ours: a write that
+        is slow but lands still gets its change record, written after it on the same thread, so that the
+        other replicas hear of it."""
+        session = getattr(getattr(client, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.timeout = httpx.Timeout(_HTTP_TIMEOUTS * self._timeout_s)
+        else:
+            log.warning("cannot set a timeout on chroma's HTTP client; a silent server may hold threads")
 
     def _check_hnsw(self, collection: Any) -> None:
         with warnings.catch_warnings():
@@ -157,7 +198,7 @@ class ChromaStore:
         if fixed != {k: self._hnsw[k] for k in fixed}:
             log.warning("collection was created with other HNSW build parameters; rebuild it to change them", extra=fixed)
 
-    async def _run(self, operation: Callable[[_Collections], T]) -> T:
+    async def _run(self, operation: Callable[[_Collections], T], *, timeout_s: float | None = None) -> T:
         def call() -> T:
             try:
                 return operation(self._connect())
@@ -166,8 +207,10 @@ class ChromaStore:
                     raise ConnectionError(str(exc)) from exc
                 raise
 
+        context = contextvars.copy_context()  # as asyncio.to_thread does: logs keep the request id
+        running = asyncio.get_running_loop().run_in_executor(self._threads, context.run, call)
         try:
-            return await asyncio.wait_for(asyncio.to_thread(call), self._timeout_s)
+            return await asyncio.wait_for(running, timeout_s or self._timeout_s)
         except _FAILURES as exc:
             # Reopen next time: the server may have restarted, the collection may have been recreated.
             self._collections = None
@@ -190,11 +233,7 @@ class ChromaStore:
             await self._writes.submit(_Write(chunks))
 
     async def _upsert_together(self, writes: list[_Write]) -> list[None]:
-        # One call cannot hold the same id twice; of a chunk written twice, the later write wins.
-        latest = {chunk.chunk_id: chunk for write in writes for chunk in write.chunks}
-        chunks = list(latest.values())
-        for start in range(0, len(chunks), _UPSERT_PER_CALL):
-            part = chunks[start : start + _UPSERT_PER_CALL]
+        for part in _calls(writes):
 
             def write(c: _Collections, part: list[StoredChunk] = part) -> None:
                 c.chunks.upsert(
@@ -246,7 +285,13 @@ class ChromaStore:
     ) -> list[tuple[str, float]]:
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
-        found = await self._queries.submit(_Query(embedding, top_k, to_where(where)))
+        try:
+            # A deadline of its own: a query queued behind a batch that waits for a silent server would
+            # otherwise wait for that batch and then for its own call, twice the timeout.
+            query = _Query(embedding, top_k, to_where(where))
+            found = await asyncio.wait_for(self._queries.submit(query), self._timeout_s)
+        except TimeoutError as exc:
+            raise DependencyUnavailable("chroma") from exc
         if isinstance(found, Exception):
             raise found
         return found
@@ -256,8 +301,13 @@ class ChromaStore:
         for position, query in enumerate(queries):
             by_shape.setdefault(query.shape(), []).append(position)
         results: list[list[tuple[str, float]] | Exception] = [[] for _ in queries]
+        unavailable: DependencyUnavailable | None = None  # timed out
         for positions in by_shape.values():
             first = queries[positions[0]]
+            if unavailable is not None:  # a silent server: each further shape would wait out the timeout again
+                for p in positions:
+                    results[p] = unavailable
+                continue
             try:
                 matrix = np.asarray([queries[p].vector for p in positions], dtype=np.float32)
                 found = await self._run(
@@ -268,6 +318,8 @@ class ChromaStore:
             except Exception as exc:  # one shape's failure (a filter Chroma rejects) stays with its callers
                 for p in positions:
                     results[p] = exc
+                if isinstance(exc, DependencyUnavailable) and isinstance(exc.__cause__, _TIMEOUTS):
+                    unavailable = exc
                 continue
             for row, p in enumerate(positions):
                 results[p] = [(cid, float(dist)) for cid, dist in zip(found["ids"][row], found["distances"][row])]
@@ -333,7 +385,7 @@ class ChromaStore:
 
     async def heartbeat(self) -> bool:
         try:
-            await self._run(lambda c: self._client.heartbeat())
+            await self._run(lambda c: self._client.heartbeat(), timeout_s=min(self._timeout_s, _HEARTBEAT_S))
             return True
         except DependencyUnavailable:
             return False

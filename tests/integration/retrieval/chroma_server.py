@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,8 +37,18 @@ class ChromaServer:
         )
         wait_until(lambda: answers(self.url, self.port), timeout=30, what=f"chroma server on {self.url}")
 
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections stay open and nothing answers, like a host gone silent."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)  # a paused server would not act on SIGTERM
             self._process.terminate()
             self._process.wait(timeout=10)
             self._process = None
