@@ -14,14 +14,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN
-from services.retrieval.ports import CONTEXT_KEY, DOCUMENT_FIELDS, MetadataValue
+from services.retrieval.ports import CHUNK_COUNT_KEY, CONTEXT_KEY, DOCUMENT_FIELDS, MetadataValue
 
 __all__ = ["MAX_FIELDS", "MAX_TEXT_CHARS", "RESERVED_KEYS", "document_fields", "own_fields", "user_metadata"]
 
 MAX_FIELDS = 32
 MAX_TEXT_CHARS = 1000
 RESERVED_KEYS = frozenset(
-    {*DOCUMENT_FIELDS, "doc_id", "section", "chunk_index", "char_start", "char_end", "page", CONTEXT_KEY}
+    {
+        *DOCUMENT_FIELDS, "doc_id", "section", "chunk_index", "char_start", "char_end", "page",
+        CONTEXT_KEY, CHUNK_COUNT_KEY,
+    }
 )
 _KEY = re.compile(KEY_PATTERN)
 

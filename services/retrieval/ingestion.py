@@ -18,6 +18,7 @@ from services.retrieval import parsing
 from services.retrieval.chunking import CHUNKER_VERSION, Chunk, chunk_text, document_title
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.ports import (
+    CHUNK_COUNT_KEY,
     CONTEXT_KEY,
     Embedder,
     MetadataValue,
@@ -246,7 +247,10 @@ async def _ingest(
     wanted = {k: v for k, v in fields.items() if v is not None} | dict(document.metadata)
 
     existing = await store.get_document(doc_id)
-    if existing is not None and existing.content_hashes == {digest} and existing.metadata == wanted:
+    if (
+        existing is not None and existing.complete  # complete: no write of it was cut short
+        and existing.content_hashes == {digest} and existing.metadata == wanted
+    ):
         return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
 
     chunks = await asyncio.to_thread(
@@ -270,7 +274,10 @@ async def _ingest(
         if not all(prefixes):
             # Not marked as situated, so the next ingest of this content tries the missing prefixes again.
             wanted.pop("context_model")
-    metadatas = [wanted | _chunk_metadata(chunk, prefix) for chunk, prefix in zip(chunks, prefixes, strict=True)]
+    metadatas = [
+        wanted | _chunk_metadata(chunk, prefix) | {CHUNK_COUNT_KEY: len(chunks)}
+        for chunk, prefix in zip(chunks, prefixes, strict=True)
+    ]
     embeddings = await embedder.embed_documents(
         [indexed_text(chunk.text, meta) for chunk, meta in zip(chunks, metadatas, strict=True)]
     )

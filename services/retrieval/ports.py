@@ -16,6 +16,9 @@ MetadataValue = str | int | float | bool
 # Fields that describe a whole document: every chunk carries a copy, and a store returns them in
 # DocumentInfo.metadata (get_document / list_documents).
 DOCUMENT_FIELDS = ("title", "source", "url", "category", "content_hash", "pages", "context_model", "chunking")
+# Chunk metadata holding how many chunks the document was cut into when this chunk was written: a document
+# whose stored chunks fall short (a store lost between two write calls) is written again, not found unchanged.
+CHUNK_COUNT_KEY = "chunk_count"
 # Chunk metadata holding the model-written prefix that situates a chunk in its document (contextual chunking).
 CONTEXT_KEY = "context"
 
@@ -62,6 +65,13 @@ class DocumentInfo:
     chunks: int
     content_hashes: frozenset[str]
     metadata: dict[str, MetadataValue] = field(default_factory=dict)
+    complete: bool = True  # every chunk its chunks say it was cut into is stored
+
+
+def is_complete(chunk_metadatas: list[Mapping[str, object]]) -> bool:
+    """Whether the stored chunks of one document are all it was written with (chunks written before their
+    count was recorded are taken as complete)."""
+    return all(m.get(CHUNK_COUNT_KEY, len(chunk_metadatas)) == len(chunk_metadatas) for m in chunk_metadatas)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 
 from services.retrieval.document_metadata import document_fields
 from shared.filters import Condition, Filter, parse_filter
-from services.retrieval.ports import DocumentInfo, MetadataValue, StoredChunk
+from services.retrieval.ports import DocumentInfo, MetadataValue, StoredChunk, is_complete
 
 
 def to_where(where: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -87,6 +87,7 @@ def group(metadatas: list[dict[str, Any]]) -> list[DocumentInfo]:
                 chunks=len(chunks),
                 content_hashes=frozenset(str(m.get("content_hash", "")) for m in chunks),
                 metadata=document_fields(chunks[0]),
+                complete=is_complete(chunks),
             )
         )
     return documents

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from shared.filters import Filter, matches, parse_filter
 from services.retrieval.document_metadata import document_fields
-from services.retrieval.ports import ChunkHit, DocumentInfo, DocumentPage, StoredChunk
+from services.retrieval.ports import ChunkHit, DocumentInfo, DocumentPage, StoredChunk, is_complete
 from shared.errors import DependencyUnavailable
 
 _WORD = re.compile(r"\w+")
@@ -126,6 +126,7 @@ class FakeStore:
                     chunks=len(by_doc[doc_id]),
                     content_hashes=frozenset(str(c.metadata["content_hash"]) for c in by_doc[doc_id]),
                     metadata=document_fields(first.metadata),
+                    complete=is_complete([c.metadata for c in by_doc[doc_id]]),
                 )
             )
         return documents

@@ -102,6 +102,27 @@ async def _none() -> None:
     return None
 
 
+async def test_a_document_the_store_holds_only_in_part_is_written_again(embedder, store) -> None:
+    # A store lost between two write calls (a document of more chunks than one call takes) keeps the first
+    # chunks only, each with the content's hash: the same content again must complete it, not find it unchanged.
+    long_text = "# Guide\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 40 for i in range(5))
+    first = await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store)
+    assert first.chunks > 2
+    for index in range(2, first.chunks):
+        del store.chunks[f"g#{index}"]
+    again = await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store)
+    assert (again.status, again.chunks) == ("replaced", first.chunks)
+    assert sorted(store.chunks) == sorted(f"g#{i}" for i in range(first.chunks))
+    assert (await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store)).status == "unchanged"
+
+
+async def test_a_document_stored_before_its_chunk_count_was_recorded_stays_unchanged(embedder, store) -> None:
+    await ingest(NewDocument(text=GUIDE, doc_id="g"), embedder, store)
+    for chunk in store.chunks.values():
+        del chunk.metadata["chunk_count"]
+    assert (await ingest(NewDocument(text=GUIDE, doc_id="g"), embedder, store)).status == "unchanged"
+
+
 async def test_new_metadata_for_the_same_text_replaces(embedder, store) -> None:
     await ingest(NewDocument(text=GUIDE, doc_id="g", category="old"), embedder, store)
     result = await ingest(NewDocument(text=GUIDE, doc_id="g", category="new"), embedder, store)
