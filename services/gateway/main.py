@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 from services.gateway import openai_errors
 from services.gateway.adapters.redis_rate_limits import RedisRateLimiter
 from services.gateway.adapters.redis_request_owners import RedisRequestOwners
+from services.gateway.adapters.redis_eviction import warn_if_keys_may_be_evicted
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.adapters.upstream import Upstream, open_session
 from services.gateway.api import api_router, auth_router
@@ -32,6 +33,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         redis = connect(settings.redis_url, timeout_s=settings.redis_timeout_s)
+        await warn_if_keys_may_be_evicted(redis)
         store_args = {"prefix": settings.redis_prefix, "timeout_s": settings.redis_timeout_s}
         app.state.users = RedisUserStore(redis, **store_args)
         app.state.sessions = RedisSessionStore(redis, **store_args)
