@@ -53,14 +53,25 @@ class NotFound(ServiceError):
     code = "not_found"
 
 
+# The Retry-After of a 503 that knows no better time: a dependency restarting or failing over is often back
+# within seconds, and a client that retries sooner only adds load. Not measured; a round figure.
+RETRY_AFTER_S = 5
+
+
 class DependencyUnavailable(ServiceError):
-    """A dependency (redis, rabbitmq, retrieval, llm, ...) did not answer in time: 503 naming it."""
+    """A dependency (redis, rabbitmq, retrieval, llm, ...) did not answer in time: 503 naming it, with a
+    Retry-After (RFC 9110, 10.2.3): `retry_after`, seconds or an HTTP date relayed as received, else RETRY_AFTER_S.
+    A subclass answering another status (502, say) sends none: the header means nothing there."""
 
     status_code = 503
 
-    def __init__(self, dependency: str, message: str | None = None) -> None:
+    def __init__(self, dependency: str, message: str | None = None, *, retry_after: int | str | None = None) -> None:
         super().__init__(message or f"{dependency} is unavailable", code=f"{dependency}_unavailable")
         self.dependency = dependency
+        self.retry_after = str(retry_after if retry_after is not None else RETRY_AFTER_S)
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": self.retry_after} if self.status_code == 503 else None
 
 
 class UpstreamTimeout(ServiceError):

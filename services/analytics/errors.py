@@ -24,10 +24,8 @@ class DatabaseBusy(DependencyUnavailable):
     RETRY_AFTER_S = 2
 
     def __init__(self) -> None:
-        super().__init__("database", "database is busy: every connection is in use; try again shortly")
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.RETRY_AFTER_S)}
+        message = "database is busy: every connection is in use; try again shortly"
+        super().__init__("database", message, retry_after=self.RETRY_AFTER_S)
 
 
 class TooManyExports(ServiceError):

@@ -208,7 +208,8 @@ async def analytics(
     path = f"/analytics/{quote(report, safe='')}"
     response = await _forward(analytics, request, session, settings, path=path, stream=True)
     if response.status_code == 503:  # "database_unavailable" alone would not say whose database
-        raise DependencyUnavailable("analytics", f"analytics is unavailable: {_reason(response.body)}")
+        reason, retry_after = _reason(response.body), response.headers.get("Retry-After")  # DatabaseBusy's, say
+        raise DependencyUnavailable("analytics", f"analytics is unavailable: {reason}", retry_after=retry_after)
     return response
 
 

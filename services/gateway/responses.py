@@ -11,7 +11,7 @@ from typing import Any
 from shared.web import error_responses
 
 _BODY_LIMIT = {413: "The body is over MAX_BODY_BYTES, or MAX_UPLOAD_BYTES for uploads (payload_too_large)"}
-_SESSION_STORE = {503: "The session store (Redis) is unavailable (session_store_unavailable)"}
+_SESSION_STORE = {503: "The session store (Redis) is unavailable (session_store_unavailable, with Retry-After)"}
 _SIGNED_IN = {401: "Missing, invalid or expired bearer token (unauthorized)", **_SESSION_STORE}
 _ROLE = {403: "None of the caller's roles grants this route (forbidden)"}
 _ASKING = {
@@ -24,7 +24,7 @@ def _service(name: str) -> dict[int, str]:
     return {
         502: f"The {name} service answered 502 (for chat: the LLM failed, llm_unavailable)",
         503: f"The {name} service, or something behind it, is unavailable ({name}_unavailable, "
-        "session_store_unavailable, ...)",
+        "session_store_unavailable, ..., with Retry-After)",
         504: f"The {name} service did not answer in time ({name}_timeout)",
     }
 

@@ -39,6 +39,12 @@ class CircuitBreaker:
             return True
         return False
 
+    def seconds_until_trial(self) -> float:
+        """While open, the time left until a call may go out as the trial; 0 otherwise."""
+        if self.state != OPEN:
+            return 0.0
+        return max(self._cooldown - (self._clock() - self._opened_at), 0.0)
+
     def record_success(self) -> None:
         self._failures = 0
         self._trial_in_flight = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -98,7 +99,11 @@ class HttpRetrievalClient:
         self, *, query: str, top_k: int, filters: dict[str, Any] | None, caller: Caller
     ) -> list[RetrievedChunk]:
         if not self.breaker.allow():
-            raise DependencyUnavailable("retrieval", "retrieval is failing; calls are paused while it recovers")
+            # Told to try again when the breaker lets a trial through; half-open with the trial out, in a second.
+            wait_s = max(1, math.ceil(self.breaker.seconds_until_trial()))
+            raise DependencyUnavailable(
+                "retrieval", "retrieval is failing; calls are paused while it recovers", retry_after=wait_s
+            )
         body: dict[str, Any] = {"query": query, "top_k": top_k}
         if filters:
             body["filters"] = filters

@@ -159,7 +159,11 @@ class Upstream:
             )
             if upstream.status_code == 504:
                 raise UpstreamTimeout(self.name)
-            raise DependencyUnavailable(self.name, f"{self.name} is unavailable: it answered {upstream.status_code}")
+            raise DependencyUnavailable(
+                self.name,
+                f"{self.name} is unavailable: it answered {upstream.status_code}",
+                retry_after=upstream.headers.get("Retry-After"),
+            )
         return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
 
     async def _relay(self, upstream: UpstreamStream, *, route: str) -> AsyncIterator[bytes]:

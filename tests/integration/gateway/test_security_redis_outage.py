@@ -13,6 +13,7 @@ from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
+from shared.errors import RETRY_AFTER_S
 from tests.own_redis import OwnRedis
 from tests.support import free_port, serve_in_thread, wait_until
 
@@ -64,6 +65,7 @@ def _assert_unavailable_in_time(gateway: str, auth: dict[str, str]) -> None:
         elapsed = time.monotonic() - started
         assert response.status_code == 503, (path, response.text)
         assert response.json() == UNAVAILABLE, path  # names the dependency, and nothing of the failure
+        assert response.headers["retry-after"] == str(RETRY_AFTER_S), path
         assert elapsed < TIMEOUT_S + SLACK_S, (path, elapsed)
     ready = httpx.get(f"{gateway}/readyz", timeout=10)
     assert ready.status_code == 503 and ready.json()["checks"]["redis"] is False

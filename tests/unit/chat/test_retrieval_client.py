@@ -64,6 +64,18 @@ def test_breaker_failed_trial_reopens_for_a_full_cooldown():
     assert not breaker.allow()
 
 
+def test_breaker_tells_the_time_left_until_its_trial():
+    clock = Clock()
+    breaker = CircuitBreaker(name="retrieval", failure_threshold=1, cooldown_s=10, clock=clock)
+    assert breaker.seconds_until_trial() == 0  # closed
+    breaker.record_failure()
+    clock.now += 7.5
+    assert breaker.seconds_until_trial() == 2.5
+    clock.now += 2.5
+    assert breaker.allow() and breaker.state == HALF_OPEN
+    assert breaker.seconds_until_trial() == 0  # the trial is out: only its verdict is awaited
+
+
 def test_success_resets_the_consecutive_failure_count():
     breaker = CircuitBreaker(name="retrieval", failure_threshold=2, cooldown_s=5, clock=Clock())
     breaker.record_failure()
