@@ -6,7 +6,8 @@ scan (adapters/exact_dense.py), built with the BM25 matrix from the same rows.
 The BM25 matrix is rebuilt from cached token ids after changes (bm25s has no incremental update:
 document frequencies and lengths are global). A search waits for that rebuild only when this
 replica itself wrote since the last one (read your own writes); changes read from other replicas are
-built in the background while searches use the previous matrix. Keeping the index equal to the
+built in the background while searches use the previous matrix (searches wait for the first build
+after a load: before it there is no matrix). Keeping the index equal to the
 store, across replicas too, is services.retrieval.keyword_sync's job.
 """
 from __future__ import annotations
@@ -231,8 +232,11 @@ class Bm25Index:
             raise ValueError("top_k must be >= 1")
         if not self.loaded:
             raise DependencyUnavailable("chroma", "the keyword index has not been loaded from chroma yet")
-        if self._local_changes or self._building_local or (self._dirty and not self._built.rows):
-            self.build()  # also waits for a build of this replica's writes that another search started
+        # Also the first build after a load (the service is ready once loaded and builds in the background):
+        # until it ends, the matrix is the empty one of before the load.
+        first_build = not self._built.rows and (self._dirty or self._build_lock.locked())
+        if self._local_changes or self._building_local or first_build:
+            self.build()  # also waits for a build under way, by another search or in the background
         built = self._built
         vocab = self._vocab  # read-only here; CPython dict lookups are safe beside inserts
         ids = sorted({vocab[t] for t in tokenize(query) if t in vocab and vocab[t] < built.vocab_size})

@@ -160,6 +160,30 @@ def test_a_search_beside_the_build_of_local_writes_waits_for_it(monkeypatch: pyt
         assert ids(first.result(5)) == ids(second.result(5)) == ["b#0"]
 
 
+def test_a_search_beside_the_first_build_after_a_load_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service is ready once the index is loaded and builds it in the background: a search that comes
+    during that first build must wait for it, not answer from the empty matrix of before the load."""
+    index = loaded(chunk("a", 0, "apples and pears"))
+    building, release = threading.Event(), threading.Event()
+    real_index = bm25s.BM25.index
+
+    def slow_index(self, *args, **kwargs):
+        building.set()
+        assert release.wait(5)
+        return real_index(self, *args, **kwargs)
+
+    monkeypatch.setattr(bm25s.BM25, "index", slow_index)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        background = pool.submit(index.build)
+        assert building.wait(5)
+        search = pool.submit(index.search_now, query="apples", top_k=1)
+        time.sleep(0.05)
+        assert not search.done()
+        release.set()
+        background.result(5)
+        assert ids(search.result(5)) == ["a#0"]
+
+
 def test_a_full_reload_keeps_the_entries_of_unchanged_chunks_and_replaces_changed_ones() -> None:
     def with_vector(c: StoredChunk, vector: list[float]) -> StoredChunk:
         return StoredChunk(c.chunk_id, c.doc_id, c.content, np.array(vector, dtype=np.float32), dict(c.metadata))
