@@ -18,7 +18,10 @@ from services.retrieval.ports import Embedder
 if TYPE_CHECKING:
     from services.retrieval.settings import Settings
 
-__all__ = ["BACKENDS", "Embedder", "SentenceTransformerEmbedder", "TorchEncoder", "configure_thread_pools", "embedder_from_settings"]
+__all__ = [
+    "BACKENDS", "Embedder", "SentenceTransformerEmbedder", "TorchEncoder", "configure_thread_pools",
+    "embedder_from_settings", "export_onnx_copy",
+]
 
 Backend = Literal["torch", "onnx-int8"]
 BACKENDS: tuple[str, ...] = ("torch", "onnx-int8")
@@ -119,6 +122,20 @@ class SentenceTransformerEmbedder(BatchingEmbedder):
             return TorchEncoder(model_path, threads=threads, batch_size=batch_size, models_dir=models_dir)
 
         super().__init__(load, batch_size=batch_size, **batching)
+
+
+def export_onnx_copy(settings: Settings) -> None:
+    """Export the ONNX file the configured backend loads, if the models folder lacks it (a child process,
+    seconds), so that embedder_from_settings then only loads. Run it before the process holds much: the
+    export peaks at over 1 GB of its own. The torch backend goes on without its copy when this fails."""
+    if settings.embedding_backend == "onnx-int8":
+        from services.retrieval.adapters.onnx_export import ensure_int8_model
+
+        ensure_int8_model(settings.model_path(), models_dir=settings.models_dir)
+    else:
+        from services.retrieval.adapters.single_text import fp32_copy
+
+        fp32_copy(settings.model_path(), models_dir=settings.models_dir)
 
 
 def embedder_from_settings(settings: Settings, *, cache_size: int | None = None) -> BatchingEmbedder:

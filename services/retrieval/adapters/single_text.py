@@ -26,11 +26,20 @@ MIN_COSINE = 0.99999
 _CHECK_TEXTS = ("What is the TTL of a session?", "retrieval " * 400)  # the second one is truncated
 
 
+# Copies whose export failed in this process, which asks only once: the service exports before it loads
+# the model (embedder.export_onnx_copy), and the encoder asks again; a failing export may take minutes.
+_FAILED: set[tuple[Path, Path]] = set()
+
+
 def fp32_copy(model_path: Path, *, models_dir: Path) -> Path | None:
     """The model's fp32 ONNX file in `models_dir`, exported on first use; None when it cannot be exported."""
+    key = (Path(model_path).resolve(), Path(models_dir).resolve())
+    if key in _FAILED:
+        return None
     try:
         return ensure_fp32_model(model_path, models_dir=models_dir)
     except Exception as exc:  # an unusual model, or onnx missing: PyTorch does every encode
+        _FAILED.add(key)
         log.warning("single-text path not used", extra={"error": f"{type(exc).__name__}: {exc}"})
         return None
 

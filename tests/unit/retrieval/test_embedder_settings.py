@@ -98,3 +98,22 @@ def test_only_mean_pooling_models_are_accepted(tmp_path: Path) -> None:
 def test_a_model_without_a_fast_tokenizer_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="tokenizer.json"):
         OnnxEncoder.from_file(_fake_model(tmp_path / "m"), onnx_path=tmp_path / "none.onnx")
+
+
+def test_a_failed_fp32_export_is_not_tried_again_by_the_same_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The service exports before it loads the model, and the encoder asks for the copy again.
+    from services.retrieval.adapters.single_text import fp32_copy
+
+    model = _fake_model(tmp_path / "m")
+    attempts = []
+
+    def failing_export(model_path: Path, out_dir: Path, *, quantise: bool) -> dict[str, object]:
+        attempts.append(out_dir)
+        raise RuntimeError("onnx export of m failed: no onnx here")
+
+    monkeypatch.setattr(onnx_export, "run_export", failing_export)
+    assert fp32_copy(model, models_dir=tmp_path / "models") is None
+    assert fp32_copy(model, models_dir=tmp_path / "models") is None
+    assert len(attempts) == 1
+    assert fp32_copy(model, models_dir=tmp_path / "other-models") is None
+    assert len(attempts) == 2, "another models folder is another copy"
