@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 CountTokens = Callable[[str], int]
 
 # Raised whenever a change here cuts the same text differently (2: CommonMark fences, setext headings,
-# front matter left out; 3: paragraphs of CRLF text, MAX_CHARS_PER_TOKEN). Documents keep the version
-# they were cut with, so re-ingesting them after an upgrade cuts them again rather than reporting them
-# unchanged.
-CHUNKER_VERSION = 3
+# front matter left out; 3: paragraphs of CRLF text, MAX_CHARS_PER_TOKEN; 4: a fenced code block that fits a
+# chunk kept whole, no headings inside HTML comments). Documents keep the version they were cut with, so
+# re-ingesting them after an upgrade cuts them again rather than reporting them unchanged.
+CHUNKER_VERSION = 4
 # Most characters one token may stand for. A word the tokenizer cannot split (a DNA sequence, a long hex
 # string) counts as a single unknown token however long it is: a 200,000-character line was one chunk.
 MAX_CHARS_PER_TOKEN = 16
@@ -30,6 +30,8 @@ _THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 # Lines that open a list item or a quote: a line of dashes under them is a thematic break, not a heading.
 _LIST_OR_QUOTE = re.compile(r"^ {0,3}(?:>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$))")
 _INDENTED_CODE = re.compile(r"^(?: {4}|\t)")
+# An HTML comment (commented-out text is not shown, so a '# line' in it is no heading) runs to the line holding '-->'.
+_COMMENT_OPEN = re.compile(r"^ {0,3}<!--")
 # YAML front matter: only at the very start, opened by '---', its first line a key, closed by '---' or '...'.
 _FRONT_MATTER = re.compile(
     r"\A---[ \t]*\r?\n(?P<yaml>[\w-]+:(?:[ \t].*)?\r?\n(?:.*\r?\n)*?)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)"
@@ -103,18 +105,33 @@ def _closes(line: str, fence: str) -> bool:
 
 
 def _headings(text: str, start: int = 0) -> list[Heading]:
-    """ATX (`## x`) and setext (`x` underlined with `===` or `---`) headings outside code blocks, from `start`."""
+    """ATX (`## x`) and setext (`x` underlined with `===` or `---`) headings outside code blocks and HTML
+    comments, from `start`."""
+    return _structure(text, start)[0]
+
+
+def _structure(text: str, start: int = 0) -> tuple[list[Heading], list[tuple[int, int]]]:
+    """The headings from `start`, and the (start, end) span of each fenced code block, fences included."""
     found: list[Heading] = []
+    code_blocks: list[tuple[int, int]] = []
     fence = ""  # the opening fence, while inside a fenced code block
+    fence_start = 0
+    in_comment = False
     paragraph: list[tuple[int, str]] = []  # (offset, line) of the paragraph read so far: an underline makes it a heading
     in_list_or_quote = False  # until a blank line
     offset = start
     for raw in text[start:].splitlines(keepends=True):
         line, line_start, offset = raw.rstrip("\r\n"), offset, offset + len(raw)
         if fence:
-            fence = "" if _closes(line, fence) else fence
+            if _closes(line, fence):
+                fence = ""
+                code_blocks.append((fence_start, line_start + len(line)))
+        elif in_comment:
+            in_comment = "-->" not in line
         elif opening := _FENCE.match(line):
-            fence, paragraph = opening.group(1), []
+            fence, fence_start, paragraph = opening.group(1), line_start, []
+        elif comment := _COMMENT_OPEN.match(line):
+            in_comment, paragraph = "-->" not in line[comment.end() :], []
         elif not line.strip():
             paragraph, in_list_or_quote = [], False
         elif (atx := _HEADING.match(line)) and (title := _heading_text(atx.group(2))):
@@ -130,7 +147,9 @@ def _headings(text: str, start: int = 0) -> list[Heading]:
             paragraph, in_list_or_quote = [], True
         else:
             paragraph.append((line_start, line))
-    return found
+    if fence:
+        code_blocks.append((fence_start, len(text)))
+    return found, code_blocks
 
 
 def document_title(text: str, *, fallback: str, markdown: bool = True) -> str:
@@ -150,9 +169,11 @@ def sections_under(text: str, headings: list[Heading]) -> tuple[tuple[int, str],
     return tuple((start, path) for path, start, _ in _sections(text, headings) if start or path)
 
 
-def _markdown_sections(text: str) -> list[tuple[str, int, int]]:
+def _markdown_structure(text: str) -> tuple[list[tuple[str, int, int]], list[tuple[int, int]]]:
+    """Section spans and fenced code block spans of a markdown text."""
     body_start = front_matter_end(text)
-    return _sections(text, _headings(text, body_start), start=body_start)
+    headings, code_blocks = _structure(text, body_start)
+    return _sections(text, headings, start=body_start), code_blocks
 
 
 def _sections(text: str, headings: list[Heading], *, start: int = 0) -> list[tuple[str, int, int]]:
@@ -178,7 +199,17 @@ def _sections(text: str, headings: list[Heading], *, start: int = 0) -> list[tup
     return [(p, s, e) for p, s, e in spans if text[s:e].strip()]
 
 
-def _split(text: str, start: int, end: int, level: int, count: CountTokens, budget: int) -> list[_Piece]:
+def _inside(offset: int, blocks: Sequence[tuple[int, int]]) -> bool:
+    """Whether `offset` lies strictly inside one of `blocks` (ascending, not overlapping)."""
+    at = bisect.bisect_left(blocks, (offset,)) - 1
+    return at >= 0 and offset < blocks[at][1]
+
+
+def _split(
+    text: str, start: int, end: int, level: int, count: CountTokens, budget: int, whole: Sequence[tuple[int, int]] = ()
+) -> list[_Piece]:
+    """Pieces of at most `budget` tokens, cut at the coarsest separators that make them fit. At the paragraph
+    level, the blank lines inside a `whole` span (a code block) are no cut while the span fits a chunk."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
@@ -190,11 +221,14 @@ def _split(text: str, start: int, end: int, level: int, count: CountTokens, budg
         return [_Piece(start, end, tokens)]
     if level == len(_SEPARATORS):
         return _hard_split(text, start, end, tokens, count, budget)
-    pieces, pos = [], start
+    pieces, pos, kept_whole = [], start, False
     for match in _SEPARATORS[level].finditer(text, start, end):
-        pieces += _split(text, pos, match.start(), level + 1, count, budget)
-        pos = match.end()
-    pieces += _split(text, pos, end, level + 1, count, budget)
+        if whole and _inside(match.start(), whole):
+            kept_whole = True
+            continue
+        pieces += _split(text, pos, match.start(), 0 if kept_whole else level + 1, count, budget)
+        pos, kept_whole = match.end(), False
+    pieces += _split(text, pos, end, 0 if kept_whole else level + 1, count, budget)
     return pieces
 
 
@@ -287,16 +321,19 @@ def chunk_text(
         raise ValueError("need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size")
     if list(page_starts) != sorted(page_starts) or [o for o, _ in section_starts] != sorted(o for o, _ in section_starts):
         raise ValueError("page_starts and section_starts must be ascending")
+    code_blocks: list[tuple[int, int]] = []
     if section_starts:
         spans = _given_sections(text, section_starts)
+    elif markdown:
+        spans, code_blocks = _markdown_structure(text)
     else:
-        spans = _markdown_sections(text) if markdown else _sections(text, [])
+        spans = _sections(text, [])
     if page_starts:
         spans = _by_page(spans, page_starts)
     count = _at_least_by_length(count_tokens)
     chunks: list[Chunk] = []
     for section, start, end in spans:
-        pieces = _split(text, start, end, 0, count, chunk_size)
+        pieces = _split(text, start, end, 0, count, chunk_size, code_blocks)
         for span_start, span_end in _merge(pieces, budget=chunk_size, overlap=chunk_overlap):
             page = bisect.bisect_right(page_starts, span_start) if page_starts else None
             chunks.append(Chunk(text[span_start:span_end], len(chunks), section, span_start, span_end, page))

@@ -55,7 +55,7 @@ def test_a_pdf_upload_is_stored_with_pages_under_its_file_name(client: TestClien
         "content_hash": store.chunks["manual.pdf#0"].metadata["content_hash"],
         "pages": 2,
         "context_model": None,
-        "chunking": "256 tokens, 32 overlap, chunker 3",
+        "chunking": "256 tokens, 32 overlap, chunker 4",
         "metadata": {},
     }
     again = upload(client, "manual.pdf", data, "application/pdf", category="manuals")

@@ -70,7 +70,7 @@ async def test_the_same_content_under_new_chunk_settings_is_chunked_again(embedd
     again = await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)
     assert (again.status, again.chunks) == ("replaced", 3)
     assert sorted(store.chunks) == ["g#0", "g#1", "g#2"]
-    assert store.chunks["g#0"].metadata["chunking"] == "120 tokens, 2 overlap, chunker 3"
+    assert store.chunks["g#0"].metadata["chunking"] == "120 tokens, 2 overlap, chunker 4"
     assert (await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)).status == "unchanged"
 
 

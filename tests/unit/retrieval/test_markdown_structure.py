@@ -104,3 +104,37 @@ def test_a_heading_or_title_with_a_long_run_of_blanks_is_read_in_linear_time():
 ])
 def test_closing_hashes_and_blanks_are_cut_from_a_heading(line, title):
     assert document_title(f"{line}\n\ntext", fallback="x") == title
+
+
+CODE = "```bash\n# install the tool\npip install tool\n\n# then configure it\ntool init\n```"
+
+
+def test_a_code_block_that_fits_a_chunk_is_not_cut_at_its_blank_lines() -> None:
+    intro = " ".join(f"w{i}" for i in range(8))
+    text = f"# T\n\n## Setup\n\n{intro}\n\n{CODE}\n\nAfter the code.\n"
+    chunks = chunk_text(text, count_tokens=words, chunk_size=20, chunk_overlap=0)
+    assert [c.text for c in chunks] == [f"# T\n\n## Setup\n\n{intro}", f"{CODE}\n\nAfter the code."]
+    assert {c.section for c in chunks} == {"Setup"}
+
+
+def test_a_code_block_longer_than_a_chunk_is_cut_at_its_blank_lines_first() -> None:
+    text = f"## Setup\n\n{CODE}\n"
+    chunks = chunk_text(text, count_tokens=words, chunk_size=10, chunk_overlap=0)
+    assert [c.text for c in chunks] == [
+        "## Setup\n\n```bash\n# install the tool\npip install tool",
+        "# then configure it\ntool init\n```",
+    ]
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "<!--\n# Old section\n-->",
+        "<!-- hidden draft:\n# Old section\nstill hidden -->",
+        "  <!--\nOld section\n===\n-->",
+    ],
+)
+def test_a_heading_inside_an_html_comment_starts_no_section(comment: str) -> None:
+    text = f"# T\n\n## Setup\n\nRun it.\n\n{comment}\n\nMore setup.\n\n## Use\n\nUse it.\n"
+    assert [section for section, _ in sections(text)] == ["Setup", "Use"]
+    assert document_title(f"{comment}\n\n# Real title\n", fallback="none") == "Real title"
