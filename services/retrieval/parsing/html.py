@@ -1,6 +1,6 @@
 """HTML to markdown-like text: headings are written as `#` lines and given to the chunker as section starts;
-page furniture (scripts, styles, navigation) and the head's metadata are dropped. Character spans of chunks
-refer to this text, not the HTML."""
+page furniture (scripts, styles, navigation, the page's footer), hidden elements and the head's metadata are
+dropped. Character spans of chunks refer to this text, not the HTML."""
 from __future__ import annotations
 
 import codecs
@@ -19,6 +19,12 @@ _DROP = {
     "script", "style", "nav", "noscript", "template", "svg", "canvas", "iframe", "object",
     "title", "meta", "link", "base",
 }
+# Elements the reader never sees (the `hidden` attribute, except "until-found", which find-in-page reveals;
+# an inline style that hides them), and page furniture marked by its role.
+_HIDING_STYLE = re.compile(
+    r"(?:^|;)\s*(?:display\s*:\s*none|visibility\s*:\s*hidden)\s*(?:!\s*important\s*)?(?:;|$)", re.IGNORECASE
+)
+_FURNITURE_ROLES = {"navigation", "contentinfo"}
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _BLOCKS = {
     "address", "article", "aside", "blockquote", "body", "caption", "dd", "details", "div", "dl", "dt",
@@ -82,7 +88,7 @@ def _walk(node: Tag, out: _Writer) -> None:
         if isinstance(child, NavigableString):
             out.text(str(child))
             continue
-        if not isinstance(child, Tag) or child.name in _DROP:
+        if not isinstance(child, Tag) or child.name in _DROP or _unseen_or_furniture(child):
             continue
         name = child.name
         if name in _HEADINGS:
@@ -106,6 +112,19 @@ def _walk(node: Tag, out: _Writer) -> None:
             out.flush()
         else:
             _walk(child, out)
+
+
+def _unseen_or_furniture(tag: Tag) -> bool:
+    """Hidden content, and the page's own footer (copyright, links), which would repeat in every page of a site;
+    a footer inside an <article> belongs to it (its author, its date) and is kept."""
+    hidden = tag.get("hidden")
+    if hidden is not None and str(hidden).strip().lower() != "until-found":
+        return True
+    if _HIDING_STYLE.search(str(tag.get("style") or "")):
+        return True
+    if str(tag.get("role") or "").strip().lower() in _FURNITURE_ROLES:
+        return True
+    return tag.name == "footer" and tag.find_parent("article") is None
 
 
 def _fenced(code: str) -> str:

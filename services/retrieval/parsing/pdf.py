@@ -1,22 +1,40 @@
-"""PDF with pypdf: one text per page, joined, with each page's start offset kept."""
+"""PDF with pypdf: one text per page, without its running header and footer, joined, with each page's start
+offset kept."""
 from __future__ import annotations
 
 import io
 import logging
+import re
+import unicodedata
 
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, PyPdfError
 
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
+from services.retrieval.parsing.running_lines import without_running_lines
 
 log = logging.getLogger("cairn.retrieval.parsing")
 PAGE_SEPARATOR = "\n\n"
+# Ligatures a font prints as one glyph (ﬁ, ﬂ, ﬃ, ...), written out in their letters: "ﬁle" matched neither
+# a keyword search for "file" nor the embedding model's vocabulary.
+_LIGATURES = str.maketrans({code: unicodedata.normalize("NFKC", chr(code)) for code in range(0xFB00, 0xFB07)})
+# A word broken at a line end: "retrie-" + "val" on the next line. A soft hyphen is only ever a break point.
+_LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n[ \t]*(?=[^\W\d_])")
+_SOFT_HYPHEN = re.compile(r"\u00ad(?:\n[ \t]*)?")
+
+
+def _joined_if_lower(match: re.Match[str]) -> str:
+    """The hyphen and line break dropped before a lower-case letter ("retrie-|val"), kept before a capital
+    ("Hewlett-|Packard"). A compound broken at its own hyphen ("well-|known") loses the hyphen too: justified
+    text breaks far more words that have none."""
+    return "" if match.string[match.end()].islower() else match.group()
 
 
 def _page_text(raw: str) -> str:
     lines = [line.rstrip() for line in raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-    return "\n".join(lines).strip()
+    text = _LINE_END_HYPHEN.sub(_joined_if_lower, "\n".join(lines).translate(_LIGATURES))
+    return _SOFT_HYPHEN.sub("", text).strip()
 
 
 def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
@@ -26,7 +44,7 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise UnprocessableDocument(f"{filename}: the PDF is encrypted")
-        pages = [_page_text(page.extract_text() or "") for page in reader.pages]
+        pages = without_running_lines([_page_text(page.extract_text() or "") for page in reader.pages])
         title = (reader.metadata.title if reader.metadata else None) or None
         outline = _outline(reader)
     except UnprocessableDocument:

@@ -57,6 +57,30 @@ def pdf_encrypted_with_aes() -> bytes:
         b"<< /Filter /Standard /V 5 /R 6 /Length 256 /P -4 /O <%s> /U <%s> /OE <%s> /UE <%s> /Perms <%s> >>"
         % (b"11" * 48, b"22" * 48, b"33" * 32, b"44" * 32, b"55" * 16),
     ]
+    return _written_out(objects, trailer=b"/Encrypt 4 0 R /ID [<%s> <%s>]" % (b"ab" * 16, b"ab" * 16))
+
+
+def pdf_printing(lines: list[bytes]) -> bytes:
+    """A one-page PDF printing these lines in Helvetica, one under the other, in WinAnsi encoding but for bytes 1,
+    2 and 3, which draw the ligature glyphs fi, fl and ffi (as typesetting programs print them): a reader extracts
+    those as the characters U+FB01, U+FB02, U+FB03, and byte 0xAD as a soft hyphen."""
+    shown = b" Tj 0 -14 Td ".join(b"(%s)" % line for line in lines)
+    content = b"BT /F1 12 Tf 72 700 Td %s Tj ET" % shown
+    return _written_out(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> "
+            b"/Contents 5 0 R >>",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding << /Type /Encoding "
+            b"/BaseEncoding /WinAnsiEncoding /Differences [1 /fi 2 /fl 3 /ffi] >> >>",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        ]
+    )
+
+
+def _written_out(objects: list[bytes], *, trailer: bytes = b"") -> bytes:
+    """A PDF file of these objects (numbered from 1, the first the catalog) with its cross-reference table."""
     pdf = bytearray(b"%PDF-1.7\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -65,7 +89,7 @@ def pdf_encrypted_with_aes() -> bytes:
     xref = len(pdf)
     pdf += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     pdf += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    pdf += b"trailer\n<< /Size %d /Root 1 0 R /Encrypt 4 0 R /ID [<%s> <%s>] >>\n" % (len(objects) + 1, b"ab" * 16, b"ab" * 16)
+    pdf += b"trailer\n<< /Size %d /Root 1 0 R %s >>\n" % (len(objects) + 1, trailer)
     pdf += b"startxref\n%d\n%%%%EOF\n" % xref
     return bytes(pdf)
 

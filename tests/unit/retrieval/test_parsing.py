@@ -5,7 +5,13 @@ import pytest
 from services.retrieval.chunking import chunk_text, document_title
 from services.retrieval.errors import UnprocessableDocument, UnsupportedMediaType
 from services.retrieval.parsing import ParsedDocument, format_of, parse
-from tests.unit.retrieval.files import GUIDE_HTML, make_pdf, pdf_encrypted_with_aes, pdf_without_pages
+from tests.unit.retrieval.files import (
+    GUIDE_HTML,
+    make_pdf,
+    pdf_encrypted_with_aes,
+    pdf_printing,
+    pdf_without_pages,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -44,6 +50,21 @@ def test_html_keeps_headings_as_sections_and_drops_page_furniture() -> None:
         assert dropped not in text
     assert text.startswith("# Pump guide"), "the <title> names the page but is not its text"
     assert [section for section, _ in sections(parsed)] == ["", "Installation", "Installation > Wiring", "Maintenance"]
+
+
+def test_hidden_elements_and_the_page_footer_are_left_out() -> None:
+    page = b"""<html><body><h1>Pump</h1><p>Visible text.</p>
+<div hidden>hidden-attribute-words</div><p style="color: red; display:none">display-none-words</p>
+<span style="visibility: hidden !important">invisible-words</span><div role="navigation">role-nav-words</div>
+<section hidden="until-found">Found by find-in-page.</section>
+<article><p>Article body.</p><footer>Written by Ada.</footer></article>
+<footer>Copyright site-footer-words</footer><div role="contentinfo">contentinfo-words</div>
+</body></html>"""
+    text = parse("pump.html", page).text
+    assert "Visible text." in text and "Found by find-in-page." in text
+    assert "Written by Ada." in text, "an article's own footer is part of it"
+    for dropped in ("hidden-attribute", "display-none", "invisible", "role-nav", "site-footer", "contentinfo"):
+        assert dropped not in text
 
 
 def test_an_html5_page_whose_head_is_never_closed_keeps_its_body() -> None:
@@ -144,6 +165,38 @@ def test_a_pdf_outline_gives_sections_found_where_their_headings_are_printed() -
     parsed = parse("manual.pdf", data)
     sections = [(parsed.text[offset:].split("\n")[0], path) for offset, path in parsed.section_starts]
     assert sections == [("Setup", "Setup"), ("Wiring", "Setup > Wiring"), ("Care", "Care")]
+
+
+def test_pdf_ligatures_are_written_out_in_their_letters() -> None:
+    parsed = parse("paper.pdf", pdf_printing([b"\\001nd the \\002ow of an e\\003cient pump"]))
+    assert parsed.text == "find the flow of an efficient pump"
+
+
+def test_a_pdf_word_hyphenated_at_a_line_end_is_joined() -> None:
+    data = make_pdf(["The retrie-\nval service, from Hewlett-\nPackard, ran 2020-\n2021."])
+    assert parse("paper.pdf", data).text == "The retrieval service, from Hewlett-\nPackard, ran 2020-\n2021."
+
+
+def test_a_pdf_soft_hyphen_is_dropped_with_the_line_break_after_it() -> None:
+    parsed = parse("letter.pdf", pdf_printing([b"the retrie\xad", b"val of Ver\xadsion", b"Two"]))
+    assert parsed.text == "the retrieval of Version\nTwo"
+
+
+def test_a_running_header_and_footer_are_left_out_of_every_page() -> None:
+    bodies = ["Prime the pump.", "Replace the filter.", "", "Drain it.\nPage 3 of 5", "Done."]
+    pages = [f"ACME pump manual\nRev 2\n{body}\nPage {n} of 5" if body else "" for n, body in enumerate(bodies, 1)]
+    parsed = parse("manual.pdf", make_pdf(pages))
+    assert [parsed.text[start:].split("\n\n")[0] for start in parsed.page_starts] == bodies, (
+        "a line repeated on one page only stays"
+    )
+    assert sections(parsed)[0] == ("", "Prime the pump.")
+
+
+def test_lines_repeated_on_too_few_pages_are_kept() -> None:
+    two_pages = parse("short.pdf", make_pdf(["Pump notes\nPrime it.", "Pump notes\nDrain it."]))
+    assert two_pages.text == "Pump notes\nPrime it.\n\nPump notes\nDrain it."
+    once_in_three = parse("notes.pdf", make_pdf(["Pump notes\nPrime it.", "Drain it.\nStore it.", "Store it dry."]))
+    assert once_in_three.text.startswith("Pump notes\nPrime it.")
 
 
 def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
