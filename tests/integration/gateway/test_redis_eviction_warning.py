@@ -3,7 +3,6 @@ policy other than noeviction), and says nothing under Redis's defaults."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 from redis import Redis
@@ -16,14 +15,6 @@ from tests.support import free_port, serve_in_thread
 pytestmark = pytest.mark.integration
 
 WARNING = "redis may evict keys before they expire"
-
-
-@pytest.fixture
-def own_redis() -> Iterator[OwnRedis]:
-    redis = OwnRedis()
-    redis.start()
-    yield redis
-    redis.stop()
 
 
 def _start_gateway(url: str) -> None:

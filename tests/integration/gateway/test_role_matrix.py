@@ -5,7 +5,6 @@ A route that ACCESS does not name fails the test, so no new route goes out with 
 
 Only the decision on the caller matters here: 401 or 403, or anything else. The internal services are
 unreachable addresses, so a caller that gets through is answered 503 (or 4xx for the empty body) instead."""
-import asyncio
 import re
 from pathlib import Path
 
@@ -13,18 +12,16 @@ import httpx
 import pytest
 from starlette.routing import Mount
 
-from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.main import create_app
 from services.gateway.roles import ROLES
 from services.gateway.settings import Settings
-from services.gateway.users import add_user
+from tests.integration.gateway.analytics_stand_in import PASSWORD, seed_users
+from tests.integration.gateway.analytics_stand_in import ROLES as USERS  # ann (user), ana (analyst), ada (admin)
 from tests.support import app_routes, free_port, serve_in_thread
 
 ROLES_GUIDE = Path(__file__).parents[3] / "docs" / "users-and-roles.md"
 
 pytestmark = pytest.mark.integration
-PASSWORD = "correct horse battery"
-USERS = {"ann": "user", "ana": "analyst", "ada": "admin"}
 
 PUBLIC = "anyone, token or not"
 # /dashboard: the page is public, since a browser sends it no token; a client that does send one gets
@@ -97,17 +94,9 @@ def route_methods(app) -> list[tuple[str, str, str]]:
     return found
 
 
-async def _seed(redis_url: str, prefix: str) -> None:
-    redis = connect(redis_url, timeout_s=2)
-    users = RedisUserStore(redis, prefix=prefix, timeout_s=2)
-    for name, role in USERS.items():
-        await add_user(users=users, username=name, password=PASSWORD, roles=[role])
-    await redis.aclose()
-
-
 @pytest.fixture
 def settings(redis_url, unique, tmp_path: Path) -> Settings:
-    asyncio.run(_seed(redis_url, unique))
+    seed_users(redis_url, unique)
     nowhere = f"http://127.0.0.1:{free_port()}"
     return Settings(
         redis_url=redis_url,

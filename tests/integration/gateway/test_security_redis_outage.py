@@ -14,7 +14,6 @@ from services.gateway.main import create_app
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
 from shared.errors import RETRY_AFTER_S
-from tests.own_redis import OwnRedis
 from tests.support import free_port, serve_in_thread, wait_until
 
 pytestmark = pytest.mark.integration
@@ -22,14 +21,6 @@ PASSWORD = "correct horse battery"
 TIMEOUT_S = 0.5  # REDIS_TIMEOUT_S of the gateway under test
 SLACK_S = 1.5  # for a busy two-core machine
 UNAVAILABLE = {"error": "session_store_unavailable", "message": "the session store (Redis) is unavailable"}
-
-
-@pytest.fixture
-def own_redis() -> Iterator[OwnRedis]:
-    redis = OwnRedis()
-    redis.start()
-    yield redis
-    redis.stop()
 
 
 async def _seed(url: str) -> None:

@@ -141,15 +141,7 @@ def test_a_search_beside_the_build_of_local_writes_waits_for_it(monkeypatch: pyt
     index = loaded(chunk("a", 0, "apples"))
     index.search_now(query="apples", top_k=1)
     index.add([chunk("b", 0, "bread and butter")])
-    building, release = threading.Event(), threading.Event()
-    real_index = bm25s.BM25.index
-
-    def slow_index(self, *args, **kwargs):
-        building.set()
-        assert release.wait(5)
-        return real_index(self, *args, **kwargs)
-
-    monkeypatch.setattr(bm25s.BM25, "index", slow_index)
+    building, release = _hold_builds(monkeypatch)
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(index.search_now, query="bread", top_k=1)
         assert building.wait(5)
@@ -160,10 +152,8 @@ def test_a_search_beside_the_build_of_local_writes_waits_for_it(monkeypatch: pyt
         assert ids(first.result(5)) == ids(second.result(5)) == ["b#0"]
 
 
-def test_a_search_beside_the_first_build_after_a_load_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The service is ready once the index is loaded and builds it in the background: a search that comes
-    during that first build must wait for it, not answer from the empty matrix of before the load."""
-    index = loaded(chunk("a", 0, "apples and pears"))
+def _hold_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """(building, release): BM25 builds signal `building` when they start, then wait for `release`."""
     building, release = threading.Event(), threading.Event()
     real_index = bm25s.BM25.index
 
@@ -173,6 +163,14 @@ def test_a_search_beside_the_first_build_after_a_load_waits_for_it(monkeypatch: 
         return real_index(self, *args, **kwargs)
 
     monkeypatch.setattr(bm25s.BM25, "index", slow_index)
+    return building, release
+
+
+def test_a_search_beside_the_first_build_after_a_load_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service is ready once the index is loaded and builds it in the background: a search that comes
+    during that first build must wait for it, not answer from the empty matrix of before the load."""
+    index = loaded(chunk("a", 0, "apples and pears"))
+    building, release = _hold_builds(monkeypatch)
     with ThreadPoolExecutor(max_workers=2) as pool:
         background = pool.submit(index.build)
         assert building.wait(5)
