@@ -17,6 +17,7 @@ from cairn import demo
 from cairn.engines import EngineMissing, engines_for, ensure
 from cairn.ingest import IngestError
 from cairn.settings import SERVICES, CliSettings
+from cairn.retry_after import try_again_in
 from cairn.run_state import read_state, state_file, still_running
 from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
@@ -389,12 +390,15 @@ def _answered(response: httpx.Response, field: str) -> dict | None:
 
 
 def _message_of(response: httpx.Response) -> str:
-    """Cairn's error message, else what came instead (a proxy's 502 page, say), cut short."""
+    """Cairn's error message, else what came instead (a proxy's 502 page, say), cut short; then when to try
+    again, for a 429 or 503 whose Retry-After says so."""
     body = _json_object(response)
     if body is not None and isinstance(body.get("message"), str):
-        return body["message"]
-    text = " ".join(response.text.split())[:200]
-    return f"HTTP {response.status_code}" + (f": {text}" if text else "")
+        message = body["message"]
+    else:
+        text = " ".join(response.text.split())[:200]
+        message = f"HTTP {response.status_code}" + (f": {text}" if text else "")
+    return f"{message} ({when})" if (when := try_again_in(response)) else message
 
 
 def _print_answer(body: dict) -> None:

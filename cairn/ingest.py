@@ -7,6 +7,7 @@ whichever client sends it.
 """
 from __future__ import annotations
 
+import math
 import mimetypes
 import os
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from cairn.retry_after import retry_after_s
+
 # The types the retrieval service reads (services.retrieval.parsing.SUPPORTED_SUFFIXES; a test keeps them equal).
 SUFFIXES = frozenset({".md", ".markdown", ".txt", ".html", ".htm", ".pdf"})
 SERVICE_TOKEN_HEADER = "X-Service-Token"
@@ -25,6 +28,9 @@ SERVICE_TOKEN_HEADER = "X-Service-Token"
 # balancer, or a proxy between replicas, is often back by then. Resending is safe: the service recognises
 # content it already holds.
 RETRY_AFTER_S = 1.0
+# A 503 (or a proxy's 502/504) may say in its Retry-After when to come back; a longer wait than this is not
+# worth holding the run for: the file is sent again after this long, and fails if retrieval is still away.
+MAX_RETRY_WAIT_S = 30.0
 UNAVAILABLE_STATUSES = (502, 503, 504)  # a proxy with no replica behind it, or retrieval without its store
 
 
@@ -34,6 +40,10 @@ class IngestError(Exception):
 
 class RetrievalGone(Exception):
     """The connection to retrieval failed, or it answered that it cannot work: no later file can go in either."""
+
+    def __init__(self, reason: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s  # when the answer's Retry-After said to come back
 
 
 @dataclass
@@ -187,7 +197,8 @@ def ingest_paths(
     """Upload every file under `paths` to retrieval's /documents; a bad file is counted and skipped.
 
     doc_id and source are each file's path relative to `base` (default: the current directory).
-    A file whose connection fails is sent once more after RETRY_AFTER_S; when retrieval is still gone, that
+    A file whose connection fails is sent once more after RETRY_AFTER_S, or after the wait retrieval's
+    Retry-After asks for (at most MAX_RETRY_WAIT_S) when it answers that it cannot work; when it is still gone, that
     file and every one after it are counted failed, and the summary says so. Ctrl-C ends the run with a summary.
 
     Raises IngestError when the service refuses the token, or cannot be reached before any file went in,
@@ -251,8 +262,13 @@ def _reason(response: httpx.Response, name: str) -> str:
 def _send_retrying(client: httpx.Client, *, name: str, data: bytes) -> str:
     try:
         return _send(client, name=name, data=data)
-    except RetrievalGone:
-        time.sleep(RETRY_AFTER_S)
+    except RetrievalGone as exc:
+        if exc.retry_after_s is None:
+            time.sleep(RETRY_AFTER_S)
+        else:
+            wait_s = min(exc.retry_after_s, MAX_RETRY_WAIT_S)
+            tqdm.write(f"retrieval unavailable: {exc}; sending {name} again in {math.ceil(wait_s)} s", file=sys.stderr)
+            time.sleep(wait_s)
     return _send(client, name=name, data=data)
 
 
@@ -269,7 +285,7 @@ def _send(client: httpx.Client, *, name: str, data: bytes) -> str:
     if response.status_code == 401:
         raise IngestError("retrieval refused the service token (check CAIRN_SERVICE_TOKEN)")
     if response.status_code in UNAVAILABLE_STATUSES:
-        raise RetrievalGone(_reason(response, name))
+        raise RetrievalGone(_reason(response, name), retry_after_s=retry_after_s(response))
     if response.status_code != 200:
         raise ValueError(_reason(response, name))
     status = response.json()["status"]

@@ -3,9 +3,11 @@ system started with `cairn up`: log in, ask, open a citation, follow up, rate, l
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import itertools
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -266,7 +268,8 @@ CITATIONS = [citation(1, PASSAGE_1, 1), citation(2, PASSAGE_2, 2)]
 
 class FakeGateway:
     """The gateway's routes the chat page calls. `plans` says how the next questions are answered, in order:
-    {"answer": text}, {"status": 401} (or {"status": 404, "code": code}), {"error": code} (an error event),
+    {"answer": text}, {"status": 401} (or {"status": 404, "code": code}; a "retry_after" value is sent as its
+    Retry-After header), {"error": code} (an error event),
     {"hang": text} (the stream stays open after that text until the page closes it) or {"break": text} (the
     connection breaks after that text)."""
 
@@ -306,7 +309,9 @@ class FakeGateway:
             plan = self.plans.pop(0) if self.plans else {"answer": "Run `cairn user add` [1]."}
             if "status" in plan:
                 code = plan.get("code", "unauthorized")
-                return JSONResponse({"error": code, "message": "Not this time."}, status_code=plan["status"])
+                headers = {"Retry-After": plan["retry_after"]} if "retry_after" in plan else None
+                return JSONResponse({"error": code, "message": "Not this time."}, status_code=plan["status"],
+                                    headers=headers)
             return StreamingResponse(self.events(body, plan), media_type="text/event-stream")
 
         return app
@@ -479,6 +484,32 @@ def test_an_error_event_puts_the_question_back(browser, fake):
     log_in_as(page, "demo")
     box, turn = ask_and_fail(page, "How do I add a user?")
     expect(turn.locator(".answer-status")).to_contain_text("language model is not answering")
+    expect(box).to_have_value("How do I add a user?")
+    assert problems == [], problems
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "retry_after", "expected"),
+    [(503, "retrieval_unavailable", "7",
+      r"^Cairn is partly unavailable \(Not this time\.\)\. Try again in 7 seconds\.$"),
+     (503, "retrieval_unavailable", "1", r"Try again in 1 second\.$"),
+     (503, "retrieval_unavailable", "in-http-date", r"Try again in (2\d|30) seconds\.$"),  # less the time to log in
+     (503, "retrieval_unavailable", None, r"Try again in a moment\.$"),
+     (429, "rate_limited", "12", r"^Too many requests\. Try again in 12 seconds\.$")],
+    ids=["503-seconds", "503-one-second", "503-http-date", "503-without-header", "429-seconds"],
+)
+def test_a_refusal_with_retry_after_says_how_long_to_wait(browser, fake, status, code, retry_after, expected):
+    gateway, url = fake
+    plan = {"status": status, "code": code}
+    if retry_after == "in-http-date":
+        plan["retry_after"] = email.utils.formatdate(time.time() + 30, usegmt=True)
+    elif retry_after is not None:
+        plan["retry_after"] = retry_after
+    gateway.plans = [plan]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    box, turn = ask_and_fail(page, "How do I add a user?")
+    expect(turn.locator(".answer-status")).to_have_text(re.compile(expected))
     expect(box).to_have_value("How do I add a user?")
     assert problems == [], problems
 

@@ -1,9 +1,12 @@
 """`cairn ask` and Ctrl-C against stand-ins: what the operator reads when the answer is not Cairn's."""
+import email.utils
 import getpass
+import re
+import time
 
 import pytest
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from cairn import cli
 from tests.support import serve_in_thread
@@ -44,6 +47,52 @@ def test_an_answer_that_is_not_cairns_is_one_line_not_a_traceback(login_ok, expe
         monkeypatch.setenv("GATEWAY_URL", url)
         assert cli.main(["ask", "anything"]) == 1
     assert capsys.readouterr().err == expected
+
+
+def _refusing_gateway(*, at: str, status: int, message: str, retry_after: str | None) -> FastAPI:
+    """A gateway that refuses the log-in or the question (`at`) with Cairn's JSON error and a Retry-After."""
+    app = FastAPI()
+    headers = {"Retry-After": retry_after} if retry_after is not None else None
+    refusal = JSONResponse({"error": "refused", "message": message}, status_code=status, headers=headers)
+
+    @app.post("/auth/login")
+    async def login():
+        return refusal if at == "login" else {"token": "t"}
+
+    @app.post("/api/chat")
+    async def chat():
+        return refusal
+
+    @app.post("/auth/logout")
+    async def logout():
+        return {}
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("at", "status", "message", "retry_after", "expected"),
+    [("chat", 503, "retrieval is unavailable", "5",
+      r"error 503: retrieval is unavailable \(try again in 5 seconds\)\n"),
+     ("chat", 503, "retrieval is unavailable", "1", r"error 503: retrieval is unavailable \(try again in 1 second\)\n"),
+     ("chat", 429, "at most 2 questions per 60 s; try again later", "in-two-minutes",
+      r"error 429: at most 2 questions per 60 s; try again later \(try again in 1(19|20) seconds\)\n"),
+     ("login", 429, "too many failed logins; try again later", "42",
+      r"login failed: too many failed logins; try again later \(try again in 42 seconds\)\n"),
+     ("chat", 503, "retrieval is unavailable", None, r"error 503: retrieval is unavailable\n"),
+     ("chat", 503, "retrieval is unavailable", "soon", r"error 503: retrieval is unavailable\n")],
+    ids=["503-seconds", "503-one-second", "429-http-date", "login-429", "no-header", "unreadable-header"],
+)
+def test_a_refusal_with_retry_after_says_when_to_try_again(
+    at, status, message, retry_after, expected, monkeypatch, capsys
+):
+    monkeypatch.setenv("CAIRN_PASSWORD", "whatever1")
+    if retry_after == "in-two-minutes":
+        retry_after = email.utils.formatdate(time.time() + 120, usegmt=True)
+    with serve_in_thread(_refusing_gateway(at=at, status=status, message=message, retry_after=retry_after)) as url:
+        monkeypatch.setenv("GATEWAY_URL", url)
+        assert cli.main(["ask", "anything"]) == 1
+    assert re.fullmatch(expected, capsys.readouterr().err)
 
 
 def test_ctrl_c_at_a_prompt_ends_with_130_and_no_traceback(monkeypatch, capsys):

@@ -2,8 +2,10 @@
 with no retrieval behind it ends the run with a summary, and Ctrl-C at any point keeps the summary."""
 from __future__ import annotations
 
+import email.utils
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +34,22 @@ def stand_in(received: list[str], *, proxy_gone_after: int | None = None) -> Fas
         if proxy_gone_after is not None and len(received) > proxy_gone_after:
             return HTMLResponse("<html><h1>502 Bad Gateway</h1></html>", status_code=502)
         return JSONResponse({"doc_id": doc_id, "status": "added"}, headers={"Connection": "close"})
+
+    return app
+
+
+def briefly_unavailable(received: list[tuple[str, float]], *, retry_after: str) -> FastAPI:
+    """Answers the first upload as retrieval without its store does (503 with a Retry-After), the others as
+    added; `received` holds each upload's doc_id and when it came."""
+    app = FastAPI()
+
+    @app.post("/documents")
+    async def upload(file: UploadFile, doc_id: str = Form(...)):
+        received.append((doc_id, time.monotonic()))
+        if len(received) == 1:
+            return JSONResponse({"error": "vector_store_unavailable", "message": "Chroma is unavailable"},
+                                status_code=503, headers={"Retry-After": retry_after})
+        return JSONResponse({"doc_id": doc_id, "status": "added"})
 
     return app
 
@@ -93,6 +111,26 @@ def test_a_dropped_connection_is_sent_again_once(notes: Path) -> None:
         summary = ingest_paths([Path("notes")], retrieval_url=proxy, service_token=TOKEN, progress=False)
     assert (summary.added, summary.failures) == (5, []), summary.describe()
     assert received == [f"notes/note{n}.md" for n in range(5)], "the dropped upload went in on its second try"
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "least_s", "most_s"),
+    [("1", 1.0, 1.8), ("in-two-seconds", 0.9, 2.5), ("3600", 2.0, 2.8), ("0", 0.0, 0.5), ("soon", 0.1, 0.6)],
+    ids=["seconds", "http-date", "bounded", "zero", "unreadable-keeps-the-pause"],
+)
+def test_a_503_with_retry_after_is_sent_again_after_that_wait(
+    notes: Path, monkeypatch: pytest.MonkeyPatch, retry_after: str, least_s: float, most_s: float
+) -> None:
+    monkeypatch.setattr(ingest, "MAX_RETRY_WAIT_S", 2.0, raising=False)
+    if retry_after == "in-two-seconds":  # an HTTP date counts whole seconds: 1 to 2 s from now
+        retry_after = email.utils.formatdate(time.time() + 2, usegmt=True)
+    received: list[tuple[str, float]] = []
+    with serve_in_thread(briefly_unavailable(received, retry_after=retry_after)) as url:
+        summary = ingest_paths([Path("notes/note0.md")], retrieval_url=url, service_token=TOKEN, progress=False)
+    assert (summary.added, summary.failures) == (1, []), summary.describe()
+    (first, sent_at), (again, sent_again_at) = received
+    assert first == again == "notes/note0.md"
+    assert least_s <= sent_again_at - sent_at < most_s, sent_again_at - sent_at
 
 
 def test_a_proxy_with_no_retrieval_behind_it_ends_the_run_with_a_summary(

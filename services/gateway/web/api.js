@@ -5,8 +5,16 @@ export class ApiError extends Error {
     super(message);
     this.status = status; // 0: the request never got an answer
     this.code = code;
-    this.retryAfter = retryAfter; // seconds, from a 429's Retry-After
+    this.retryAfter = retryAfter; // seconds to wait, from the Retry-After of a 429 or a 503
   }
+}
+
+/** Seconds from a Retry-After header (whole seconds, or an HTTP date); null when absent or unreadable. */
+function retryAfterSeconds(value) {
+  const text = (value ?? "").trim();
+  if (/^\d+$/.test(text)) return Number.parseInt(text, 10);
+  const date = Date.parse(text);
+  return Number.isNaN(date) ? null : Math.max(0, Math.ceil((date - Date.now()) / 1000));
 }
 
 async function errorFrom(response) {
@@ -16,12 +24,11 @@ async function errorFrom(response) {
   } catch {
     // not JSON: keep the status alone
   }
-  const seconds = Number.parseInt(response.headers.get("Retry-After") ?? "", 10);
   return new ApiError({
     status: response.status,
     code: typeof body.error === "string" ? body.error : `http_${response.status}`,
     message: typeof body.message === "string" ? body.message : response.statusText,
-    retryAfter: Number.isFinite(seconds) ? seconds : null,
+    retryAfter: retryAfterSeconds(response.headers.get("Retry-After")),
   });
 }
 
