@@ -22,8 +22,12 @@ _ERRORS = {
     401: {"description": "Missing or wrong service token"},
     404: {"description": "conversation_id belongs to no conversation of this user (conversation_not_found)"},
     422: {"description": "Invalid request or unknown model"},
+    500: {"description": "The prompt is over the LLM's context window even cut down (llm_context_exceeded)"},
     502: {"description": "The LLM failed (llm_unavailable)"},
-    503: {"description": "Retrieval or the conversation store is unavailable (retrieval_unavailable, conversation_store_unavailable)"},
+    503: {
+        "description": "Retrieval or the conversation store is unavailable, or the LLM is rate limiting chat "
+        "(retrieval_unavailable, conversation_store_unavailable, llm_unavailable; with Retry-After)"
+    },
 }
 _STREAM_DESCRIPTION = (
     "Server-Sent Events: `sources` ({sources: passages [n] given to the model}), then `token` ({text}) deltas "

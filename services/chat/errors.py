@@ -21,6 +21,30 @@ class LLMUnavailable(DependencyUnavailable):
         super().__init__("llm", message)
 
 
+class LLMRetryLater(LLMUnavailable):
+    """The model endpoint still answered 429 after the retries, or chat's circuit breaker for it is open:
+    503 llm_unavailable with a Retry-After (the endpoint's own, or the breaker's time until its trial), as
+    the same question may well be answered after that wait."""
+
+    status_code = 503
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        if retry_after is not None:
+            self.retry_after = str(retry_after)
+
+
+class LLMContextExceeded(LLMUnavailable):
+    """The prompt does not fit the model's context window even after chat cut the passages down: 500
+    llm_context_exceeded. The question is fine and the model is up; the configuration is what is wrong."""
+
+    status_code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = "llm_context_exceeded"
+
+
 class ConversationNotFound(NotFound):
     """The conversation_id is unknown to this user (it may belong to someone else): 404."""
 

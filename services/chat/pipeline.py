@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from services.chat import events, metrics
 from services.chat.answering import compose
 from services.chat.chunks import RetrievedChunk
-from services.chat.errors import UnknownModel
+from services.chat.errors import LLMContextExceeded, UnknownModel
 from services.chat.followups import resolve_history
 from services.chat.models import ChatRequest, ChatResponse
 from services.chat.ports import ConversationStore, Exchange, Generation, Generator, Reformulator, Retriever
-from services.chat.prompt import build_prompt
+from services.chat.prompt import build_prompt, halved_prompt
 from services.chat.settings import Settings
 from services.chat.small_talk import small_talk_reply
 from services.chat.turn import Turn, elapsed_ms
@@ -30,6 +30,10 @@ from shared.caller import Caller
 from shared.errors import ServiceError
 
 log = logging.getLogger(__name__)
+
+# A prompt over the model's context window is sent again with half its passage text, then a quarter:
+# an answer from the best passages beats an error, and the model refuses such a prompt at once.
+CONTEXT_CUTS = 2
 
 
 @dataclass(frozen=True)
@@ -171,9 +175,29 @@ class ChatPipeline:
     async def _generate(self, turn: Turn) -> Generation:
         turn.stage = "generation"
         step = time.perf_counter()
-        generation = await self.generator.generate(model=turn.model, **self.generation_options(turn))
+        while True:
+            try:
+                generation = await self.generator.generate(model=turn.model, **self.generation_options(turn))
+                break
+            except LLMContextExceeded as exc:
+                self.cut_prompt(turn, exc)
         turn.timings.generation = elapsed_ms(step)
         return generation
+
+    def cut_prompt(self, turn: Turn, failure: LLMContextExceeded) -> None:
+        """Halve the prompt's passage text after the model found it over its context window, or raise
+        `failure` when it was cut CONTEXT_CUTS times already or no passage would be left."""
+        assert turn.prompt is not None
+        smaller = halved_prompt(turn.prompt, query=turn.query) if turn.context_cuts < CONTEXT_CUTS else None
+        if smaller is None:
+            raise failure
+        log.warning(
+            "prompt over the model's context window, asking again with fewer passages",
+            extra={"model": turn.model, "passages": len(turn.prompt.chunks), "now": len(smaller.chunks)},
+        )
+        metrics.count_retry(failure.code)
+        turn.context_cuts += 1
+        turn.prompt = smaller
 
     def generation_options(self, turn: Turn) -> dict:
         assert turn.prompt is not None

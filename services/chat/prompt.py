@@ -29,6 +29,7 @@ def estimate_tokens(text: str) -> int:
 class Prompt:
     messages: list[dict[str, str]]
     chunks: list[RetrievedChunk]  # the chunks in the context; chunks[i] is passage [i + 1]
+    context_tokens: int = 0  # the context's estimated size
 
 
 def system_template() -> str:
@@ -80,4 +81,14 @@ def cut_text(text: str, max_chars: int, *, at_words: bool) -> str:
 def build_prompt(*, query: str, chunks: list[RetrievedChunk], token_budget: int) -> Prompt:
     context, used = assemble_context(chunks, token_budget=token_budget)
     system = system_template().replace(CONTEXT_SLOT, context)
-    return Prompt(messages=[{"role": "system", "content": system}, {"role": "user", "content": query}], chunks=used)
+    return Prompt(
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": query}], chunks=used,
+        context_tokens=estimate_tokens(context),
+    )
+
+
+def halved_prompt(prompt: Prompt, *, query: str) -> Prompt | None:
+    """`prompt` with about half as much passage text: its first passages, so that [n] names the same
+    passage in both; None when no passage would be left."""
+    smaller = build_prompt(query=query, chunks=prompt.chunks, token_budget=prompt.context_tokens // 2)
+    return smaller if smaller.chunks else None

@@ -72,6 +72,14 @@ class Settings(CommonSettings):
         description="First retry delay; doubles per retry up to LLM_BACKOFF_CAP_S, plus 0-25 % jitter.",
     )
     llm_backoff_cap_s: float = Field(10.0, ge=0, validation_alias=aliases("LLM_BACKOFF_CAP_S"))
+    llm_breaker_failures: int = Field(
+        5, ge=1, validation_alias=aliases("LLM_BREAKER_FAILURES"),
+        description="Model calls failed in a row (after their retries) that open chat's circuit breaker for the LLM.",
+    )
+    llm_breaker_cooldown_s: float = Field(
+        30.0, gt=0, validation_alias=aliases("LLM_BREAKER_COOLDOWN_S"),
+        description="How long an open breaker answers 503 llm_unavailable at once before letting a trial call through.",
+    )
     llm_temperature: float = Field(0.1, ge=0, le=2, validation_alias=aliases("LLM_TEMPERATURE"))
     llm_max_tokens: int = Field(512, ge=1, validation_alias=aliases("LLM_MAX_TOKENS"))
     # all-MiniLM-L6-v2 cosine similarity: on-topic passages usually score 0.35-0.75, unrelated text 0.0-0.2.

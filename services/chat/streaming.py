@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from services.chat import metrics
-from services.chat.errors import LLMUnavailable
+from services.chat.errors import LLMContextExceeded, LLMUnavailable
 from services.chat.markdown_images import ImageFilter
 from services.chat.models import ChatRequest, StreamSources
 from services.chat.pipeline import ChatPipeline
@@ -105,12 +105,22 @@ async def _generate(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[str | G
     turn.stage = "generation"
     step = time.perf_counter()
     generation = None
-    # aclosing: leaving early closes the model's HTTP response at once, so the model stops too.
-    async with aclosing(pipeline.generator.stream(model=turn.model, **pipeline.generation_options(turn))) as deltas:
-        async for item in deltas:
-            if isinstance(item, Generation):
-                generation = item
-            yield item
+    while True:
+        started = False
+        try:
+            # aclosing: leaving early closes the model's HTTP response at once, so the model stops too.
+            options = pipeline.generation_options(turn)
+            async with aclosing(pipeline.generator.stream(model=turn.model, **options)) as deltas:
+                async for item in deltas:
+                    started = True
+                    if isinstance(item, Generation):
+                        generation = item
+                    yield item
+            break
+        except LLMContextExceeded as exc:
+            if started:
+                raise
+            pipeline.cut_prompt(turn, exc)  # the passages of `sources` that the shorter prompt keeps come first
     turn.timings.generation = elapsed_ms(step)
     if generation is None:
         raise LLMUnavailable("the model's stream ended without a final result")

@@ -34,6 +34,7 @@ class Turn:
     small_talk: str | None = None  # the reply, when the message was only small talk
     retrieved: list[RetrievedChunk] = field(default_factory=list)
     prompt: Prompt | None = None  # None: answer without asking the model
+    context_cuts: int = 0  # times the prompt was halved because it was over the model's context window
 
     @property
     def used(self) -> list[RetrievedChunk]:

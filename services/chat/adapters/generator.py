@@ -4,8 +4,10 @@ real request and response handling runs in the demo and in every test."""
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx2  # the HTTP library the openai SDK (>= 3) is built on
@@ -15,9 +17,11 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from services.chat import metrics
+from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.adapters.completion_shapes import is_chunk, is_completion, token_counts
-from services.chat.adapters.llm_retry import RetryPolicy
-from services.chat.errors import LLMUnavailable
+from services.chat.adapters.llm_errors import refuses_the_key, status_failure
+from services.chat.adapters.llm_retry import RetryPolicy, is_retryable
+from services.chat.errors import LLMRetryLater, LLMUnavailable
 from services.chat.ports import Generation
 from services.chat.settings import Settings
 from shared.context import request_id_var
@@ -33,7 +37,7 @@ class OpenAIGenerator:
 
     def __init__(
         self, client: AsyncOpenAI, *, policy: RetryPolicy | None = None, deadline_s: float | None = None,
-        offline: bool = False,
+        offline: bool = False, breaker: CircuitBreaker | None = None,
     ) -> None:
         if client.max_retries != 0:
             raise ValueError("build the client with max_retries=0: the RetryPolicy is the only retry loop")
@@ -41,6 +45,7 @@ class OpenAIGenerator:
         self._policy = policy or RetryPolicy()
         self._deadline_s = deadline_s  # over all attempts; None: only the client's per-attempt timeout
         self._offline = offline
+        self._breaker = breaker
 
     async def generate(
         self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
@@ -48,12 +53,13 @@ class OpenAIGenerator:
         trace_headers: dict[str, str] = {}  # an endpoint that traces continues the LLM span
         with client_span(f"chat {model}", trace_headers, _span_attributes(model, max_tokens)) as span:
             try:
-                async with asyncio.timeout(self._deadline_s):
-                    completion = await self._policy.run(
-                        self._post,
-                        {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens},
-                        trace_headers,
-                    )
+                with self._watched():
+                    async with asyncio.timeout(self._deadline_s):
+                        completion = await self._policy.run(
+                            self._post,
+                            {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens},
+                            trace_headers,
+                        )
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model did not answer within {self._deadline_s:g} s") from exc
             except openai.OpenAIError as exc:
@@ -87,8 +93,9 @@ class OpenAIGenerator:
         }
         try:
             try:
-                async with asyncio.timeout(self._deadline_s):
-                    chunks, head = await self._policy.run(self._open_stream, body, trace_headers)
+                with self._watched():  # until the first text: a stream that breaks later is not judged
+                    async with asyncio.timeout(self._deadline_s):
+                        chunks, head = await self._policy.run(self._open_stream, body, trace_headers)
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
             except openai.OpenAIError as exc:
@@ -116,6 +123,30 @@ class OpenAIGenerator:
         finally:
             span.end()
         yield tally.generation()
+
+    @contextmanager
+    def _watched(self) -> Iterator[None]:
+        """Fail at once while the breaker is open; else tell it whether the endpoint failed the call (after
+        every retry: timeouts, connections, 429 and 5xx) or answered it (a 4xx is the request's fault)."""
+        if self._breaker is None:
+            yield
+            return
+        if not self._breaker.allow():
+            # Told to try again when the breaker lets a trial through; half-open with the trial out, in a second.
+            wait_s = max(1, math.ceil(self._breaker.seconds_until_trial()))
+            raise LLMRetryLater("the model endpoint is failing; calls are paused while it recovers", retry_after=wait_s)
+        try:
+            yield
+        except (TimeoutError, openai.OpenAIError) as exc:
+            if isinstance(exc, TimeoutError) or is_retryable(exc):
+                self._breaker.record_failure()
+            else:
+                self._breaker.record_success()
+            raise
+        except BaseException:  # cancelled, or a body that is no completion: no verdict on the endpoint
+            self._breaker.abandon()
+            raise
+        self._breaker.record_success()
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> ChatCompletion:
         # The SDK's generic `post`, not `chat.completions.create`: create() first walks the body against
@@ -161,8 +192,8 @@ class OpenAIGenerator:
             return True
         try:
             await self._client.with_options(timeout=2.0).models.list()
-        except openai.APIStatusError:
-            return True  # it answered; not every compatible server offers /models
+        except openai.APIStatusError as exc:
+            return not refuses_the_key(exc)  # else it answered; not every compatible server offers /models
         except openai.OpenAIError:
             return False
         return True
@@ -263,7 +294,7 @@ def _record_on(span: Span, generation: Generation) -> None:
 
 def _unavailable(exc: Exception) -> LLMUnavailable:
     if isinstance(exc, openai.APIStatusError):
-        return LLMUnavailable(f"the model endpoint answered {exc.status_code}")
+        return status_failure(exc)
     if isinstance(exc, openai.APIConnectionError) and (failure := _connect_failure(exc)):
         return LLMUnavailable(f"the model endpoint {failure}: check LLM_BASE_URL")
     if isinstance(exc, openai.APITimeoutError):
@@ -310,4 +341,7 @@ def build_generator(settings: Settings) -> OpenAIGenerator:
         base_url=settings.llm_base_url, api_key=api_key, timeout=settings.llm_timeout_s, max_retries=0,
         http_client=DefaultAioHttpClient(),  # the SDK sets the timeout on every request
     )
-    return OpenAIGenerator(client, policy=policy, deadline_s=settings.llm_deadline_s)
+    breaker = CircuitBreaker(
+        name="llm", failure_threshold=settings.llm_breaker_failures, cooldown_s=settings.llm_breaker_cooldown_s
+    )
+    return OpenAIGenerator(client, policy=policy, deadline_s=settings.llm_deadline_s, breaker=breaker)

@@ -21,7 +21,7 @@ ANSWER = "Run `cairn user add` [1]."
 NO_CITATIONS = "Users are added from the command line."
 Mode = Literal[
     "answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream", "broken_stream",
-    "html", "wrong_json", "broken_json", "wrong_chunks",
+    "html", "wrong_json", "broken_json", "wrong_chunks", "small_context", "unauthorized",
 ]
 # What a misconfigured LLM_BASE_URL answers, streamed or not: 200 with a body that is no completion.
 HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body>Open WebUI</body></html>"
@@ -29,6 +29,15 @@ NOT_A_COMPLETION = {
     "html": ("text/html", HTML_PAGE),
     "wrong_json": ("application/json", '{"foo": 1}'),
     "broken_json": ("application/json", '{"choices": [{"message": '),
+}
+# vLLM's answer to a prompt over --max-model-len (OpenAI's has "code": "context_length_exceeded" instead).
+CONTEXT_OVERFLOW = {
+    "object": "error",
+    "message": "This model's maximum context length is 2048 tokens. However, you requested 4100 tokens "
+    "(3588 in the messages, 512 in the completion). Please reduce the length of the messages or completion.",
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
 }
 
 
@@ -56,6 +65,9 @@ class Script:
     wrong_json    200 application/json `{"foo": 1}`, to both
     broken_json   200 application/json cut off part way through, to both
     wrong_chunks  an event stream whose events are JSON but not chat completion chunks
+    small_context 400 `overflow` when the messages hold more than `context_chars` characters, else answers
+                  (or streams) as `answer` does
+    unauthorized  401, as to a wrong API key, from /v1/models too
     """
 
     mode: Mode = "answer"
@@ -66,6 +78,8 @@ class Script:
     chunk_delay_s: float = 0.02
     first_delay_s: float = 0.0
     hang_s: float = 5.0
+    context_chars: int = 4000
+    overflow: dict[str, Any] = field(default_factory=lambda: CONTEXT_OVERFLOW)
     slow_chunks: int = 200
     slow_delay_s: float = 0.05
     calls: list[Call] = field(default_factory=list)
@@ -87,8 +101,11 @@ def llm_stand_in(script: Script | None = None) -> tuple[FastAPI, Script]:
         return {"status": "ok"}
 
     @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [{"id": "test-model", "object": "model", "created": 0, "owned_by": "tests"}]}
+    async def models() -> Response:
+        if script.mode == "unauthorized":
+            return _unauthorized()
+        models = [{"id": "test-model", "object": "model", "created": 0, "owned_by": "tests"}]
+        return JSONResponse({"object": "list", "data": models})
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -108,6 +125,10 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
         return _error(500, "the model crashed")
     if mode == "bad_request":
         return _error(400, "max_tokens is too large")
+    if mode == "unauthorized":
+        return _unauthorized()
+    if mode == "small_context" and sum(len(m["content"]) for m in body["messages"]) > script.context_chars:
+        return JSONResponse(script.overflow, 400)
     if mode == "hang":
         await _wait_or_disconnect(request, script.hang_s)
         return _error(504, "hung")
@@ -136,6 +157,11 @@ async def _wait_or_disconnect(request: Request, seconds: float) -> None:
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "stand_in", "code": None}}, status, headers=headers)
+
+
+def _unauthorized() -> JSONResponse:
+    body = {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}
+    return JSONResponse({"error": body}, 401)
 
 
 def _completion(text: str, body: dict[str, Any]) -> dict[str, Any]:

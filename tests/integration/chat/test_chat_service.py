@@ -120,6 +120,68 @@ def test_a_client_error_is_not_retried(chat, script):
     assert len(script.calls) == 1
 
 
+def test_a_model_that_keeps_rate_limiting_gives_503_with_its_retry_after(chat, script):
+    script.reset(mode="rate_limit", retry_after="0.2")
+    response = ask(chat[0])
+    assert response.status_code == 503 and response.json()["error"] == "llm_unavailable", response.text
+    assert response.headers["retry-after"] == "1"  # the model's 0.2 s, in the whole seconds HTTP allows
+    assert "429" in response.json()["message"] and len(script.calls) == 3
+
+
+def test_a_refused_api_key_is_named_not_retried_and_shown_in_readiness(chat, script):
+    script.reset(mode="unauthorized")
+    response = ask(chat[0])
+    assert response.status_code == 502 and response.json()["error"] == "llm_unavailable"
+    assert "LLM_API_KEY" in response.json()["message"] and len(script.calls) == 1
+    ready = httpx.get(f"{chat[0]}/readyz", timeout=10).json()
+    assert ready["checks"]["llm"] is False and ready["status"] == "ready"  # reported, as the model is not needed
+
+
+def asked_once(chat_url: str, script, query: str) -> tuple[dict, int]:
+    """The answer when the model takes any prompt, and the characters of the prompt it was sent."""
+    script.reset(text="Run `cairn user add NAME --role user` to add a user [1].")
+    body = ask(chat_url, query).json()
+    return body, sum(len(m["content"]) for m in script.calls[0].body["messages"])
+
+
+BOTH_DOCUMENTS = "How do I add a user, and how long does a login session last?"
+
+
+def test_a_prompt_over_the_context_window_is_answered_from_fewer_passages(chat, script):
+    whole, prompt_chars = asked_once(chat[0], script, BOTH_DOCUMENTS)
+    assert whole["metadata"]["chunks_used"] >= 2
+    script.reset(mode="small_context", context_chars=prompt_chars - 1, text="Run `cairn user add NAME` [1].")
+    response = ask(chat[0], BOTH_DOCUMENTS)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["metadata"]["kind"] == "answer" and len(script.calls) == 2
+    sent = [sum(len(m["content"]) for m in call.body["messages"]) for call in script.calls]
+    assert sent[0] == prompt_chars and sent[1] < prompt_chars
+    assert body["metadata"]["chunks_used"] <= whole["metadata"]["chunks_used"]
+
+    script.reset(mode="small_context", context_chars=prompt_chars - 1, text="Run `cairn user add NAME` [1].")
+    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": BOTH_DOCUMENTS}, headers=HEADERS) as r:
+        r.read()
+    events = sse_events(r)
+    assert [events[0][0], events[-1][0]] == ["sources", "done"], events[-1]
+    done = events[-1][1]
+    assert done["metadata"]["chunks_used"] <= len(events[0][1]["sources"]) and len(script.calls) == 2
+
+
+def test_a_prompt_that_never_fits_the_context_window_names_the_settings(chat, script):
+    publisher = chat[1]
+    script.reset(mode="small_context", context_chars=10)
+    response = ask(chat[0], BOTH_DOCUMENTS)
+    assert response.status_code == 500, response.text
+    assert response.json()["error"] == "llm_context_exceeded"
+    # asked again with half the passages' text, then a quarter, unless no passage would be left
+    assert "CONTEXT_TOKEN_BUDGET" in response.json()["message"] and 2 <= len(script.calls) <= 3
+    assert publisher.events[-1].data.error == "llm_context_exceeded"
+    script.reset(mode="small_context", context_chars=10)
+    streamed = httpx.post(f"{chat[0]}/chat/stream", json={"query": BOTH_DOCUMENTS}, headers=HEADERS, timeout=30)
+    assert sse_events(streamed)[-1] == ("error", response.json())
+
+
 def test_a_hanging_model_times_out_within_the_bound(chat, script):
     script.reset(mode="hang", hang_s=3.0)
     started = time.monotonic()

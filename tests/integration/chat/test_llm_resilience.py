@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from services.chat.adapters.generator import OpenAIGenerator, build_generator
-from services.chat.errors import LLMUnavailable
+from services.chat.errors import LLMContextExceeded, LLMUnavailable
 from services.chat.ports import Exchange, Generation
 from services.chat.prompt import build_prompt
 from services.chat.reformulation import HeuristicReformulator, LLMReformulator
@@ -256,3 +256,77 @@ async def test_the_offline_generator_streams_deltas_then_the_generation():
     assert isinstance(generation, Generation) and generation.text == "".join(deltas)
     assert generation.model == "cairn-extractive" and generation.finish_reason == "stop"
     assert generation.prompt_tokens > 0 and generation.completion_tokens > 0
+
+
+# How servers refuse a prompt over the model's context window: vLLM (the stand-in's default), OpenAI and
+# Azure, llama.cpp's server. Never retried as it is: the same prompt gets the same answer.
+OVERFLOWS = {
+    "vllm": None,
+    "openai": {"error": {"message": "Please reduce the length of the messages.", "type": "invalid_request_error",
+                         "param": "messages", "code": "context_length_exceeded"}},
+    "llama.cpp": {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
+                            "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096}},
+}
+
+
+@pytest.mark.parametrize("server", OVERFLOWS)
+async def test_a_prompt_over_the_context_window_is_named_so_and_not_retried(model, script, server):
+    script.reset(mode="small_context", context_chars=10)
+    if OVERFLOWS[server]:
+        script.overflow = OVERFLOWS[server]
+    async with generator_for(model, llm_max_retries=3) as generator:
+        with pytest.raises(LLMContextExceeded) as caught:
+            await generate(generator)
+        with pytest.raises(LLMContextExceeded):
+            [item async for item in streamed(generator)]
+    assert caught.value.status_code == 500 and caught.value.code == "llm_context_exceeded"
+    assert "CONTEXT_TOKEN_BUDGET" in caught.value.message and len(script.calls) == 2
+
+
+async def test_a_model_that_keeps_rate_limiting_is_503_with_its_retry_after(model, script):
+    script.reset(mode="rate_limit", retry_after="2")
+    async with generator_for(model, llm_max_retries=1, llm_backoff_cap_s=0.1) as generator:
+        with pytest.raises(LLMUnavailable) as caught:
+            await generate(generator)
+    assert caught.value.status_code == 503 and caught.value.headers() == {"Retry-After": "2"}
+    assert caught.value.code == "llm_unavailable" and len(script.calls) == 2
+
+
+async def test_a_refused_api_key_is_named_at_once_and_the_endpoint_is_not_ready(model, script):
+    script.reset(mode="unauthorized")
+    async with generator_for(model, llm_max_retries=3) as generator:
+        with pytest.raises(LLMUnavailable, match="check LLM_API_KEY") as caught:
+            await generate(generator)
+        assert await generator.ping() is False
+    assert caught.value.status_code == 502 and len(script.calls) == 1
+
+
+async def test_the_breaker_opens_after_failures_in_a_row_and_lets_a_trial_through(model, script):
+    script.reset(mode="error")
+    breaker = {"llm_breaker_failures": 2, "llm_breaker_cooldown_s": 0.5, "llm_max_retries": 1}
+    async with generator_for(model, **breaker) as generator:
+        for _ in range(2):
+            with pytest.raises(LLMUnavailable, match="answered 500"):
+                await generate(generator)
+        assert len(script.calls) == 4  # each of the two questions: a call and its retry
+        with pytest.raises(LLMUnavailable) as paused:
+            await generate(generator)
+        with pytest.raises(LLMUnavailable, match="paused"):
+            [item async for item in streamed(generator)]
+        assert len(script.calls) == 4  # failed at once, the endpoint left alone
+        assert paused.value.status_code == 503 and paused.value.headers() == {"Retry-After": "1"}
+        assert "paused while it recovers" in paused.value.message
+        await asyncio.sleep(0.55)
+        script.reset(mode="answer")
+        assert (await generate(generator)).text == ANSWER  # the trial, which closes the breaker
+        assert "".join([item async for item in streamed(generator)][:-1]) == ANSWER
+
+
+async def test_a_refused_request_does_not_count_towards_the_breaker(model, script):
+    breaker = {"llm_breaker_failures": 1, "llm_breaker_cooldown_s": 30, "llm_max_retries": 0}
+    async with generator_for(model, **breaker) as generator:
+        for mode in ("unauthorized", "bad_request", "small_context"):
+            script.reset(mode=mode, context_chars=10)
+            with pytest.raises(LLMUnavailable) as caught:
+                await generate(generator)
+            assert caught.value.status_code != 503 and len(script.calls) == 1

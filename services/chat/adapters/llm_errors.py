@@ -1,0 +1,63 @@
+"""What an error status from the model endpoint means, told in terms an operator can act on.
+
+Servers word their errors differently; these are the forms OpenAI, Azure OpenAI, vLLM, llama.cpp's
+server, TGI and other OpenAI-compatible servers send. Only the status, the error's code and type, and
+whether its message names the context window are read: the message itself may quote the prompt.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import openai
+
+from services.chat.adapters.llm_retry import retry_after_s
+from services.chat.errors import LLMContextExceeded, LLMRetryLater, LLMUnavailable
+
+# OpenAI's and Azure's `code`; llama.cpp server's `type`.
+CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+# vLLM and OpenAI: "maximum context length is N tokens"; llama.cpp: "exceeds the available context size";
+# TGI: "`inputs` tokens + `max_new_tokens` must be <= N"; others: "prompt is too long".
+CONTEXT_WORDING = re.compile(
+    r"context[ _-]?(length|window|size)|max_model_len|tokens \+ `?max_new_tokens`? must be|prompt is too long",
+    re.IGNORECASE,
+)
+CONTEXT_STATUSES = frozenset({400, 413, 422})
+CONTEXT_MESSAGE = (
+    "the prompt is longer than the model's context window, even with fewer passages: "
+    "lower CONTEXT_TOKEN_BUDGET or LLM_MAX_TOKENS, or serve the model with a longer context"
+)
+
+
+def is_context_overflow(exc: openai.APIStatusError) -> bool:
+    if exc.status_code not in CONTEXT_STATUSES:
+        return False
+    error = exc.body if isinstance(exc.body, dict) else {}
+    if exc.code in CONTEXT_CODES or error.get("type") in CONTEXT_CODES:
+        return True
+    message = error.get("message")
+    return isinstance(message, str) and CONTEXT_WORDING.search(message) is not None
+
+
+def status_failure(exc: openai.APIStatusError) -> LLMUnavailable:
+    """The error a question fails with when the endpoint answered `exc` (after any retries)."""
+    status = exc.status_code
+    if is_context_overflow(exc):
+        return LLMContextExceeded(CONTEXT_MESSAGE)
+    if status == 429:
+        asked = retry_after_s(exc.response.headers)
+        wait = max(1, math.ceil(asked)) if asked is not None else None
+        return LLMRetryLater("the model endpoint is rate limiting chat (429)", retry_after=wait)
+    if status == 401:
+        return LLMUnavailable("the model endpoint refused the API key (401): check LLM_API_KEY")
+    if status == 403:
+        return LLMUnavailable("the model endpoint denied access (403): check that LLM_API_KEY may use the model")
+    if status == 404:
+        return LLMUnavailable("the model endpoint answered 404: check LLM_BASE_URL and the model name (LLM_MODEL)")
+    return LLMUnavailable(f"the model endpoint answered {status}")
+
+
+def refuses_the_key(exc: openai.APIStatusError) -> bool:
+    """401: the endpoint is up, and will refuse every call chat makes with this key. Not 403: a key
+    restricted to chat completions (OpenAI's project keys can be) is refused /models alone."""
+    return exc.status_code == 401
