@@ -11,9 +11,10 @@ CountTokens = Callable[[str], int]
 
 # Raised whenever a change here cuts the same text differently (2: CommonMark fences, setext headings,
 # front matter left out; 3: paragraphs of CRLF text, MAX_CHARS_PER_TOKEN; 4: a fenced code block that fits a
-# chunk kept whole, no headings inside HTML comments). Documents keep the version they were cut with, so
-# re-ingesting them after an upgrade cuts them again rather than reporting them unchanged.
-CHUNKER_VERSION = 4
+# chunk kept whole, no headings inside HTML comments; 5: an HTML <pre> block that fits a chunk kept whole).
+# Documents keep the version they were cut with, so re-ingesting them after an upgrade cuts them again rather
+# than reporting them unchanged.
+CHUNKER_VERSION = 5
 # Most characters one token may stand for. A word the tokenizer cannot split (a DNA sequence, a long hex
 # string) counts as a single unknown token however long it is: a 200,000-character line was one chunk.
 MAX_CHARS_PER_TOKEN = 16
@@ -307,6 +308,7 @@ def chunk_text(
     markdown: bool = True,
     page_starts: tuple[int, ...] = (),
     section_starts: tuple[tuple[int, str], ...] = (),
+    code_blocks: tuple[tuple[int, int], ...] = (),
 ) -> list[Chunk]:
     """Chunks of at most `chunk_size` tokens (as counted by `count_tokens`, a token standing for at most
     MAX_CHARS_PER_TOKEN characters), consecutive chunks of a section sharing up to `chunk_overlap` tokens;
@@ -315,17 +317,22 @@ def chunk_text(
     With `page_starts` (the offset where each page begins, ascending), chunks never cross a page
     boundary and each carries its 1-based `page`; overlap does not reach back into the previous page.
     With `section_starts` ((offset, heading path), ascending), those are the sections instead of
-    markdown headings.
+    markdown headings. `code_blocks` ((start, end), ascending, not overlapping): the code blocks of a text
+    not read as markdown (a parser wrote them), each kept in one chunk when it fits, as markdown's fenced ones are.
     """
     if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
         raise ValueError("need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size")
     if list(page_starts) != sorted(page_starts) or [o for o, _ in section_starts] != sorted(o for o, _ in section_starts):
         raise ValueError("page_starts and section_starts must be ascending")
-    code_blocks: list[tuple[int, int]] = []
+    if any(end <= start for start, end in code_blocks) or any(
+        after[0] < before[1] for before, after in zip(code_blocks, code_blocks[1:])
+    ):
+        raise ValueError("code_blocks must be ascending, non-empty and not overlapping")
     if section_starts:
         spans = _given_sections(text, section_starts)
     elif markdown:
-        spans, code_blocks = _markdown_structure(text)
+        spans, found = _markdown_structure(text)
+        code_blocks = code_blocks or tuple(found)
     else:
         spans = _sections(text, [])
     if page_starts:

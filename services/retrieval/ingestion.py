@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from services.retrieval import parsing
 from services.retrieval.chunking import CHUNKER_VERSION, Chunk, chunk_text, document_title
 from services.retrieval.errors import UnprocessableDocument
+from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.ports import (
     CHUNK_COUNT_KEY,
     CONTEXT_KEY,
@@ -45,6 +46,7 @@ class NewDocument:
 
     `page_starts`: where each page begins in `text` (PDFs); chunks then carry their 1-based page.
     `section_starts`: (offset, heading path) of sections not written as markdown headings (a PDF's outline).
+    `code_blocks`: (start, end) of code blocks a parser wrote (an HTML page's <pre>), kept whole when they fit.
     """
 
     text: str
@@ -56,6 +58,7 @@ class NewDocument:
     markdown: bool | None = None
     page_starts: tuple[int, ...] = ()
     section_starts: tuple[tuple[int, str], ...] = ()
+    code_blocks: tuple[tuple[int, int], ...] = ()
     metadata: Mapping[str, MetadataValue] = field(default_factory=dict)  # the user's own fields, checked
 
 
@@ -101,15 +104,17 @@ def from_parsed(parsed: parsing.ParsedDocument, **fields: Any) -> NewDocument:
         markdown=parsed.markdown,
         page_starts=parsed.page_starts,
         section_starts=parsed.section_starts,
+        code_blocks=parsed.code_blocks,
         **fields,
     )
 
 
 def from_text(*, text: str, source: str | None = None, **fields: Any) -> NewDocument:
-    """A NewDocument from text sent as JSON: HTML (by the source's suffix) is converted, anything else kept as is."""
+    """A NewDocument from text sent as JSON: HTML (by the source's suffix) is converted, anything else kept as is
+    but for its ligatures, written out as the parsers write them."""
     if source and parsing.format_of(source) == "html":
         return from_parsed(parsing.parse(source, text.encode("utf-8")), source=source, **fields)
-    return NewDocument(text=text, source=source, **fields)
+    return NewDocument(text=written_out(text), source=source, **fields)
 
 
 def _fallback_title(document: NewDocument, doc_id: str) -> str:
@@ -212,12 +217,17 @@ async def ingest_document(
         )
 
 
-def chunking_key(*, size: int, overlap: int, section_starts: tuple[tuple[int, str], ...]) -> str:
+def chunking_key(
+    *, size: int, overlap: int, section_starts: tuple[tuple[int, str], ...], code_blocks: tuple[tuple[int, int], ...] = ()
+) -> str:
     """How a document is cut into chunks, stored with it so that re-ingesting the same text after
-    CHUNK_SIZE_TOKENS or CHUNK_OVERLAP_TOKENS changed (or a PDF's outline, or the chunker) chunks it again."""
+    CHUNK_SIZE_TOKENS or CHUNK_OVERLAP_TOKENS changed (or a PDF's outline, an HTML page's code blocks, or the
+    chunker) chunks it again."""
     key = f"{size} tokens, {overlap} overlap, chunker {CHUNKER_VERSION}"
     if section_starts:
         key += ", outline " + hashlib.sha256(repr(section_starts).encode()).hexdigest()[:12]
+    if code_blocks:
+        key += ", code " + hashlib.sha256(repr(code_blocks).encode()).hexdigest()[:12]
     return key
 
 
@@ -242,7 +252,9 @@ async def _ingest(
         "content_hash": digest,
         "pages": len(document.page_starts) or None,
         "context_model": contextualizer.model_name if contextualizer else None,
-        "chunking": chunking_key(size=size, overlap=overlap, section_starts=document.section_starts),
+        "chunking": chunking_key(
+            size=size, overlap=overlap, section_starts=document.section_starts, code_blocks=document.code_blocks
+        ),
     }
     wanted = {k: v for k, v in fields.items() if v is not None} | dict(document.metadata)
 
@@ -262,6 +274,7 @@ async def _ingest(
         markdown=markdown,
         page_starts=document.page_starts,
         section_starts=document.section_starts,
+        code_blocks=document.code_blocks,
     )
     if not chunks:  # markdown that is only front matter: nothing would be stored, yet "added"
         raise UnprocessableDocument(f"{doc_id}: no text to index after its front matter")

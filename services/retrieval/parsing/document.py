@@ -16,6 +16,8 @@ class ParsedDocument:
     `section_starts`: (offset, heading path) where each section begins, for formats whose structure the
     parser knows rather than the chunker reading it from markdown headings (a PDF's outline, an HTML
     page's headings); empty otherwise.
+    `code_blocks`: (start, end) of each code block the parser wrote (an HTML page's <pre>, fences included), kept
+    in one chunk when it fits; markdown's own are found by the chunker.
     """
 
     text: str
@@ -24,6 +26,7 @@ class ParsedDocument:
     markdown: bool = False
     page_starts: tuple[int, ...] = ()
     section_starts: tuple[tuple[int, str], ...] = ()
+    code_blocks: tuple[tuple[int, int], ...] = ()
 
     @property
     def pages(self) -> int | None:

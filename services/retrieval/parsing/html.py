@@ -1,6 +1,7 @@
-"""HTML to markdown-like text: headings are written as `#` lines and given to the chunker as section starts;
-page furniture (scripts, styles, navigation, the page's footer), hidden elements and the head's metadata are
-dropped. Character spans of chunks refer to this text, not the HTML."""
+"""HTML to markdown-like text: headings are written as `#` lines and given to the chunker as section starts,
+<pre> blocks as fenced code whose spans the chunker keeps whole when they fit; page furniture (scripts, styles,
+navigation, the page's footer, drop-down lists), hidden elements and the head's metadata are dropped.
+Character spans of chunks refer to this text, not the HTML."""
 from __future__ import annotations
 
 import codecs
@@ -13,12 +14,18 @@ from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 from services.retrieval.chunking import Heading, sections_under
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
+from services.retrieval.parsing.ligatures import written_out
 
 # Not the head itself: with its end tag left out (valid HTML5), html.parser keeps the whole page inside it.
 _DROP = {
     "script", "style", "nav", "noscript", "template", "svg", "canvas", "iframe", "object",
     "title", "meta", "link", "base",
+    # A drop-down's choices (or an input's suggestions) are form furniture, and ran together ("smalllarge").
+    "datalist", "option", "optgroup",
 }
+# Form controls drawn as boxes of their own: kept apart from the words around them ("Save Copy", not "SaveCopy").
+# A <select> is one too, its options dropped.
+_BOXES = {"button", "input", "select", "textarea"}
 # Elements the reader never sees (the `hidden` attribute, except "until-found", which find-in-page reveals;
 # an inline style that hides them), and page furniture marked by its role.
 _HIDING_STYLE = re.compile(
@@ -48,6 +55,7 @@ class _Writer:
     def __init__(self) -> None:
         self.blocks: list[str] = []
         self.headings: list[Heading] = []
+        self.code_blocks: list[tuple[int, int]] = []
         self._length = 0
         self._line: list[str] = []
 
@@ -65,6 +73,11 @@ class _Writer:
         self.flush()
         if value.strip():
             self._append(value)
+
+    def code(self, fenced: str) -> None:
+        self.flush()
+        start = self._append(fenced)
+        self.code_blocks.append((start, self._length))
 
     def heading(self, level: int, title: str) -> None:
         self.flush()
@@ -96,7 +109,7 @@ def _walk(node: Tag, out: _Writer) -> None:
             if heading := _SPACE.sub(" ", child.get_text(" ")).strip():
                 out.heading(_HEADINGS[name], heading)
         elif name == "pre":
-            out.block(_fenced(child.get_text().strip("\n")))
+            out.code(_fenced(child.get_text().strip("\n")))
         elif name == "br":
             out.text("\n")
         elif name == "li":
@@ -106,6 +119,10 @@ def _walk(node: Tag, out: _Writer) -> None:
         elif name == "tr":
             cells = [_SPACE.sub(" ", cell.get_text(" ")).strip() for cell in child.find_all(["td", "th"], recursive=False)]
             out.block(" | ".join(cells))
+        elif name in _BOXES:
+            out.text(" ")
+            _walk(child, out)
+            out.text(" ")
         elif name in _BLOCKS:
             out.flush()
             _walk(child, out)
@@ -168,7 +185,7 @@ def _decoded(data: bytes) -> str:
 def parse_html(filename: str, data: bytes) -> ParsedDocument:
     if not data.strip():
         raise UnprocessableDocument(f"{filename}: the file is empty")
-    soup = BeautifulSoup(_decoded(data), "html.parser")
+    soup = BeautifulSoup(written_out(_decoded(data)), "html.parser")
     out = _Writer()
     _walk(soup, out)  # the whole document: text after </body>, or in a head never closed, is still page text
     out.flush()
@@ -176,5 +193,6 @@ def parse_html(filename: str, data: bytes) -> ParsedDocument:
     if not text.strip():
         raise UnprocessableDocument(f"{filename}: no text found in the HTML")
     return ParsedDocument(
-        text=text, format="html", title=_title(soup) or None, section_starts=sections_under(text, out.headings)
+        text=text, format="html", title=_title(soup) or None, section_starts=sections_under(text, out.headings),
+        code_blocks=tuple(out.code_blocks),
     )

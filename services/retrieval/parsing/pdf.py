@@ -5,20 +5,17 @@ from __future__ import annotations
 import io
 import logging
 import re
-import unicodedata
 
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, PyPdfError
 
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
+from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.parsing.running_lines import without_running_lines
 
 log = logging.getLogger("cairn.retrieval.parsing")
 PAGE_SEPARATOR = "\n\n"
-# Ligatures a font prints as one glyph (ﬁ, ﬂ, ﬃ, ...), written out in their letters: "ﬁle" matched neither
-# a keyword search for "file" nor the embedding model's vocabulary.
-_LIGATURES = str.maketrans({code: unicodedata.normalize("NFKC", chr(code)) for code in range(0xFB00, 0xFB07)})
 # A word broken at a line end: "retrie-" + "val" on the next line. A soft hyphen is only ever a break point.
 _LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n[ \t]*(?=[^\W\d_])")
 _SOFT_HYPHEN = re.compile(r"\u00ad(?:\n[ \t]*)?")
@@ -33,7 +30,7 @@ def _joined_if_lower(match: re.Match[str]) -> str:
 
 def _page_text(raw: str) -> str:
     lines = [line.rstrip() for line in raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-    text = _LINE_END_HYPHEN.sub(_joined_if_lower, "\n".join(lines).translate(_LIGATURES))
+    text = _LINE_END_HYPHEN.sub(_joined_if_lower, written_out("\n".join(lines)))
     return _SOFT_HYPHEN.sub("", text).strip()
 
 

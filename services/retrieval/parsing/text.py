@@ -6,11 +6,13 @@ import codecs
 from services.retrieval.chunking import document_title, front_matter_end
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
+from services.retrieval.parsing.ligatures import written_out
 
 
 def decode(filename: str, data: bytes) -> str:
     """UTF-8 text (a leading BOM dropped), or UTF-16 behind its BOM (what Windows' Notepad "Unicode" and
-    PowerShell's `>` write), refusing binary or empty content. Without a BOM no other encoding is guessed."""
+    PowerShell's `>` write), refusing binary or empty content. Without a BOM no other encoding is guessed.
+    Ligatures are written out."""
     encoding = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
     try:
         text = data.decode(encoding)
@@ -20,7 +22,7 @@ def decode(filename: str, data: bytes) -> str:
         raise UnprocessableDocument(f"{filename}: binary content, not text")
     if not text.strip():
         raise UnprocessableDocument(f"{filename}: the file is empty")
-    return text
+    return written_out(text)
 
 
 def parse_markdown(filename: str, data: bytes) -> ParsedDocument:

@@ -237,3 +237,20 @@ def test_given_section_starts_replace_markdown_headings() -> None:
         (2, "Setup", "More setup."),
         (2, "Setup > Wiring", "Wiring\nBrown is live."),
     ]
+
+
+def test_code_blocks_a_parser_reports_are_kept_whole_when_they_fit() -> None:
+    code = "```\nmake\n\nmake up\n```"
+    text = f"## Run\n\none two three\n\n{code}\n\nafter"
+    start = text.index(code)
+    chunks = chunk_text(
+        text, count_tokens=words, chunk_size=6, chunk_overlap=0, markdown=False,
+        section_starts=((0, "Run"),), code_blocks=((start, start + len(code)),),
+    )
+    assert [c.text for c in chunks] == ["## Run\n\none two three", f"{code}\n\nafter"]
+
+
+@pytest.mark.parametrize("blocks", [((5, 5),), ((4, 2),), ((0, 4), (3, 6))])
+def test_code_blocks_must_be_ascending_and_apart(blocks: tuple[tuple[int, int], ...]) -> None:
+    with pytest.raises(ValueError, match="code_blocks"):
+        chunk_text("some text here", count_tokens=words, chunk_size=5, chunk_overlap=0, code_blocks=blocks)

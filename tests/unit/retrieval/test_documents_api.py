@@ -8,6 +8,7 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
+from services.retrieval.chunking import CHUNKER_VERSION
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
@@ -55,7 +56,7 @@ def test_a_pdf_upload_is_stored_with_pages_under_its_file_name(client: TestClien
         "content_hash": store.chunks["manual.pdf#0"].metadata["content_hash"],
         "pages": 2,
         "context_model": None,
-        "chunking": "256 tokens, 32 overlap, chunker 4",
+        "chunking": f"256 tokens, 32 overlap, chunker {CHUNKER_VERSION}",
         "metadata": {},
     }
     again = upload(client, "manual.pdf", data, "application/pdf", category="manuals")

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from services.retrieval.chunking import CHUNKER_VERSION
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS, NewDocument, content_hash, from_parsed, from_text, ingest_document
 from services.retrieval.parsing import parse
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
@@ -70,7 +71,7 @@ async def test_the_same_content_under_new_chunk_settings_is_chunked_again(embedd
     again = await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)
     assert (again.status, again.chunks) == ("replaced", 3)
     assert sorted(store.chunks) == ["g#0", "g#1", "g#2"]
-    assert store.chunks["g#0"].metadata["chunking"] == "120 tokens, 2 overlap, chunker 4"
+    assert store.chunks["g#0"].metadata["chunking"] == f"120 tokens, 2 overlap, chunker {CHUNKER_VERSION}"
     assert (await ingest(NewDocument(text=long_text, doc_id="g"), embedder, store, chunk_size=120)).status == "unchanged"
 
 
@@ -225,3 +226,22 @@ async def test_a_pdf_outline_becomes_the_sections_of_its_chunks(embedder, store)
     await ingest(from_parsed(parse("m.pdf", data), doc_id="m.pdf"), embedder, store)
     found = {(c.metadata["page"], c.metadata["section"]) for c in store.chunks.values()}
     assert found == {(1, "Setup"), (2, "Setup > Wiring")}
+
+
+async def test_an_html_pre_block_that_fits_a_chunk_is_not_cut_at_its_blank_lines(embedder, store) -> None:
+    intro = " ".join(f"w{i}" for i in range(8))
+    html = (
+        f"<h1>T</h1><h2>Setup</h2><p>{intro}</p>"
+        "<pre># install the tool\npip install tool\n\n# then configure it\ntool init</pre><p>After the code.</p>"
+    )
+    code = "```\n# install the tool\npip install tool\n\n# then configure it\ntool init\n```"
+    await ingest(from_text(text=html, source="setup.html"), embedder, store, chunk_size=20)
+    contents = [store.chunks[f"setup.html#{i}"].content for i in range(len(store.chunks))]
+    assert contents == [f"# T\n\n## Setup\n\n{intro}", f"{code}\n\nAfter the code."]
+
+
+async def test_ligatures_in_text_sent_as_json_are_written_out(embedder, store) -> None:
+    await ingest(from_text(text="# Notes\n\nThe \ufb01le \ufb02ows.", source="notes.md"), embedder, store)
+    chunk = store.chunks["notes.md#0"]
+    assert chunk.content == "# Notes\n\nThe file flows."
+    assert chunk.content[chunk.metadata["char_start"] :] == chunk.content

@@ -21,6 +21,7 @@ def sections(parsed: ParsedDocument) -> list[tuple[str, str]]:
     chunks = chunk_text(
         parsed.text, count_tokens=lambda text: len(text.split()), chunk_size=500, chunk_overlap=0,
         markdown=parsed.markdown, page_starts=parsed.page_starts, section_starts=parsed.section_starts,
+        code_blocks=parsed.code_blocks,
     )
     for chunk in chunks:
         assert parsed.text[chunk.char_start : chunk.char_end] == chunk.text
@@ -100,6 +101,20 @@ def test_a_page_without_a_title_or_h1_takes_none_from_text_that_looks_like_a_hea
     assert document_title(parsed.text, fallback="steps", markdown=parsed.markdown) == "steps"
 
 
+def test_html_pre_blocks_are_reported_as_code_blocks_fences_included() -> None:
+    parsed = parse("page.html", b"<h2>Run</h2><pre>make\n\nmake up</pre><p>then</p><pre>``x``</pre>")
+    assert [parsed.text[start:end] for start, end in parsed.code_blocks] == ["```\nmake\n\nmake up\n```", "```\n``x``\n```"]
+
+
+def test_html_form_controls_are_left_out_or_kept_apart_from_the_words_around_them() -> None:
+    html = (
+        "<p>Pick a size<select><option>small</option><optgroup><option>large</option></optgroup></select>then"
+        "<datalist><option value='x'>suggested</option></datalist> go.</p>"
+        "<p>Name<input value='prefilled'>Notes<textarea>draft</textarea>Save<button>Copy</button>done</p>"
+    )
+    assert parse("form.html", html.encode()).text == "Pick a size then go.\n\nName Notes draft Save Copy done"
+
+
 def test_html_title_falls_back_to_the_first_h1_and_honours_the_declared_charset() -> None:
     page = '<html><head><meta charset="iso-8859-1"></head><body><h1>Caf\xe9</h1><p>cr\xe8me br\xfbl\xe9e</p></body></html>'
     parsed = parse("menu.htm", page.encode("latin-1"))
@@ -170,6 +185,23 @@ def test_a_pdf_outline_gives_sections_found_where_their_headings_are_printed() -
 def test_pdf_ligatures_are_written_out_in_their_letters() -> None:
     parsed = parse("paper.pdf", pdf_printing([b"\\001nd the \\002ow of an e\\003cient pump"]))
     assert parsed.text == "find the flow of an efficient pump"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "text"),
+    [
+        ("notes.md", "# The \ufb01le\n\ne\ufb00ort, \ufb03x, \ufb04y, \ufb06ar\n", "# The file\n\neffort, ffix, ffly, star\n"),
+        ("notes.txt", "a \ufb01le", "a file"),
+        ("page.html", "<h1>\ufb01les</h1><p>the \ufb02ow</p>", "# files\n\nthe flow"),
+    ],
+)
+def test_ligatures_are_written_out_in_every_format(name: str, data: str, text: str) -> None:
+    assert parse(name, data.encode()).text == text
+
+
+def test_html_headings_after_a_ligature_still_start_their_sections() -> None:
+    parsed = parse("page.html", "<p>\ufb01rst \ufb03x</p><h2>Next</h2><p>more</p>".encode())
+    assert sections(parsed) == [("", "first ffix"), ("Next", "## Next\n\nmore")]
 
 
 def test_a_pdf_word_hyphenated_at_a_line_end_is_joined() -> None:
