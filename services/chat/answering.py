@@ -1,7 +1,8 @@
 """The response to a turn: citations resolved, grounding checked, confidence scored.
 
 Three kinds of answer: small talk (no search, no model), "no information" (nothing relevant was
-retrieved, or the model's answer cited nothing and so is not shown), and a cited answer.
+retrieved, or the model's answer cited nothing and so is not shown — said so when the model's content
+filter withheld it, finish_reason "content_filter"), and a cited answer.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from services.chat.turn import Turn, elapsed_ms
 from shared.context import request_id_var
 
 NO_INFORMATION = "I couldn't find relevant information in the documents to answer that."
+CONTENT_FILTERED = "The language model's content filter withheld its answer to that question, so there is none to show."
+CONTENT_FILTER = "content_filter"  # the finish_reason of OpenAI and Azure OpenAI for a withheld answer
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: flo
         grounding=grounding.summary,
     )
     if not cited.citations:  # anti-hallucination: an answer that cites nothing is not shown
-        return _Outcome("no_information", CitedAnswer(NO_INFORMATION, []), confidence, grounding)
+        withheld = generation.finish_reason == CONTENT_FILTER  # not that the documents lack the information
+        answer = CONTENT_FILTERED if withheld else NO_INFORMATION
+        return _Outcome("no_information", CitedAnswer(answer, []), confidence, grounding)
     return _Outcome("answer", cited, confidence, grounding)
 
 

@@ -21,7 +21,10 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["chat"])
 _ERRORS = {
     401: {"description": "Missing or wrong service token"},
     404: {"description": "conversation_id belongs to no conversation of this user (conversation_not_found)"},
-    422: {"description": "Invalid request or unknown model"},
+    422: {
+        "description": "Invalid request, unknown model, or a prompt the LLM's content filter refused "
+        "(invalid_request, unknown_model, llm_content_filtered)"
+    },
     500: {"description": "The prompt is over the LLM's context window even cut down (llm_context_exceeded)"},
     502: {"description": "The LLM failed (llm_unavailable)"},
     503: {

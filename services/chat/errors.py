@@ -45,6 +45,17 @@ class LLMContextExceeded(LLMUnavailable):
         self.code = "llm_context_exceeded"
 
 
+class LLMContentFiltered(LLMUnavailable):
+    """The model endpoint's content filter refused the prompt (Azure OpenAI's 400 "content_filter"): 422
+    llm_content_filtered. The model is up, and the same question would be refused again; another wording may not."""
+
+    status_code = 422
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = "llm_content_filtered"
+
+
 class ConversationNotFound(NotFound):
     """The conversation_id is unknown to this user (it may belong to someone else): 404."""
 

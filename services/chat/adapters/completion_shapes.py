@@ -19,7 +19,7 @@ def is_completion(value: object) -> TypeGuard[ChatCompletion]:
         isinstance(value, ChatCompletion) and isinstance(value.model, str | None) and isinstance(value.choices, list)
         and all(
             isinstance(choice, Choice) and isinstance(choice.finish_reason, str | None)
-            and isinstance(choice.message, ChatCompletionMessage) and isinstance(choice.message.content, str | None)
+            and (choice.message is None or _is_message(choice.message))  # some servers send no message: no text
             for choice in value.choices
         )
     )
@@ -35,6 +35,10 @@ def is_chunk(value: object) -> TypeGuard[ChatCompletionChunk]:
             for choice in value.choices
         )
     )
+
+
+def _is_message(message: object) -> bool:
+    return isinstance(message, ChatCompletionMessage) and isinstance(message.content, str | None)
 
 
 def _is_delta(delta: object) -> bool:

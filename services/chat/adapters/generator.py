@@ -69,7 +69,7 @@ class OpenAIGenerator:
             choice = completion.choices[0]
             prompt_tokens, completion_tokens = token_counts(completion.usage)
             generation = Generation(
-                text=choice.message.content or "",
+                text=(choice.message.content if choice.message else None) or "",
                 model=completion.model or model,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
@@ -320,7 +320,8 @@ def _connect_failure(exc: openai.APIConnectionError) -> str | None:
 def build_generator(settings: Settings) -> OpenAIGenerator:
     """The one place that decides between the configured endpoint and the offline generator."""
     policy = RetryPolicy(
-        max_retries=settings.llm_max_retries, base_s=settings.llm_backoff_base_s, cap_s=settings.llm_backoff_cap_s
+        max_retries=settings.llm_max_retries, base_s=settings.llm_backoff_base_s, cap_s=settings.llm_backoff_cap_s,
+        deadline_s=settings.llm_deadline_s,
     )
     if settings.offline:
         from services.chat.offline_llm.app import create_app as create_offline_app

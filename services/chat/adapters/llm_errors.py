@@ -12,7 +12,7 @@ import re
 import openai
 
 from services.chat.adapters.llm_retry import retry_after_s
-from services.chat.errors import LLMContextExceeded, LLMRetryLater, LLMUnavailable
+from services.chat.errors import LLMContentFiltered, LLMContextExceeded, LLMRetryLater, LLMUnavailable
 
 # OpenAI's and Azure's `code`; llama.cpp server's `type`.
 CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
@@ -26,6 +26,12 @@ CONTEXT_STATUSES = frozenset({400, 413, 422})
 CONTEXT_MESSAGE = (
     "the prompt is longer than the model's context window, even with fewer passages: "
     "lower CONTEXT_TOKEN_BUDGET or LLM_MAX_TOKENS, or serve the model with a longer context"
+)
+
+# Azure OpenAI's `code` for a prompt its content filter refused (a filtered answer is a finish_reason instead).
+CONTENT_FILTER_CODE = "content_filter"
+CONTENT_FILTER_MESSAGE = (
+    "the model's content filter refused the question or the passages found for it: ask it in other words"
 )
 
 
@@ -42,6 +48,8 @@ def is_context_overflow(exc: openai.APIStatusError) -> bool:
 def status_failure(exc: openai.APIStatusError) -> LLMUnavailable:
     """The error a question fails with when the endpoint answered `exc` (after any retries)."""
     status = exc.status_code
+    if status == 400 and exc.code == CONTENT_FILTER_CODE:
+        return LLMContentFiltered(CONTENT_FILTER_MESSAGE)
     if is_context_overflow(exc):
         return LLMContextExceeded(CONTEXT_MESSAGE)
     if status == 429:

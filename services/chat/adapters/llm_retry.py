@@ -71,9 +71,9 @@ def retry_delay(
 ) -> float:
     """Seconds to wait before retry number `retry` (1 = the first retry).
 
-    With a Retry-After, exactly that, bounded to [0, cap_s]: a user is waiting for this answer, and a retry
-    that comes too early costs one attempt rather than a long hang. Otherwise base_s * 2**(retry - 1),
-    at most cap_s, plus `jitter` (a draw from [0, 1)) times 25 %.
+    With a Retry-After, exactly that, bounded to [0, cap_s] (RetryPolicy does not retry when it asks for
+    more than cap_s). Otherwise base_s * 2**(retry - 1), at most cap_s, plus `jitter` (a draw from [0, 1))
+    times 25 %.
     """
     if retry < 1:
         raise ValueError("retry counts from 1")
@@ -87,12 +87,16 @@ def retry_delay(
 class RetryPolicy:
     """Up to `max_retries` retries of a retryable failure, then the last failure is raised as it was.
 
+    A failure whose Retry-After asks for more than cap_s, or for more than is left of `deadline_s` (counted
+    from the first attempt), is raised at once: a retry sooner than asked is likely refused again and adds
+    load to an endpoint that is already shedding it, and the caller can be told the endpoint's own wait.
     `sleep` and `random` are there for tests, which must not wait real seconds.
     """
 
     max_retries: int = 3
     base_s: float = 1.0
     cap_s: float = 10.0
+    deadline_s: float | None = None
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
     random: Callable[[], float] = random.random
 
@@ -103,7 +107,7 @@ class RetryPolicy:
     async def run(self, call: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
         """`await call(*args, **kwargs)`, retried per this policy."""
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
+            stop=stop_after_attempt(self.max_retries + 1) | self._asks_too_long,
             retry=retry_if_exception(is_retryable),
             wait=self._wait,
             before_sleep=_log_retry,
@@ -118,12 +122,25 @@ class RetryPolicy:
         return await retrying(attempt)
 
     def _wait(self, state: RetryCallState) -> float:
-        failure = state.outcome.exception() if state.outcome else None
-        response = failure.response if isinstance(failure, openai.APIStatusError) else None
-        asked = retry_after_s(response.headers) if response is not None else None
         return retry_delay(
-            state.attempt_number, base_s=self.base_s, cap_s=self.cap_s, retry_after=asked, jitter=self.random()
+            state.attempt_number, base_s=self.base_s, cap_s=self.cap_s, retry_after=_asked(state), jitter=self.random()
         )
+
+    def _asks_too_long(self, state: RetryCallState) -> bool:
+        asked = _asked(state)
+        if asked is None:
+            return False
+        allowed = self.cap_s
+        if self.deadline_s is not None:
+            allowed = min(allowed, self.deadline_s - (state.seconds_since_start or 0.0))
+        return asked > allowed
+
+
+def _asked(state: RetryCallState) -> float | None:
+    """The Retry-After of the failed attempt, None when it sent none (or failed without a response)."""
+    failure = state.outcome.exception() if state.outcome else None
+    response = failure.response if isinstance(failure, openai.APIStatusError) else None
+    return retry_after_s(response.headers) if response is not None else None
 
 
 def _log_retry(state: RetryCallState) -> None:

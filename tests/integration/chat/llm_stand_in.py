@@ -21,7 +21,8 @@ ANSWER = "Run `cairn user add` [1]."
 NO_CITATIONS = "Users are added from the command line."
 Mode = Literal[
     "answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream", "broken_stream",
-    "html", "wrong_json", "broken_json", "wrong_chunks", "small_context", "unauthorized",
+    "html", "wrong_json", "broken_json", "wrong_chunks", "small_context", "unauthorized", "content_filter",
+    "prompt_filtered", "no_message",
 ]
 # What a misconfigured LLM_BASE_URL answers, streamed or not: 200 with a body that is no completion.
 HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body>Open WebUI</body></html>"
@@ -38,6 +39,15 @@ CONTEXT_OVERFLOW = {
     "type": "BadRequestError",
     "param": None,
     "code": 400,
+}
+
+# Azure OpenAI's answer to a prompt its content filter refuses.
+PROMPT_FILTERED = {
+    "error": {
+        "message": "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.",
+        "type": None, "param": "prompt", "code": "content_filter", "status": 400,
+        "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": {"hate": {"filtered": True}}},
+    }
 }
 
 
@@ -68,6 +78,10 @@ class Script:
     small_context 400 `overflow` when the messages hold more than `context_chars` characters, else answers
                   (or streams) as `answer` does
     unauthorized  401, as to a wrong API key, from /v1/models too
+    content_filter an answer the content filter withheld: content null and finish_reason "content_filter"
+                  (streamed: no text, then that finish_reason)
+    prompt_filtered Azure OpenAI's 400 "content_filter", to a prompt its filter refused
+    no_message    200 with a choice whose message is null
     """
 
     mode: Mode = "answer"
@@ -129,6 +143,14 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
         return _unauthorized()
     if mode == "small_context" and sum(len(m["content"]) for m in body["messages"]) > script.context_chars:
         return JSONResponse(script.overflow, 400)
+    if mode == "prompt_filtered":
+        return JSONResponse(PROMPT_FILTERED, 400)
+    if mode == "no_message":
+        return JSONResponse(_completion(None, body, message=False))
+    if mode == "content_filter":
+        if body.get("stream"):
+            return _sse(_withheld_events(body))
+        return JSONResponse(_completion(None, body, finish_reason="content_filter"))
     if mode == "hang":
         await _wait_or_disconnect(request, script.hang_s)
         return _error(504, "hung")
@@ -164,19 +186,24 @@ def _unauthorized() -> JSONResponse:
     return JSONResponse({"error": body}, 401)
 
 
-def _completion(text: str, body: dict[str, Any]) -> dict[str, Any]:
+def _completion(
+    text: str | None, body: dict[str, Any], *, finish_reason: str = "stop", message: bool = True
+) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "test-model"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [{
+            "index": 0, "message": {"role": "assistant", "content": text} if message else None,
+            "finish_reason": finish_reason,
+        }],
         "usage": _usage(text),
     }
 
 
-def _usage(text: str) -> dict[str, int]:
-    words = len(text.split())
+def _usage(text: str | None) -> dict[str, int]:
+    words = len((text or "").split())
     return {"prompt_tokens": 20, "completion_tokens": words, "total_tokens": 20 + words}
 
 
@@ -204,6 +231,12 @@ async def _events(text: str, body: dict[str, Any], *, delay_s: float, first_dela
     yield _chunk(body, _delta({}, "stop"))
     if (body.get("stream_options") or {}).get("include_usage"):
         yield _chunk(body, [], usage=_usage(text))
+    yield "data: [DONE]\n\n"
+
+
+async def _withheld_events(body: dict[str, Any]) -> AsyncIterator[str]:
+    yield _chunk(body, _delta({"role": "assistant", "content": ""}))
+    yield _chunk(body, _delta({}, "content_filter"))
     yield "data: [DONE]\n\n"
 
 

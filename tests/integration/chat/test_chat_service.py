@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from services.chat.answering import CONTENT_FILTERED
 from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
@@ -126,6 +127,40 @@ def test_a_model_that_keeps_rate_limiting_gives_503_with_its_retry_after(chat, s
     assert response.status_code == 503 and response.json()["error"] == "llm_unavailable", response.text
     assert response.headers["retry-after"] == "1"  # the model's 0.2 s, in the whole seconds HTTP allows
     assert "429" in response.json()["message"] and len(script.calls) == 3
+
+
+def test_a_retry_after_over_the_backoff_cap_gives_503_at_once_with_it(chat, script):
+    script.reset(mode="rate_limit", retry_after="60")  # LLM_BACKOFF_CAP_S is 2 here
+    started = time.monotonic()
+    response = ask(chat[0])
+    assert response.status_code == 503 and response.json()["error"] == "llm_unavailable", response.text
+    assert response.headers["retry-after"] == "60" and len(script.calls) == 1
+    assert time.monotonic() - started < 2.0
+
+
+def test_an_answer_the_content_filter_withheld_says_so(chat, script):
+    publisher = chat[1]
+    script.reset(mode="content_filter")
+    body = ask(chat[0]).json()
+    assert body["answer"] == CONTENT_FILTERED and "couldn't find" not in body["answer"]
+    assert (body["metadata"]["kind"], body["metadata"]["finish_reason"]) == ("no_information", "content_filter")
+    generated = publisher.events[-1]
+    assert generated.event_type == "ResponseGenerated" and generated.data.finish_reason == "content_filter"
+    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
+        r.read()
+    events = sse_events(r)
+    assert [name for name, _ in events] == ["sources", "token", "done"]
+    assert events[1][1]["text"] == events[2][1]["answer"] == CONTENT_FILTERED
+
+
+def test_a_prompt_the_content_filter_refused_gives_422_llm_content_filtered(chat, script):
+    publisher = chat[1]
+    script.reset(mode="prompt_filtered")
+    response = ask(chat[0])
+    assert response.status_code == 422 and response.json()["error"] == "llm_content_filtered", response.text
+    assert "content filter" in response.json()["message"] and len(script.calls) == 1
+    failed = publisher.events[-1]
+    assert (failed.event_type, failed.data.error) == ("QueryFailed", "llm_content_filtered")
 
 
 def test_a_refused_api_key_is_named_not_retried_and_shown_in_readiness(chat, script):

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from services.chat.adapters.generator import OpenAIGenerator, build_generator
-from services.chat.errors import LLMContextExceeded, LLMUnavailable
+from services.chat.errors import LLMContentFiltered, LLMContextExceeded, LLMUnavailable
 from services.chat.ports import Exchange, Generation
 from services.chat.prompt import build_prompt
 from services.chat.reformulation import HeuristicReformulator, LLMReformulator
@@ -284,12 +284,59 @@ async def test_a_prompt_over_the_context_window_is_named_so_and_not_retried(mode
 
 
 async def test_a_model_that_keeps_rate_limiting_is_503_with_its_retry_after(model, script):
-    script.reset(mode="rate_limit", retry_after="2")
-    async with generator_for(model, llm_max_retries=1, llm_backoff_cap_s=0.1) as generator:
+    script.reset(mode="rate_limit", retry_after="0.2")
+    async with generator_for(model, llm_max_retries=1) as generator:
         with pytest.raises(LLMUnavailable) as caught:
             await generate(generator)
-    assert caught.value.status_code == 503 and caught.value.headers() == {"Retry-After": "2"}
+    assert caught.value.status_code == 503 and caught.value.headers() == {"Retry-After": "1"}
     assert caught.value.code == "llm_unavailable" and len(script.calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("limits", "retry_after"),
+    [({"llm_backoff_cap_s": 0.1}, "2"), ({"llm_deadline_s": 2.0}, "3")],
+    ids=["over-the-cap", "over-the-deadline"],
+)
+async def test_a_retry_after_longer_than_chat_may_wait_is_503_at_once(model, script, limits, retry_after):
+    # Retrying before the wait asked for is likely refused again, and adds load to an endpoint shedding it.
+    script.reset(mode="rate_limit", retry_after=retry_after)
+    async with generator_for(model, llm_max_retries=3, **limits) as generator:
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailable) as caught:
+            await generate(generator)
+        with pytest.raises(LLMUnavailable) as caught_streaming:
+            [item async for item in streamed(generator)]
+        elapsed = time.monotonic() - started
+    for error in (caught.value, caught_streaming.value):
+        assert error.status_code == 503 and error.headers() == {"Retry-After": retry_after}
+    assert len(script.calls) == 2 and elapsed < 1.0, elapsed  # one call each, no wait
+
+
+async def test_a_prompt_the_content_filter_refused_is_named_so_and_not_retried(model, script):
+    script.reset(mode="prompt_filtered")
+    async with generator_for(model, llm_max_retries=3) as generator:
+        with pytest.raises(LLMContentFiltered) as caught:
+            await generate(generator)
+        with pytest.raises(LLMContentFiltered):
+            [item async for item in streamed(generator)]
+    assert caught.value.status_code == 422 and caught.value.code == "llm_content_filtered"
+    assert "content filter" in caught.value.message and len(script.calls) == 2
+
+
+async def test_a_choice_without_a_message_is_an_answer_without_text(model, script):
+    script.reset(mode="no_message")
+    async with generator_for(model, llm_max_retries=3) as generator:
+        result = await generate(generator)
+    assert (result.text, result.finish_reason) == ("", "stop") and len(script.calls) == 1
+
+
+async def test_an_answer_the_content_filter_withheld_keeps_its_finish_reason(model, script):
+    script.reset(mode="content_filter")
+    async with generator_for(model) as generator:
+        result = await generate(generator)
+        items = [item async for item in streamed(generator)]
+    assert (result.text, result.finish_reason) == ("", "content_filter")
+    assert len(items) == 1 and (items[0].text, items[0].finish_reason) == ("", "content_filter")
 
 
 async def test_a_refused_api_key_is_named_at_once_and_the_endpoint_is_not_ready(model, script):
