@@ -84,7 +84,7 @@ class ResponseGeneratedData(_Data):
         description="Milliseconds per step: reformulate, retrieval, generation, citations and total.",
     )
     usage: Usage = Field(default_factory=Usage, description="The tokens the model counted.")
-    finish_reason: str | None = Field(None, description="Why the model stopped, such as stop or length.")
+    finish_reason: str | None = Field(None, description="Why the model stopped, such as stop, length or content_filter.")
 
 
 class QueryFailedData(_Data):
