@@ -269,16 +269,22 @@ OVERFLOWS = {
 }
 
 
+async def raised_both_ways(generator, error: type[Exception]):
+    """The errors a plain and then a streamed generation raised, each required to be an `error`."""
+    with pytest.raises(error) as plain:
+        await generate(generator)
+    with pytest.raises(error) as streaming:
+        [item async for item in streamed(generator)]
+    return plain, streaming
+
+
 @pytest.mark.parametrize("server", OVERFLOWS)
 async def test_a_prompt_over_the_context_window_is_named_so_and_not_retried(model, script, server):
     script.reset(mode="small_context", context_chars=10)
     if OVERFLOWS[server]:
         script.overflow = OVERFLOWS[server]
     async with generator_for(model, llm_max_retries=3) as generator:
-        with pytest.raises(LLMContextExceeded) as caught:
-            await generate(generator)
-        with pytest.raises(LLMContextExceeded):
-            [item async for item in streamed(generator)]
+        caught, _ = await raised_both_ways(generator, LLMContextExceeded)
     assert caught.value.status_code == 500 and caught.value.code == "llm_context_exceeded"
     assert "CONTEXT_TOKEN_BUDGET" in caught.value.message and len(script.calls) == 2
 
@@ -302,10 +308,7 @@ async def test_a_retry_after_longer_than_chat_may_wait_is_503_at_once(model, scr
     script.reset(mode="rate_limit", retry_after=retry_after)
     async with generator_for(model, llm_max_retries=3, **limits) as generator:
         started = time.monotonic()
-        with pytest.raises(LLMUnavailable) as caught:
-            await generate(generator)
-        with pytest.raises(LLMUnavailable) as caught_streaming:
-            [item async for item in streamed(generator)]
+        caught, caught_streaming = await raised_both_ways(generator, LLMUnavailable)
         elapsed = time.monotonic() - started
     for error in (caught.value, caught_streaming.value):
         assert error.status_code == 503 and error.headers() == {"Retry-After": retry_after}
@@ -315,10 +318,7 @@ async def test_a_retry_after_longer_than_chat_may_wait_is_503_at_once(model, scr
 async def test_a_prompt_the_content_filter_refused_is_named_so_and_not_retried(model, script):
     script.reset(mode="prompt_filtered")
     async with generator_for(model, llm_max_retries=3) as generator:
-        with pytest.raises(LLMContentFiltered) as caught:
-            await generate(generator)
-        with pytest.raises(LLMContentFiltered):
-            [item async for item in streamed(generator)]
+        caught, _ = await raised_both_ways(generator, LLMContentFiltered)
     assert caught.value.status_code == 422 and caught.value.code == "llm_content_filtered"
     assert "content filter" in caught.value.message and len(script.calls) == 2
 
