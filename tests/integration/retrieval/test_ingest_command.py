@@ -126,7 +126,8 @@ def test_retrieval_killed_mid_folder_keeps_the_summary_and_a_rerun_sends_only_th
     assert run.returncode == 1, (out, err)
     assert "Traceback" not in err
     added, replaced, unchanged, failed = counts(out)
-    assert (replaced, unchanged) == (0, 0) and added >= 6 and added + failed == FILES, out
+    # note005 is held, but its answer may not have reached the command before the kill.
+    assert (replaced, unchanged) == (0, 0) and added >= 5 and added + failed == FILES, out
     failures = re.findall(r"^  failed: (notes/note\d+\.md): (.*)$", out, re.MULTILINE)
     assert len(failures) == failed
     first, reason = failures[0]
