@@ -29,7 +29,7 @@ _ERRORS = {
     502: {"description": "The LLM failed (llm_unavailable)"},
     503: {
         "description": "Retrieval or the conversation store is unavailable, or the LLM is rate limiting chat "
-        "(retrieval_unavailable, conversation_store_unavailable, llm_unavailable; with Retry-After)"
+        "or asks for a wait (retrieval_unavailable, conversation_store_unavailable, llm_unavailable; with Retry-After)"
     },
 }
 _STREAM_DESCRIPTION = (

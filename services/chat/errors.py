@@ -22,9 +22,9 @@ class LLMUnavailable(DependencyUnavailable):
 
 
 class LLMRetryLater(LLMUnavailable):
-    """The model endpoint still answered 429 after the retries, or chat's circuit breaker for it is open:
-    503 llm_unavailable with a Retry-After (the endpoint's own, or the breaker's time until its trial), as
-    the same question may well be answered after that wait."""
+    """The model endpoint still answered 429 (or a 5xx with a Retry-After) after the retries, or chat's circuit
+    breaker for it is open: 503 llm_unavailable with a Retry-After (the endpoint's own, or the breaker's time
+    until its trial), as the same question may well be answered after that wait."""
 
     status_code = 503
 

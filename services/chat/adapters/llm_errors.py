@@ -52,10 +52,12 @@ def status_failure(exc: openai.APIStatusError) -> LLMUnavailable:
         return LLMContentFiltered(CONTENT_FILTER_MESSAGE)
     if is_context_overflow(exc):
         return LLMContextExceeded(CONTEXT_MESSAGE)
+    asked = retry_after_s(exc.response.headers)
+    wait = max(1, math.ceil(asked)) if asked is not None else None
     if status == 429:
-        asked = retry_after_s(exc.response.headers)
-        wait = max(1, math.ceil(asked)) if asked is not None else None
         return LLMRetryLater("the model endpoint is rate limiting chat (429)", retry_after=wait)
+    if status >= 500 and wait is not None:  # a server shedding load said when it will answer again
+        return LLMRetryLater(f"the model endpoint answered {status} and asked to be called later", retry_after=wait)
     if status == 401:
         return LLMUnavailable("the model endpoint refused the API key (401): check LLM_API_KEY")
     if status == 403:

@@ -22,7 +22,7 @@ NO_CITATIONS = "Users are added from the command line."
 Mode = Literal[
     "answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream", "broken_stream",
     "html", "wrong_json", "broken_json", "wrong_chunks", "small_context", "unauthorized", "content_filter",
-    "prompt_filtered", "no_message",
+    "prompt_filtered", "no_message", "overloaded",
 ]
 # What a misconfigured LLM_BASE_URL answers, streamed or not: 200 with a body that is no completion.
 HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body>Open WebUI</body></html>"
@@ -66,6 +66,7 @@ class Script:
                   (a model still reading a long prompt)
     rate_limit    429 with `Retry-After: retry_after` `failures` times, then answers
     error         500 `failures` times, then answers
+    overloaded    503 with `Retry-After: retry_after` `failures` times, then answers (a server shedding load)
     bad_request   400
     hang          answers nothing for `hang_s` (longer than the client's timeout), or until the client leaves
     no_citations  an answer without any [n] marker
@@ -132,10 +133,12 @@ def llm_stand_in(script: Script | None = None) -> tuple[FastAPI, Script]:
 
 async def _respond(script: Script, body: dict[str, Any], request: Request) -> Response:
     mode = script.mode
-    if mode in ("rate_limit", "error") and script.failures > 0:
+    if mode in ("rate_limit", "error", "overloaded") and script.failures > 0:
         script.failures -= 1
         if mode == "rate_limit":
             return _error(429, "rate limited", headers={"Retry-After": script.retry_after})
+        if mode == "overloaded":
+            return _error(503, "the server is overloaded", headers={"Retry-After": script.retry_after})
         return _error(500, "the model crashed")
     if mode == "bad_request":
         return _error(400, "max_tokens is too large")

@@ -315,6 +315,25 @@ async def test_a_retry_after_longer_than_chat_may_wait_is_503_at_once(model, scr
     assert len(script.calls) == 2 and elapsed < 1.0, elapsed  # one call each, no wait
 
 
+async def test_a_server_error_with_a_long_retry_after_is_503_at_once_with_it(model, script):
+    # An overloaded server's 503 that says when it will answer again: the client is told that wait, as for a 429.
+    script.reset(mode="overloaded", retry_after="30")
+    async with generator_for(model, llm_max_retries=3) as generator:
+        caught, caught_streaming = await raised_both_ways(generator, LLMUnavailable)
+    for error in (caught.value, caught_streaming.value):
+        assert error.status_code == 503 and error.headers() == {"Retry-After": "30"}
+        assert error.code == "llm_unavailable" and "503" in error.message
+    assert len(script.calls) == 2  # one call each, not retried sooner than asked
+
+
+async def test_a_server_error_without_a_retry_after_stays_502(model, script):
+    script.reset(mode="error", failures=2)
+    async with generator_for(model, llm_max_retries=1) as generator:
+        with pytest.raises(LLMUnavailable) as caught:
+            await generate(generator)
+    assert caught.value.status_code == 502 and caught.value.headers() is None
+
+
 async def test_a_prompt_the_content_filter_refused_is_named_so_and_not_retried(model, script):
     script.reset(mode="prompt_filtered")
     async with generator_for(model, llm_max_retries=3) as generator:
