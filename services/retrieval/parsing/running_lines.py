@@ -25,16 +25,32 @@ def _without_edge_line(page: str, edge: int) -> str:
     return rest[0].strip() if rest else ""
 
 
+def _said_before(pages: list[str], index: int, edge: int, line: str) -> bool:
+    """Whether `line` is already a line of the text before the edge line `edge` of page `index`."""
+    before = [*pages[:index], _without_edge_line(pages[index], -1) if edge == -1 else ""]
+    return any(line == " ".join(earlier.split()) for page in before for earlier in page.split("\n"))
+
+
 def _drop_repeated_edge(pages: list[str], edge: int) -> bool:
     """Drop the line at `edge` (0 first, -1 last) of each page where it is a line found at that edge of at least
     half of the pages with text, and of at least MIN_PAGES; whether any was dropped. A page's only line is
-    kept: it is the page's content (or a page number alone on a page of pictures, which does no harm)."""
-    shapes = [_shape(_edge_line(page, edge)) if "\n" in page else "" for page in pages]
+    kept: it is the page's content (or a page number alone on a page of pictures, which does no harm).
+
+    A line that reads the same on every page keeps its first appearance, so that its words are still found
+    once: a table's header row printed again on each page it runs over is its header where it starts. A line
+    whose numbers change from page to page ("Page 3 of 40") is a page counter, dropped everywhere."""
+    lines = [" ".join(_edge_line(page, edge).split()) if "\n" in page else "" for page in pages]
+    shapes = [_shape(line) for line in lines]
     counts = Counter(shape for shape in shapes if shape)
     with_text = sum(1 for page in pages if page)
     repeated = {shape for shape, times in counts.items() if times >= max(MIN_PAGES, with_text / 2)}
+    kept: set[int] = set()
+    for shape in repeated:
+        at = [index for index, found in enumerate(shapes) if found == shape]
+        if len({lines[index] for index in at}) == 1 and not _said_before(pages, at[0], edge, lines[at[0]]):
+            kept.add(at[0])
     for index, shape in enumerate(shapes):
-        if shape in repeated:
+        if shape in repeated and index not in kept:
             pages[index] = _without_edge_line(pages[index], edge)
     return bool(repeated)
 

@@ -214,14 +214,32 @@ def test_a_pdf_soft_hyphen_is_dropped_with_the_line_break_after_it() -> None:
     assert parsed.text == "the retrieval of Version\nTwo"
 
 
-def test_a_running_header_and_footer_are_left_out_of_every_page() -> None:
+def test_a_running_header_is_kept_once_and_page_counters_are_left_out_of_every_page() -> None:
     bodies = ["Prime the pump.", "Replace the filter.", "", "Drain it.\nPage 3 of 5", "Done."]
     pages = [f"ACME pump manual\nRev 2\n{body}\nPage {n} of 5" if body else "" for n, body in enumerate(bodies, 1)]
     parsed = parse("manual.pdf", make_pdf(pages))
-    assert [parsed.text[start:].split("\n\n")[0] for start in parsed.page_starts] == bodies, (
-        "a line repeated on one page only stays"
+    assert [parsed.text[start:].split("\n\n")[0] for start in parsed.page_starts] == [
+        "ACME pump manual\nRev 2\nPrime the pump.", *bodies[1:]
+    ], "the header's words are found once, on its first page; a line repeated on one page only stays"
+    assert sections(parsed)[0] == ("", "ACME pump manual\nRev 2\nPrime the pump.")
+
+
+def test_a_table_header_repeated_on_every_page_stays_where_the_table_starts() -> None:
+    rows = ["Filter monthly\nSeal yearly", "Hose every two years\nValve never", "Pump body each decade\nBolts never"]
+    from_the_top = parse("parts.pdf", make_pdf([f"Part Interval\n{row}" for row in rows]))
+    assert from_the_top.text.split("\n\n") == [f"Part Interval\n{rows[0]}", *rows[1:]]
+    under_a_running_header = parse(
+        "parts.pdf",
+        make_pdf(
+            [
+                "ACME parts\nThe table lists the intervals.\nPart Interval\nGasket yearly",
+                *(f"ACME parts\nPart Interval\n{row}" for row in rows),
+            ]
+        ),
     )
-    assert sections(parsed)[0] == ("", "Prime the pump.")
+    assert under_a_running_header.text.split("\n\n") == [
+        "ACME parts\nThe table lists the intervals.\nPart Interval\nGasket yearly", *rows
+    ], "the header row is said once, where the table starts, even when that is not at the top of a page"
 
 
 def test_lines_repeated_on_too_few_pages_are_kept() -> None:
