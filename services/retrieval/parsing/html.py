@@ -99,7 +99,7 @@ def _walk(node: Tag, out: _Writer) -> None:
         if isinstance(child, _SKIPPED):
             continue
         if isinstance(child, NavigableString):
-            out.text(str(child))
+            out.text(_SPACE.sub(" ", str(child)))  # a line break in the source is a space; only <br> breaks a line
             continue
         if not isinstance(child, Tag) or child.name in _DROP or _unseen_or_furniture(child):
             continue

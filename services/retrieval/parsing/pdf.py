@@ -84,7 +84,7 @@ def _outline(reader: PdfReader) -> list[tuple[int, str]]:
             if isinstance(item, list):
                 walk(item, [*parents, last] if last else parents)
                 continue
-            last = " ".join(str(item.title or "").split())
+            last = " ".join(written_out(str(item.title or "")).split())
             page = reader.get_destination_page_number(item)
             if last and page is not None and page >= 0:
                 found.append((page, " > ".join([*parents, last])))

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import io
+
 import pytest
+from pypdf import PdfReader, PdfWriter
 
 from services.retrieval.chunking import chunk_text, document_title
 from services.retrieval.errors import UnprocessableDocument, UnsupportedMediaType
@@ -101,6 +104,20 @@ def test_a_page_without_a_title_or_h1_takes_none_from_text_that_looks_like_a_hea
     assert document_title(parsed.text, fallback="steps", markdown=parsed.markdown) == "steps"
 
 
+def test_html_source_line_breaks_are_spaces_and_only_br_breaks_a_line() -> None:
+    """A paragraph wrapped in the page's source is one line: cut at its source lines, its chunks split sentences
+    that fit a chunk."""
+    page = b"<p>The pump moves water from\nthe well to the tank. It needs\n  power and a dry wall.</p><p>Call us<br>\nat noon."
+    parsed = parse("pump.html", page)
+    assert parsed.text == (
+        "The pump moves water from the well to the tank. It needs power and a dry wall.\n\nCall us\nat noon."
+    )
+    chunks = chunk_text(parsed.text, count_tokens=lambda text: len(text.split()), chunk_size=10, chunk_overlap=0)
+    assert [chunk.text for chunk in chunks] == [
+        "The pump moves water from the well to the tank.", "It needs power and a dry wall.", "Call us\nat noon."
+    ]
+
+
 def test_html_pre_blocks_are_reported_as_code_blocks_fences_included() -> None:
     parsed = parse("page.html", b"<h2>Run</h2><pre>make\n\nmake up</pre><p>then</p><pre>``x``</pre>")
     assert [parsed.text[start:end] for start, end in parsed.code_blocks] == ["```\nmake\n\nmake up\n```", "```\n``x``\n```"]
@@ -180,6 +197,20 @@ def test_a_pdf_outline_gives_sections_found_where_their_headings_are_printed() -
     parsed = parse("manual.pdf", data)
     sections = [(parsed.text[offset:].split("\n")[0], path) for offset, path in parsed.section_starts]
     assert sections == [("Setup", "Setup"), ("Wiring", "Setup > Wiring"), ("Care", "Care")]
+
+
+def test_pdf_bookmark_titles_have_their_ligatures_written_out_like_the_page_text() -> None:
+    """Typesetting programs write a heading's ligatures into its bookmark as they print them on the page."""
+    printed = make_pdf(["Preface.\nAir filters\nOffice units\nDust them."])
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(printed)))
+    chapter = writer.add_outline_item(title="Air \ufb01lters", page_number=0)
+    writer.add_outline_item(title="O\ufb03ce units", page_number=0, parent=chapter)
+    data = io.BytesIO()
+    writer.write(data)
+    parsed = parse("manual.pdf", data.getvalue())
+    assert [(parsed.text[offset:].split("\n")[0], path) for offset, path in parsed.section_starts] == [
+        ("Air filters", "Air filters"), ("Office units", "Air filters > Office units")
+    ]
 
 
 def test_pdf_ligatures_are_written_out_in_their_letters() -> None:
