@@ -9,13 +9,17 @@ the body is parsed, as malformed JSON (400), by every route of every service.
 from __future__ import annotations
 
 import email.message
+import functools
+import inspect
 import json
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response, params
+from fastapi import Depends, HTTPException, Request, Response, params
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.types import Message
 
 from shared.errors import ServiceError
 
@@ -74,29 +78,89 @@ def _content_coding(request: Request) -> str | None:
     return ", ".join(named) or None
 
 
+# Where StrictJsonRoute leaves a refusal of the body, for the endpoint's last dependency to raise.
+_BODY_REFUSAL = "cairn.body_refusal"
+_NO_BODY = {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def _refuse_a_refused_body(request: Request) -> None:
+    if (refusal := request.scope.get(_BODY_REFUSAL)) is not None:
+        raise refusal
+
+
+def _refusing_after_dependencies(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """`endpoint` with one more dependency, after all of its own: it raises the body's refusal, if any."""
+    if not inspect.iscoroutinefunction(endpoint):
+        return endpoint  # the refusal is raised at once (StrictJsonRoute)
+
+    @functools.wraps(endpoint)
+    async def refusing(*args: Any, cairn_body_checked: None = None, **kwargs: Any) -> Any:
+        return await endpoint(*args, **kwargs)
+
+    signature = inspect.signature(endpoint)
+    checked = inspect.Parameter(
+        "cairn_body_checked", inspect.Parameter.KEYWORD_ONLY, default=Depends(_refuse_a_refused_body)
+    )
+    refusing.__signature__ = signature.replace(parameters=[*signature.parameters.values(), checked])
+    return refusing
+
+
 class StrictJsonRoute(APIRoute):
     """The route class of every Cairn router: FastAPI reads JSON bodies through StrictJsonRequest.
 
     A body sent under another Content-Type or none (curl's -d without -H sends a form type) is refused with
     415: FastAPI would pass its bytes on unread, and the 422 that follows names no field and no cause.
-    So is a body under a Content-Encoding (UnsupportedContentEncoding)."""
+    So is a body under a Content-Encoding (UnsupportedContentEncoding), and 400 a body that is not JSON.
+    These refusals come after the route's dependencies: a caller without a valid token (or service token)
+    gets its 401 (or 403) whatever it sent, as it does for a body of the wrong shape."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, _refusing_after_dependencies(endpoint), **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         takes_json = self.body_field is not None and not isinstance(self.body_field.field_info, params.Form)
+        deferred = inspect.iscoroutinefunction(self.endpoint)  # so wrapped by _refusing_after_dependencies
 
         async def strict_json_handler(request: Request) -> Response:
             strict = StrictJsonRequest(request.scope, request.receive)
-            if (coding := _content_coding(strict)) and await strict.body():
-                raise UnsupportedContentEncoding(coding)
-            content_type = strict.headers.get("content-type", "")
-            if takes_json and not is_json_type(content_type) and await strict.body():
-                raise ServiceError(
-                    "the body must be JSON sent with Content-Type: application/json, "
-                    + (f"not {content_type}" if content_type else "and it has no Content-Type"),
-                    code="unsupported_media_type",
-                    status_code=415,
-                )
-            return await handler(strict)
+            refusal = await _body_refusal(strict, takes_json=takes_json)
+            if refusal is None:
+                return await handler(strict)
+            if not deferred:
+                raise refusal
+            # The body is not read: the dependencies (authentication first) run on none, then the last one refuses.
+            strict.scope[_BODY_REFUSAL] = refusal
+            return await handler(StrictJsonRequest(strict.scope, _no_body))
 
         return strict_json_handler
+
+
+async def _no_body() -> Message:
+    return _NO_BODY
+
+
+async def _body_refusal(request: StrictJsonRequest, *, takes_json: bool) -> Exception | None:
+    """Why the body is refused before it is validated: compressed, not sent as JSON, or not JSON. The body is
+    read only to tell (a file upload is left to stream)."""
+    if (coding := _content_coding(request)) and await request.body():
+        return UnsupportedContentEncoding(coding)
+    if not takes_json or not await request.body():
+        return None
+    content_type = request.headers.get("content-type", "")
+    if not is_json_type(content_type):
+        return ServiceError(
+            "the body must be JSON sent with Content-Type: application/json, "
+            + (f"not {content_type}" if content_type else "and it has no Content-Type"),
+            code="unsupported_media_type",
+            status_code=415,
+        )
+    try:
+        await request.json()
+    except json.JSONDecodeError as exc:  # as FastAPI words it when it reads the body itself
+        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {},
+                 "ctx": {"error": exc.msg}}
+        return RequestValidationError([error], body=exc.doc)
+    except ValueError:  # bytes that are not text at all
+        return HTTPException(status_code=400, detail="There was an error parsing the body")
+    return None

@@ -171,22 +171,32 @@ def test_a_method_no_route_takes_is_405_token_or_not(settings):
     assert not wrong, "\n".join(wrong)
 
 
-# FastAPI reads a declared body model before the dependencies that check the token: on these routes a body
-# that is not JSON is refused (400, or 415 for another content type) before a missing token (docs/users-and-roles.md).
-BODY_READ_BEFORE_TOKEN = {("POST", "/api/feedback"), ("POST", "/v1/chat/completions")}
+# Bodies refused before they are validated: not JSON, not sent as JSON, compressed. The caller is checked first.
+REFUSED_BODIES = {
+    "not JSON": {"content": b"{not json", "headers": {"Content-Type": "application/json"}},
+    "a form type": {"content": b"a=1", "headers": {"Content-Type": "application/x-www-form-urlencoded"}},
+    "gzip": {"content": b"\x1f\x8b", "headers": {"Content-Type": "application/json", "Content-Encoding": "gzip"}},
+}
 
 
-def test_a_body_that_is_not_json_gets_401_without_a_token_except_where_the_guide_says(settings):
+def test_a_body_refused_as_sent_gets_401_or_403_first(settings):
+    """docs/users-and-roles.md: 401 without a valid token and 403 without the role, whatever the body; only a
+    caller let through hears what is wrong with the body (400 or 415)."""
     app = create_app(settings)
     wrong = []
     with serve_in_thread(app) as gateway, httpx.Client(base_url=gateway, timeout=10) as http:
+        tokens = Tokens(http)
         for method, path, url in route_methods(app):
-            if method != "POST" or ACCESS[(method, path)] == PUBLIC:
+            if method not in ("POST", "DELETE") or ACCESS[(method, path)] == PUBLIC:
                 continue
-            response = http.post(url, content=b"{not json", headers={"Content-Type": "application/json"})
-            want = 400 if (method, path) in BODY_READ_BEFORE_TOKEN else 401
-            if response.status_code != want:
-                wrong.append(f"{method} {url}: {response.status_code}, wanted {want}")
+            for caller in CALLERS:
+                want = expected(ACCESS[(method, path)], caller)
+                for name, body in REFUSED_BODIES.items():
+                    headers = {**body["headers"], **_headers(caller, tokens)}
+                    response = http.request(method, url, content=body["content"], headers=headers)
+                    got = PASSES if response.status_code not in (401, 403) else response.status_code
+                    if got != want:
+                        wrong.append(f"{method} {url} by {caller} with {name}: {response.status_code}, wanted {want}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -216,3 +226,18 @@ def test_the_table_reads_the_roles_as_the_docs_do():
     assert [expected(USER, c) for c in CALLERS] == [401, 401, PASSES, PASSES, PASSES]
     assert [expected(ANALYST_PAGE, c) for c in CALLERS] == [PASSES, 401, 403, PASSES, PASSES]
     assert {expected(PUBLIC, c) for c in CALLERS} == {PASSES}
+
+
+def test_a_caller_let_through_hears_what_is_wrong_with_the_body(settings):
+    """The refusals of the body keep their status and shape once the caller is known, /v1 in OpenAI's."""
+    app = create_app(settings)
+    with serve_in_thread(app) as gateway, httpx.Client(base_url=gateway, timeout=10) as http:
+        token = Tokens(http)["ann"]
+        for url in ("/api/feedback", "/v1/chat/completions"):
+            got = {}
+            for name, body in REFUSED_BODIES.items():
+                response = http.post(url, content=body["content"], headers={**body["headers"], **_bearer(token)})
+                error = response.json()["error"]
+                got[name] = (response.status_code, error["code"] if isinstance(error, dict) else error)
+            assert got == {"not JSON": (400, "malformed_json"), "a form type": (415, "unsupported_media_type"),
+                           "gzip": (415, "unsupported_media_type")}, url
