@@ -271,7 +271,7 @@ class FakeGateway:
     {"answer": text}, {"status": 401} (or {"status": 404, "code": code}; a "retry_after" value is sent as its
     Retry-After header), {"error": code} (an error event),
     {"hang": text} (the stream stays open after that text until the page closes it) or {"break": text} (the
-    connection breaks after that text)."""
+    connection breaks after that text); an answer with "then_break" set loses its connection after `done`."""
 
     def __init__(self) -> None:
         self.plans: list[dict] = []
@@ -344,6 +344,9 @@ class FakeGateway:
             "metadata": {"request_id": f"req-{n}", "kind": "answer", "model": "fake", "reformulated_query": body["query"],
                          "timings_ms": {"total": 12}},
         })
+        if plan.get("then_break"):
+            await asyncio.sleep(0.1)
+            raise ConnectionAbortedError("the gateway went away after the answer")
 
 
 @pytest.fixture()
@@ -523,6 +526,28 @@ def test_a_connection_broken_mid_answer_keeps_the_text_so_far_and_puts_the_quest
     expect(turn.locator(".answer-status")).to_have_text("The answer was cut off. Try again.")
     expect(turn.locator(".answer-text")).to_have_text("To add a user, run")
     expect(box).to_have_value("How do I add a user?")
+    assert problems == [], problems
+
+
+def test_a_connection_broken_after_the_answer_ended_leaves_the_answer_whole(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1].", "then_break": True}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    expect(page.get_by_role("button", name="Ask")).to_be_visible()
+    turn = page.locator(".turn").last
+    expect(turn).not_to_have_class(re.compile(r"\bfailed\b"))
+    expect(turn.locator(".answer-status")).to_have_text("")
+    expect(page.get_by_label("Your question")).to_have_value("")
+    assert problems == [], problems
+
+
+def test_a_long_user_name_wraps_in_the_top_bar_on_a_phone(browser, fake):
+    _, url = fake
+    page, problems = open_page(browser, url + "/", 375)
+    log_in_as(page, "alexandra.konstantinopoulou@research.example.org")  # a valid user name: 48 characters
+    fits(page, 375)
     assert problems == [], problems
 
 

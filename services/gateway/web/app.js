@@ -251,6 +251,8 @@ async function ask(query) {
         turn.fail(describe(error));
         finished = true;
       }
+      // done and error are the stream's last events: a connection that breaks after one cuts off nothing.
+      if (finished) break;
     }
     if (!finished) turn.fail("The answer was cut off. Try again.");
     if (turn.element.classList.contains("failed") && !view.question.value) setQuestion(query);
