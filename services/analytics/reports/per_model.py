@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from sqlalchemy import BigInteger, Connection, case, cast, desc, func, select
 
@@ -18,20 +19,27 @@ def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
     done = [*scope.conditions(), requests.c.outcome != PENDING]
     count = func.count()
     responses = func.count(case((requests.c.outcome.in_(RESPONSE_OUTCOMES), 1)))
-    totals = conn.execute(
+    every_model = (
         select(
             model.label("model"),
             count.label("requests"),
             responses.label("responses"),
-            # Every model's requests, counted before the LIMIT: the share's denominator, without a query of
-            # its own (each query over the view joins the whole events table again).
+            # Every model's requests in the range, counted before the model filter and the LIMIT: the share's
+            # denominator, without a query of its own (each query over the view joins the whole events table
+            # again).
             cast(func.sum(count).over(), BigInteger).label("all_requests"),
             *(func.coalesce(func.sum(getattr(requests.c, f"{part}_tokens")), 0).label(part)
               for part in ("prompt", "completion", "total")),
         )
-        .where(*done)
+        .where(*replace(scope, model=None).conditions(), requests.c.outcome != PENDING)
         .group_by(model)
-        .order_by(desc(count), model)
+        .subquery()
+    )
+    chosen = [every_model.c.model == scope.model] if scope.model is not None else []
+    totals = conn.execute(
+        select(every_model)
+        .where(*chosen)
+        .order_by(desc(every_model.c.requests), every_model.c.model)
         .limit(limit)
     ).all()
     latencies: dict[str, list[float]] = defaultdict(list)

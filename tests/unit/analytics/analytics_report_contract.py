@@ -221,6 +221,14 @@ class ReportsContract:
              "tokens": {"prompt": 300, "completion": 60, "total": 360}, "mean_total_tokens": 360.0},
         ]
 
+    def test_a_models_share_under_the_model_filter_is_of_every_models_requests(
+        self, loaded: SqlEventStore
+    ) -> None:
+        for name, requests, share in (("gpt-x", 2, 2 / 7), ("offline", 5, 5 / 7)):
+            items = loaded.read(models, scope=Scope(start=FROM, end=TO, model=name), limit=20).items
+            assert [(m.model, m.requests, m.share) for m in items] == [(name, requests, approx(share))]
+        assert loaded.read(models, scope=Scope(start=FROM, end=TO, model="no-such-model"), limit=20).items == []
+
     def test_the_model_filter_selects_what_the_models_report_counts_under_each_name(
         self, store: SqlEventStore
     ) -> None:
