@@ -58,8 +58,23 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--user", default="demo", help="username (default: demo)")
     ask.add_argument("--password-stdin", action="store_true",
                      help="read the password from standard input (else $CAIRN_PASSWORD, the demo password, or a prompt)")
-    ask.add_argument("--top-k", type=int, default=8)
+    ask.add_argument("--top-k", type=_top_k, metavar="N",
+                     help=f"passages to retrieve, 1 to {MAX_TOP_K} (default: the chat service's DEFAULT_TOP_K)")
     return parser
+
+
+MAX_TOP_K = 50  # the most POST /api/chat takes (a test keeps it equal)
+
+
+def _top_k(text: str) -> int:
+    """`--top-k` refused at once, before a password is asked for, as the gateway would refuse it."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 1 <= value <= MAX_TOP_K:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_TOP_K}, not {value}")
+    return value
 
 
 def _role_option(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ import httpx
 
 from cairn import demo
 from cairn.engines import EngineMissing, engines_for, ensure
-from cairn.ingest import IngestError
+from cairn.ingest import IngestError, RetrievalUnreachable
 from cairn.settings import SERVICES, CliSettings
 from cairn.retry_after import try_again_in
 from cairn.run_state import read_state, state_file, still_running
@@ -26,6 +26,8 @@ from services.gateway.users import (
     UserChange,
     UserError,
     add_user,
+    check_new_username,
+    check_user_exists,
     disable_user,
     enable_user,
     reset_password,
@@ -226,6 +228,9 @@ def _chroma_status(url: str) -> tuple[bool, str]:
 
 
 def user_add(settings: CliSettings, *, username: str, roles: list[str], password_stdin: bool) -> int:
+    refused, _ = _try_user_action(settings, lambda users, sessions: check_new_username(users=users, username=username))
+    if refused:
+        return refused  # before the password is typed, twice
     password = _read_password(password_stdin, confirm=True)
     return _run_user_command(
         settings,
@@ -266,6 +271,9 @@ def user_set_role(settings: CliSettings, *, username: str, roles: list[str]) -> 
 
 
 def user_reset_password(settings: CliSettings, *, username: str, password_stdin: bool) -> int:
+    refused, _ = _try_user_action(settings, lambda users, sessions: check_user_exists(users=users, username=username))
+    if refused:
+        return refused  # before the password is typed, twice
     password = _read_password(password_stdin, confirm=True)
     return _run_user_command(
         settings,
@@ -281,19 +289,25 @@ def _ended(change: UserChange) -> str:
 
 def _run_user_command(settings: CliSettings, action, describe) -> int:
     """Run `action(users, sessions)` against the gateway's Redis; print what it did, or why it could not."""
+    status, result = _try_user_action(settings, action)
+    if status == 0:
+        print(describe(result))
+    return status
+
+
+def _try_user_action(settings: CliSettings, action) -> tuple[int, object]:
+    """The exit status and result of `action(users, sessions)`; on failure, why is printed and the result is None."""
     try:
-        result = asyncio.run(_with_stores(settings, action))
+        return 0, asyncio.run(_with_stores(settings, action))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 2, None
     except DependencyUnavailable:
         print("error: Redis (REDIS_URL) did not answer; the change may be incomplete: run the command again", file=sys.stderr)
-        return 1
+        return 1, None
     except ValueError as exc:  # REDIS_URL is not a Redis URL
         print(f"error: REDIS_URL: {exc}", file=sys.stderr)
-        return 2
-    print(describe(result))
-    return 0
+        return 2, None
 
 
 async def _with_stores(settings: CliSettings, action):
@@ -334,6 +348,9 @@ def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
         summary = ingest_paths(
             paths, retrieval_url=settings.url_of("retrieval"), service_token=settings.service_token.get_secret_value()
         )
+    except RetrievalUnreachable as exc:
+        print(f"error: {exc}: {_not_running_hint(settings, 'retrieval')}", file=sys.stderr)
+        return 1
     except IngestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -343,7 +360,7 @@ def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
     return 1 if summary.failed else 0
 
 
-def ask(settings: CliSettings, *, question: str, username: str, password_stdin: bool, top_k: int) -> int:
+def ask(settings: CliSettings, *, question: str, username: str, password_stdin: bool, top_k: int | None) -> int:
     if not question.strip():  # before the password is asked for: the gateway would refuse it anyway
         _refuse("the question is empty")
     if password_stdin:
@@ -362,8 +379,12 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
                 print(f"login failed: {_message_of(login)}", file=sys.stderr)
                 return 1
             headers = {"Authorization": f"Bearer {session['token']}"}
-            answer = client.post("/api/chat", json={"query": question, "top_k": top_k}, headers=headers)
+            request = {"query": question} | ({"top_k": top_k} if top_k is not None else {})  # else DEFAULT_TOP_K
+            answer = client.post("/api/chat", json=request, headers=headers)
             client.post("/auth/logout", headers=headers)
+        except httpx.ConnectError as exc:
+            print(f"cannot reach Cairn at {url}: {exc}: {_not_running_hint(settings, 'gateway')}", file=sys.stderr)
+            return 1
         except httpx.HTTPError as exc:
             print(f"cannot reach Cairn at {url}: {exc}", file=sys.stderr)
             return 1
@@ -372,6 +393,13 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
         return 1
     _print_answer(body)
     return 0
+
+
+def _not_running_hint(settings: CliSettings, service: str) -> str:
+    """What to do when no connection to `service` could be made."""
+    if getattr(settings, f"{service}_url"):
+        return f"is {service.upper()}_URL right, and the service running there?"
+    return "is Cairn running? start it with `cairn up`, or see `cairn status`"
 
 
 def _json_object(response: httpx.Response) -> dict | None:

@@ -38,6 +38,10 @@ class IngestError(Exception):
     """The retrieval service cannot take documents at all (unreachable, wrong token)."""
 
 
+class RetrievalUnreachable(IngestError):
+    """No connection to the retrieval service could be made for the first file: it is not running there."""
+
+
 class RetrievalGone(Exception):
     """The connection to retrieval failed, or it answered that it cannot work: no later file can go in either."""
 
@@ -227,7 +231,9 @@ def ingest_paths(
                     bar.write(f"failed: {name}: {exc}", file=sys.stderr)  # beside the bar; the summary goes to stdout
                 except RetrievalGone as exc:
                     if uploads == 1:
-                        raise IngestError(f"retrieval service not reachable at {client.base_url}: {exc}") from None
+                        message = f"retrieval service not reachable at {client.base_url}: {exc}"
+                        no_connection = isinstance(exc.__cause__, httpx.TransportError)  # not an answer such as 503
+                        raise (RetrievalUnreachable if no_connection else IngestError)(message) from None
                     summary.unavailable_at = name
                     summary.failures.append((name, f"retrieval unavailable: {exc}"))
                     not_sent = [source_name(rest, base) for rest in files[index + 1:]]

@@ -52,7 +52,13 @@ async def _existing(users: UserStore, username: str) -> User:
     return user
 
 
-async def add_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:
+async def check_user_exists(*, users: UserStore, username: str) -> None:
+    """Raises UserError unless the user exists: a command can say so before it asks for a password."""
+    await _existing(users, username)
+
+
+async def check_new_username(*, users: UserStore, username: str) -> None:
+    """Raises UserError unless `username` is a valid name no user has, in any case."""
     if not _USERNAME.fullmatch(username):
         raise UserError("username: 1-64 ASCII letters, digits or . _ @ -")
     if await users.get(username):
@@ -61,6 +67,10 @@ async def add_user(*, users: UserStore, username: str, password: str, roles: lis
     # (and failed logins are counted per name without case, so one would lock the other out).
     if alike := [u.username for u in await users.list() if u.username.casefold() == username.casefold()]:
         raise UserError(f"user {alike[0]!r} already exists; names that differ only in case are not allowed")
+
+
+async def add_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:
+    await check_new_username(users=users, username=username)
     _check_password(password)
     user = User(
         id=uuid.uuid4().hex,

@@ -5,10 +5,11 @@ import re
 import time
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from cairn import cli
+from services.chat.models import ChatRequest
 from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.unit
@@ -102,3 +103,41 @@ def test_ctrl_c_at_a_prompt_ends_with_130_and_no_traceback(monkeypatch, capsys):
     monkeypatch.setattr(getpass, "getpass", pressed_ctrl_c)
     assert cli.main(["ask", "anything", "--user", "dave"]) == 130
     assert capsys.readouterr().err == "\ninterrupted\n"
+
+
+def _recording_gateway(bodies: list[dict]) -> FastAPI:
+    """A gateway that logs anyone in and answers every question, keeping each question's JSON body."""
+    app = FastAPI()
+
+    @app.post("/auth/login")
+    async def login():
+        return {"token": "t"}
+
+    @app.post("/api/chat")
+    async def chat(request: Request):
+        bodies.append(await request.json())
+        return {"answer": "Three roles.", "citations": []}
+
+    @app.post("/auth/logout")
+    async def logout():
+        return {}
+
+    return app
+
+
+@pytest.mark.parametrize(("options", "sent_top_k"), [([], None), (["--top-k", "3"], 3)], ids=["default", "given"])
+def test_top_k_is_sent_only_when_given_so_the_services_default_top_k_applies(
+    options, sent_top_k, monkeypatch, capsys
+):
+    monkeypatch.setenv("CAIRN_PASSWORD", "whatever1")
+    bodies: list[dict] = []
+    with serve_in_thread(_recording_gateway(bodies)) as url:
+        monkeypatch.setenv("GATEWAY_URL", url)
+        assert cli.main(["ask", "What roles are there?", *options]) == 0
+    assert [body.get("top_k") for body in bodies] == [sent_top_k]
+    assert capsys.readouterr().out.startswith("Three roles.")
+
+
+def test_the_top_k_range_is_the_chat_requests():
+    schema = ChatRequest.model_json_schema()["properties"]["top_k"]["anyOf"][0]
+    assert (schema["minimum"], schema["maximum"]) == (1, cli.MAX_TOP_K)

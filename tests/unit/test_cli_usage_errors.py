@@ -16,14 +16,17 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cairn(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def cairn(*args: str, cwd: Path, local: bool = False) -> subprocess.CompletedProcess[str]:
+    """`local`: the services at their ports on this machine (as `cairn up` runs them), not at <SERVICE>_URL."""
     nowhere = f"http://127.0.0.1:{free_port()}"  # were anything sent, the error would be "not reachable"
-    env = {k: v for k, v in os.environ.items() if k != "CAIRN_PASSWORD"} | {
+    env = {k: v for k, v in os.environ.items() if k not in ("CAIRN_PASSWORD", "RETRIEVAL_URL", "GATEWAY_URL")} | {
         "PYTHONPATH": str(REPO),
-        "RETRIEVAL_URL": nowhere,
-        "GATEWAY_URL": nowhere,
         "CAIRN_DATA_DIR": str(cwd / "data"),
     }
+    if local:
+        env |= {"RETRIEVAL_PORT": str(free_port()), "GATEWAY_PORT": str(free_port())}
+    else:
+        env |= {"RETRIEVAL_URL": nowhere, "GATEWAY_URL": nowhere}
     return subprocess.run(
         [sys.executable, "-m", "cairn.cli", *args],
         cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
@@ -82,3 +85,27 @@ def test_good_paths_with_retrieval_down_fail_with_status_1_in_one_line(workdir: 
 def test_an_empty_question_is_refused_before_the_password_is_asked_for(workdir: Path, question: str) -> None:
     result = cairn("ask", question, "--user", "dave", cwd=workdir)
     assert (result.returncode, result.stderr, result.stdout) == (2, "error: the question is empty\n", "")
+
+
+@pytest.mark.parametrize("top_k", ["0", "51", "-3", "eight"])
+def test_a_top_k_out_of_range_is_refused_before_the_password_is_asked_for(workdir: Path, top_k: str) -> None:
+    result = cairn("ask", "What roles are there?", "--user", "dave", "--top-k", top_k, cwd=workdir)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith("cairn ask: error: argument --top-k: ")
+    assert "password:" not in result.stderr  # the prompt
+
+
+@pytest.mark.parametrize(
+    ("command", "local", "hint"),
+    [(["ingest", "notes"], True, "is Cairn running? start it with `cairn up`, or see `cairn status`"),
+     (["ingest", "notes"], False, "is RETRIEVAL_URL right, and the service running there?"),
+     (["ask", "What roles are there?", "--password-stdin"], True,
+      "is Cairn running? start it with `cairn up`, or see `cairn status`"),
+     (["ask", "What roles are there?", "--password-stdin"], False,
+      "is GATEWAY_URL right, and the service running there?")],
+    ids=["ingest-local", "ingest-url", "ask-local", "ask-url"],
+)
+def test_a_service_not_answering_says_what_to_do(workdir: Path, command: list[str], local: bool, hint: str) -> None:
+    result = cairn(*command, cwd=workdir, local=local)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].endswith(f": {hint}")

@@ -210,3 +210,21 @@ def test_no_password_to_read_and_a_bad_redis_url_are_messages_not_tracebacks(cai
     code, _, err = cairn_user("list")
     assert code == 2 and err.startswith("error: REDIS_URL: ")
 
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [(["add", "an n", "--role", "user"], "error: username: 1-64 ASCII letters, digits or . _ @ -\n"),
+     (["add", "ann", "--role", "user"], "error: user 'ann' already exists\n"),
+     (["add", "ANN", "--role", "user"], "error: user 'ann' already exists; names that differ only in case are not allowed\n"),
+     (["reset-password", "nobody"], "error: no user 'nobody'\n")],
+    ids=["bad-name", "taken", "taken-in-another-case", "no-such-user"],
+)
+def test_a_user_command_that_must_fail_says_so_before_the_password_is_typed(
+    cairn_user, monkeypatch, args, expected
+):
+    assert cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\n")[0] == 0
+    prompts: list[str] = []
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": prompts.append(prompt) or PASSWORD)
+    assert cairn_user(*args) == (2, "", expected)
+    assert prompts == []
