@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from services.gateway.model_offer import CAIRN_MODEL
 from shared.json_types import NOT_BLANK_PATTERN, JsonBool, JsonInt
@@ -118,15 +118,23 @@ class CompletionRequest(BaseModel):
     tool_choice: Annotated[str | dict[str, Any] | None, WithJsonSchema(_NO_TOOL_CALL)] = Field(
         None, description='Cairn calls no tools: "auto", "none" or null; `tools` are accepted and ignored.'
     )
+    # tool_choice's older spelling, which clients written for `functions` still send.
+    function_call: Annotated[str | dict[str, Any] | None, WithJsonSchema(_NO_TOOL_CALL)] = Field(
+        None, description='Cairn calls no functions: "auto", "none" or null; `functions` are accepted and ignored.'
+    )
     response_format: Annotated[dict[str, Any] | None, WithJsonSchema(_TEXT_FORMAT)] = Field(
         None, description='Cairn answers in text: {"type": "text"} or null.'
     )
 
-    @field_validator("tool_choice")
+    @field_validator("tool_choice", "function_call")
     @classmethod
-    def _no_tool_call_demanded(cls, choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    def _no_tool_call_demanded(
+        cls, choice: str | dict[str, Any] | None, info: ValidationInfo
+    ) -> str | dict[str, Any] | None:
         if choice not in (None, "auto", "none"):
-            raise ValueError('Cairn answers in text and calls no tools; tool_choice may only be "auto" or "none"')
+            raise ValueError(
+                f'Cairn answers in text and calls no tools; {info.field_name} may only be "auto" or "none"'
+            )
         return choice
 
     @field_validator("response_format")

@@ -33,6 +33,10 @@ _TYPES = {
 _HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 # Headers of a relayed error worth keeping (Retry-After tells a client when to try again); the body is rewritten.
 _REWRITTEN = {"content-type", "content-length"}
+# OpenAI's header, which its official clients obey over their own rule (they retry 409, 429 and 5xx).
+_SHOULD_RETRY = "x-should-retry"
+# Errors the same request meets again however often it is sent: a taken request id, a prompt too long even cut down.
+_FINAL_CODES = {"request_id_taken", "llm_context_exceeded"}
 
 
 class OpenAIErrorDetail(BaseModel):
@@ -60,7 +64,10 @@ def openai_error(
 ) -> JSONResponse:
     status_code = 400 if status_code == 422 else status_code
     detail = {"message": message, "type": error_type(status_code), "code": code, "param": param}
-    return JSONResponse({"error": detail}, status_code=status_code, headers=headers)
+    response = JSONResponse({"error": detail}, status_code=status_code, headers=headers)
+    if code in _FINAL_CODES:
+        response.headers[_SHOULD_RETRY] = "false"
+    return response
 
 
 def from_validation_error(exc: RequestValidationError) -> JSONResponse:
@@ -130,14 +137,25 @@ class OpenAIRoute(QuestionRoute):
             try:
                 response = await handler(request)
             except RequestValidationError as exc:
-                return from_validation_error(exc)
+                response = from_validation_error(exc)
             except ServiceError as exc:
-                return from_service_error(exc)
+                response = from_service_error(exc)
             except HTTPException as exc:
-                return from_http_exception(exc)
-            return from_relayed(response) if response.status_code >= 400 else response
+                response = from_http_exception(exc)
+            else:
+                if response.status_code >= 400:
+                    response = from_relayed(response)
+            if response.status_code >= 500 and _took_own_request_id(request):
+                response.headers[_SHOULD_RETRY] = "false"  # sent again, it would only get 409 request_id_taken
+            return response
 
         return openai_handler
+
+
+def _took_own_request_id(request: Request) -> bool:
+    """A question that took the X-Request-ID its client chose; one that failed keeps it (services.gateway.asking)."""
+    question = getattr(request.state, "admitted_question", None)
+    return question is not None and question.request_id == request.headers.get("x-request-id")
 
 
 def in_openai_shape(responses: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:

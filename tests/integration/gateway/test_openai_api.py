@@ -25,7 +25,8 @@ def _answer(request: Request) -> dict:
 
 
 def unreliable_chat() -> FastAPI:
-    """Answers "fail" with chat's 502, "invalid" with chat's 422, "history?" with the history it was sent,
+    """Answers "fail" with chat's 502, "invalid" with chat's 422, "overflow" with chat's 500 for a prompt over the
+    model's context window, "history?" with the history it was sent,
     streams "cut" without its `done` event and "silent" with a pause of 5 s before it."""
     app = FastAPI()
 
@@ -44,6 +45,8 @@ def unreliable_chat() -> FastAPI:
             return JSONResponse({"error": "llm_unavailable", "message": "the LLM failed"}, status_code=502)
         if query == "invalid":
             return JSONResponse({"error": "invalid_request", "message": "query: too long"}, status_code=422)
+        if query == "overflow":
+            return JSONResponse({"error": "llm_context_exceeded", "message": "the prompt is too long"}, status_code=500)
         if query == "history?":
             return {**_answer(request), "answer": json.dumps((await request.json()).get("history"))}
         return _answer(request)
@@ -213,6 +216,40 @@ def test_refused_questions_use_up_no_limit_and_free_their_request_id(gateway, to
         assert over.status_code == 429 and over.json()["error"]["code"] == "rate_limited"
 
 
+def _retrying_client(gateway: str, token: str, attempts: list[int]) -> openai.OpenAI:
+    """The official client with its default retries, counting the requests it sends in `attempts`."""
+    http = httpx.Client(event_hooks={"request": [lambda request: attempts.append(1)]})
+    return openai.OpenAI(base_url=f"{gateway}/v1", api_key=token, http_client=http)
+
+
+def test_the_client_retries_no_question_that_its_request_id_would_make_a_409(gateway, token):
+    attempts: list[int] = []
+    client = _retrying_client(gateway, token, attempts)
+    _ask(client, extra_headers={"X-Request-ID": "own-1"})
+    with pytest.raises(openai.ConflictError) as reused:
+        _ask(client, extra_headers={"X-Request-ID": "own-1"})
+    assert reused.value.code == "request_id_taken" and len(attempts) == 2, "a 409 is not retried"
+
+    attempts.clear()
+    with pytest.raises(openai.InternalServerError) as failed:  # not hidden by the 409 a retry would get
+        _ask(client, "fail", extra_headers={"X-Request-ID": "own-2"})
+    assert (failed.value.status_code, failed.value.code, len(attempts)) == (502, "llm_unavailable", 1)
+
+
+def test_the_client_still_retries_a_failed_question_whose_request_id_the_gateway_chose(gateway, token):
+    attempts: list[int] = []
+    with pytest.raises(openai.InternalServerError) as failed:
+        _ask(_retrying_client(gateway, token, attempts), "fail")
+    assert (failed.value.code, len(attempts)) == ("llm_unavailable", 3)
+
+
+def test_the_client_does_not_retry_a_prompt_too_long_for_the_model(gateway, token):
+    attempts: list[int] = []  # each attempt would run retrieval and the model again, and count against the limit
+    with pytest.raises(openai.InternalServerError) as failed:
+        _ask(_retrying_client(gateway, token, attempts), "overflow")
+    assert (failed.value.code, len(attempts)) == ("llm_context_exceeded", 1)
+
+
 def test_a_stream_asked_to_include_usage_ends_with_a_usage_chunk_without_choices(gateway, token):
     chunks = list(_ask(_client(gateway, token), stream=True, stream_options={"include_usage": True}))
     *answer, usage = chunks
@@ -239,6 +276,18 @@ def test_a_demand_for_a_tool_call_or_json_is_refused_and_tools_offered_freely_ar
     for fields in ({"tools": tools, "tool_choice": "auto"}, {"tool_choice": "none"},
                    {"response_format": {"type": "text"}}):
         assert _ask(client, **fields).choices[0].message.content == "Run it [1].", fields
+
+
+def test_a_function_call_demanded_the_older_way_is_refused_as_a_tool_call_is(gateway, token):
+    client = _client(gateway, token)
+    functions = [{"name": "lookup", "parameters": {"type": "object", "properties": {}}}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        _ask(client, functions=functions, function_call={"name": "lookup"})
+    assert (refused.value.code, refused.value.param) == ("invalid_request", "function_call")
+    assert "Cairn answers in text" in refused.value.message
+
+    for function_call in ("auto", "none"):
+        assert _ask(client, functions=functions, function_call=function_call).choices[0].message.content == "Run it [1]."
 
 
 def test_a_turn_that_called_a_tool_keeps_the_answer_that_followed_the_call(gateway, token):
