@@ -39,13 +39,20 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def model_fingerprint(model_dir: Path, *, backend: str) -> str:
-    """An id that changes when the model files or the backend change: name, backend and a hash of
-    every file's relative path and size (cheap, and enough to tell models apart)."""
+def model_identity(model_dir: Path) -> str:
+    """An id that changes when the model files change, whichever backend runs them (the ONNX copies are
+    derived from these files): name and a hash of every file's relative path and size (cheap, and enough
+    to tell models apart)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in Path(model_dir).rglob("*") if p.is_file()):
         digest.update(f"{path.relative_to(model_dir).as_posix()}:{path.stat().st_size}\n".encode())
-    return f"{Path(model_dir).name}:{backend}:{digest.hexdigest()[:16]}"
+    return f"{Path(model_dir).name}:{digest.hexdigest()[:16]}"
+
+
+def model_fingerprint(model_dir: Path, *, backend: str) -> str:
+    """An id that also changes with the backend: its vectors differ a little from the other's."""
+    name, digest = model_identity(model_dir).rsplit(":", 1)
+    return f"{name}:{backend}:{digest}"
 
 
 class CachingEmbedder:

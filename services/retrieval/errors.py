@@ -21,3 +21,18 @@ class UnprocessableDocument(ServiceError):
 class PayloadTooLarge(ServiceError):
     status_code = 413
     code = "payload_too_large"
+
+
+class EmbeddingModelMismatch(Exception):
+    """The collection holds vectors of another embedding model than the configured one: Chroma would refuse
+    every query vector of another length, and rank nonsense with one of the same length."""
+
+    def __init__(self, *, collection: str, model: str, built_with: str | None, dimension: int | None) -> None:
+        built = ", ".join(
+            part for part in (built_with, f"{dimension}-dimensional vectors" if dimension else None) if part
+        )
+        super().__init__(
+            f"EMBEDDING_MODEL_PATH, CHROMA_COLLECTION: the collection {collection!r} was built with another "
+            f"embedding model ({built or 'not recorded'}) than EMBEDDING_MODEL_PATH holds ({model}); ingest the "
+            "documents again into a new CHROMA_COLLECTION, or set EMBEDDING_MODEL_PATH back to the model it was built with"
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,7 +16,8 @@ from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import embedder_from_settings, export_onnx_copy
 from services.retrieval.adapters.reranker import CrossEncoderReranker
 from services.retrieval.api import router
-from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint
+from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint, model_identity
+from services.retrieval.errors import EmbeddingModelMismatch
 from services.retrieval.encoding import BatchingEmbedder
 from services.retrieval.keyword_sync import KeywordSync
 from services.retrieval.ports import Embedder, VectorStore
@@ -27,8 +29,11 @@ from shared.web import create_service_app, narrow_schema_field, service_token_gu
 log = logging.getLogger("cairn.retrieval")
 
 
-async def _open_index(app: FastAPI, settings: Settings, store: VectorStore | None) -> KeywordSync:
+async def _open_index(
+    app: FastAPI, settings: Settings, store: VectorStore | None
+) -> tuple[KeywordSync, ChromaStore | None]:
     """Open the configured store (or `store`), wrap it with the keyword index, and load the index once."""
+    chroma = None
     if store is None:
         chroma = ChromaStore(
             collection=settings.chroma_collection,
@@ -39,6 +44,7 @@ async def _open_index(app: FastAPI, settings: Settings, store: VectorStore | Non
             ef_construction=settings.hnsw_ef_construction,
             max_neighbors=settings.hnsw_max_neighbors,
             max_query_batch=settings.search_max_query_batch,
+            model_id=model_identity(settings.model_path()),
         )
         await chroma.open()
     # Every write goes through the synced store, so the keyword index (and the vectors it keeps for
@@ -53,7 +59,7 @@ async def _open_index(app: FastAPI, settings: Settings, store: VectorStore | Non
         await keyword_sync.refresh()
     except DependencyUnavailable:
         log.warning("keyword index not loaded: chroma unavailable; retrying in the background")
-    return keyword_sync
+    return keyword_sync, chroma
 
 
 async def _close_loaded(owned: BatchingEmbedder | None, loading: asyncio.Future[BatchingEmbedder] | None) -> None:
@@ -85,14 +91,18 @@ def create_app(
             loading = asyncio.ensure_future(asyncio.to_thread(embedder_from_settings, settings))
         owned = None
         try:
-            keyword_sync = await _open_index(app, settings, store)
+            keyword_sync, chroma = await _open_index(app, settings, store)
             if loading is not None:
                 owned = await loading
+            if chroma is not None:  # only the vectors' length is wanted from this query
+                await chroma.check_model(dimension=len(await (embedder or owned).embed_query("dimension")))
             app.state.reranker = None
             if settings.rerank_model is not None:
                 app.state.reranker = await asyncio.to_thread(CrossEncoderReranker, settings.rerank_model)
-        except BaseException:
+        except BaseException as exc:
             await _close_loaded(owned, loading)
+            if isinstance(exc, EmbeddingModelMismatch):
+                print(f"retrieval: cannot start: {exc}", file=sys.stderr)  # the line `cairn up` shows
             raise
         app.state.search_options = SearchOptions(
             candidates=settings.hybrid_candidates,

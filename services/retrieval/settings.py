@@ -1,13 +1,27 @@
 """Retrieval settings: where the index lives, which embedding model, how documents are cut."""
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import DirectoryPath, Field, SecretStr, model_validator
+from pydantic import DirectoryPath, Field, SecretStr, field_validator, model_validator
 
+from services.retrieval.adapters.chroma_changes import changes_collection
 from shared.settings import CommonSettings, aliases, unusable_folder
 from shared.urls import OptionalHttpUrl
+
+# The collection names Chroma's engine takes (chromadb 1.x; its error message states the same rule).
+_CHROMA_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9._-]{1,510})[a-zA-Z0-9]")
+
+
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 class Settings(CommonSettings):
@@ -115,6 +129,21 @@ class Settings(CommonSettings):
         description="A local sentence-transformers CrossEncoder directory; unset = no reranking.",
     )
     rerank_candidates: int = Field(30, ge=1, le=200, validation_alias=aliases("RERANK_CANDIDATES"))
+
+    @field_validator("chroma_collection")
+    @classmethod
+    def _collection_names_chroma_takes(cls, name: str) -> str:
+        # Else the service would start and answer every call 503. chromadb's Python check_index_name is
+        # stricter (63 characters, no "..") than the engine that stores the collections, which would refuse
+        # names that work today; the engine's rule has no Python call, so it is the pattern below.
+        for checked in (name, changes_collection(name)):
+            if not _CHROMA_NAME.fullmatch(checked) or ".." in checked or _is_ip_address(checked):
+                raise ValueError(
+                    f"{checked!r} is no collection name Chroma takes: 3 to 512 letters, digits, '.', '_' or '-', "
+                    "starting and ending with a letter or digit, without '..', and not an IP address"
+                    + ("" if checked == name else " (the -changes collection Cairn keeps beside it)")
+                )
+        return name
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> "Settings":

@@ -18,6 +18,11 @@ _PRUNE_EVERY_S = 60.0
 _IDS_PER_CALL = 500
 
 
+def changes_collection(collection: str) -> str:
+    """The side collection holding the change records of `collection`."""
+    return f"{collection}-changes"
+
+
 @dataclass(frozen=True)
 class Cursor:
     collections: tuple[str, str]  # ids of the chunk and change collections: recreated means reload

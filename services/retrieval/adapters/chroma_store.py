@@ -3,11 +3,13 @@
 We always pass our own embeddings; Chroma's default embedding function would download a model.
 Every write is also recorded in a small side collection, "<collection>-changes", so that other
 replicas sharing the server can tell which documents changed (see chroma_changes).
+The chunk collection's metadata names the embedding model its vectors come from (MODEL_KEY).
 """
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import contextvars
 import json
 import logging
@@ -23,9 +25,10 @@ import httpx
 import numpy as np
 from chromadb.errors import ChromaError
 
-from services.retrieval.adapters.chroma_changes import ChangeLog
+from services.retrieval.adapters.chroma_changes import ChangeLog, changes_collection
 from services.retrieval.adapters.chroma_records import chunk_fields, chunks_of, clean, group, to_where
 from shared.filters import Filter
+from services.retrieval.errors import EmbeddingModelMismatch
 from services.retrieval.microbatch import MicroBatcher
 from services.retrieval.ports import ChunkHit, DocumentInfo, DocumentPage, StoredChunk, VectorStore, doc_id_of
 from shared.errors import DependencyUnavailable
@@ -48,6 +51,7 @@ _THREADS = 8
 # Readiness probes wait a few seconds (3 in deploy/k8s, 2 from chat): a heartbeat slower than this counts as down.
 _HEARTBEAT_S = 1.0
 _HTTP_TIMEOUTS = 3  # a request to the server gives up after this many CHROMA_TIMEOUT_S (see _bound_http_waits)
+MODEL_KEY = "cairn:embedding_model"
 
 
 def _matrix(embedding: list[float]) -> np.ndarray:
@@ -100,7 +104,12 @@ def _calls(writes: list[_Write]) -> list[list[StoredChunk]]:
 
 class ChromaStore:
     """HNSW in cosine space with explicit parameters. ef_search may change on an existing collection;
-    ef_construction and max_neighbors are fixed when the collection is created."""
+    ef_construction and max_neighbors are fixed when the collection is created.
+
+    With `model_id` (embedding_cache.model_identity), the collection records the model when it is created,
+    and one that records another is refused on every connection (EmbeddingModelMismatch); None checks
+    nothing (temporary collections). One created before models were recorded gets `model_id` recorded once
+    check_model has compared its vectors' length with the model's."""
 
     def __init__(
         self,
@@ -113,6 +122,7 @@ class ChromaStore:
         ef_construction: int = 200,
         max_neighbors: int = 32,
         max_query_batch: int = 32,
+        model_id: str | None = None,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded) or url (server)")
@@ -123,6 +133,8 @@ class ChromaStore:
         self._url = url
         self.shared = url is not None  # a server may have other retrieval replicas writing to it
         self._timeout_s = timeout_s
+        self._model_id = model_id
+        self._dimension: int | None = None  # the model's, once check_model knows it
         self._hnsw = {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction, "max_neighbors": max_neighbors}
         self._client: Any = None
         self._collections: _Collections | None = None
@@ -167,10 +179,14 @@ class ChromaStore:
                 self._client = chromadb.PersistentClient(path=str(self._path), settings=no_telemetry)
         if self._collections is None:
             chunks = self._client.get_or_create_collection(
-                self._name, configuration={"hnsw": dict(self._hnsw)}, embedding_function=None
+                self._name,
+                configuration={"hnsw": dict(self._hnsw)},
+                metadata={MODEL_KEY: self._model_id} if self._model_id else None,  # kept by an existing one
+                embedding_function=None,
             )
             self._check_hnsw(chunks)
-            changes = self._client.get_or_create_collection(f"{self._name}-changes", embedding_function=None)
+            self._check_model(chunks)
+            changes = self._client.get_or_create_collection(changes_collection(self._name), embedding_function=None)
             self._collections = _Collections(chunks, changes)
         return self._collections
 
@@ -198,7 +214,55 @@ class ChromaStore:
         if fixed != {k: self._hnsw[k] for k in fixed}:
             log.warning("collection was created with other HNSW build parameters; rebuild it to change them", extra=fixed)
 
-    async def _run(self, operation: Callable[[_Collections], T], *, timeout_s: float | None = None) -> T:
+    def _check_model(self, chunks: Any) -> None:
+        if self._model_id is None:
+            return
+        recorded = (chunks.metadata or {}).get(MODEL_KEY)
+        if recorded not in (None, self._model_id):
+            raise self._mismatch(chunks, recorded)
+        if self._dimension is None:
+            return  # the model's vector length is not known yet: check_model finishes the check
+        if self._stored_dimension(chunks) not in (None, self._dimension):
+            raise self._mismatch(chunks, recorded)
+        if recorded is not None:
+            return
+        chunks.modify(metadata=(chunks.metadata or {}) | {MODEL_KEY: self._model_id})
+        log.info("recorded the embedding model of a collection that named none", extra={"model": self._model_id})
+        # Two replicas with different models recording at once: the one whose record was overwritten finds out here.
+        recorded = (self._client.get_collection(self._name, embedding_function=None).metadata or {}).get(MODEL_KEY)
+        if recorded != self._model_id:
+            raise self._mismatch(chunks, recorded)
+
+    def _mismatch(self, chunks: Any, recorded: str | None) -> EmbeddingModelMismatch:
+        dimension = f", {self._dimension}-dimensional" if self._dimension else ""
+        return EmbeddingModelMismatch(
+            collection=self._name,
+            model=f"{self._model_id}{dimension}",
+            built_with=recorded,
+            dimension=self._stored_dimension(chunks),
+        )
+
+    @staticmethod
+    def _stored_dimension(chunks: Any) -> int | None:
+        """The length of the collection's vectors; None while it holds none."""
+        stored = chunks.get(limit=1, include=["embeddings"])["embeddings"]
+        return None if stored is None or len(stored) == 0 else len(stored[0])
+
+    async def check_model(self, *, dimension: int) -> None:
+        """Check the collection against the model now that its vectors' length is known: a collection that
+        records no model is refused when its vectors have another length, and else records this one.
+        Raises EmbeddingModelMismatch; while Chroma is down, the next connection checks."""
+        self._dimension = dimension
+
+        def check(c: _Collections) -> None:  # read afresh: another replica may have recorded its model meanwhile
+            self._check_model(self._client.get_collection(self._name, embedding_function=None))
+
+        with contextlib.suppress(DependencyUnavailable):
+            await self._run(check, at_start=True)
+
+    async def _run(
+        self, operation: Callable[[_Collections], T], *, timeout_s: float | None = None, at_start: bool = False
+    ) -> T:
         def call() -> T:
             try:
                 return operation(self._connect())
@@ -211,6 +275,12 @@ class ChromaStore:
         running = asyncio.get_running_loop().run_in_executor(self._threads, context.run, call)
         try:
             return await asyncio.wait_for(running, timeout_s or self._timeout_s)
+        except EmbeddingModelMismatch as exc:
+            if at_start:
+                raise
+            # Found on reconnecting (the collection recreated meanwhile, or Chroma down at the start).
+            log.error(str(exc))
+            raise DependencyUnavailable("chroma") from exc
         except _FAILURES as exc:
             # Reopen next time: the server may have restarted, the collection may have been recreated.
             self._collections = None
@@ -220,11 +290,10 @@ class ChromaStore:
             raise DependencyUnavailable("chroma") from exc
 
     async def open(self) -> None:
-        """Connect now; failures surface later as 503s and readiness false, not as a crash."""
-        try:
-            await self._run(lambda c: c)
-        except DependencyUnavailable:
-            pass
+        """Connect now; failures surface later as 503s and readiness false, not as a crash. A collection
+        that records another embedding model raises EmbeddingModelMismatch."""
+        with contextlib.suppress(DependencyUnavailable):
+            await self._run(lambda c: c, at_start=True)
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.retrieval.settings import Settings
+from shared.settings import settings_or_exit
 
 pytestmark = pytest.mark.unit
 
@@ -32,3 +33,21 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 def test_overlap_must_be_smaller_than_the_chunk() -> None:
     with pytest.raises(ValidationError):
         Settings(chunk_size_tokens=64, chunk_overlap_tokens=64)
+
+
+@pytest.mark.parametrize("name", ["p", "my docs", "-cairn", "cairn.", "a..b", "10.0.0.1", "x" * 505])
+def test_a_collection_name_chroma_refuses_is_refused_when_settings_are_read(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # "x" * 505 fits Chroma's rule, but the "-changes" collection Cairn keeps beside it does not.
+    monkeypatch.setenv("CHROMA_COLLECTION", name)
+    with pytest.raises(SystemExit):
+        settings_or_exit("retrieval", Settings)
+    problem = capsys.readouterr().err.strip()
+    assert problem.startswith("retrieval: cannot start: CHROMA_COLLECTION: ") and "collection name" in problem
+    assert "\n" not in problem
+
+
+def test_the_longest_collection_name_chroma_takes_with_its_changes_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHROMA_COLLECTION", "x" * 504)
+    assert Settings().chroma_collection == "x" * 504
