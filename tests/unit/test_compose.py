@@ -199,6 +199,17 @@ def test_outbox_writers_keep_their_data_in_a_private_anonymous_volume(rendered: 
     assert "OUTBOX_PATH" not in svc["environment"]  # the default, CAIRN_DATA_DIR/outbox/<service>.sqlite3
 
 
+def test_rabbitmq_finds_its_queues_again_after_compose_recreates_it(rendered: dict[str, Any]) -> None:
+    # RabbitMQ keeps its queues and messages under mnesia/rabbit@<host name> on its volume. Without a fixed
+    # host name a container gets its id as one, so a recreated broker (a new image, `docker compose down` and
+    # `up`) starts as a new, empty node beside the old one's directory: the durable analytics queue and the
+    # events waiting in it for analytics are gone.
+    rabbitmq = rendered["services"]["rabbitmq"]
+    assert ("rabbitmq-data", "/var/lib/rabbitmq") in _mounts(rabbitmq)
+    assert rabbitmq.get("hostname") == "rabbitmq"
+    assert "RABBITMQ_NODENAME" not in rabbitmq.get("environment", {})  # rabbit@<hostname>, the image's default
+
+
 def test_services_are_wired_to_the_shared_engines(rendered: dict[str, Any]) -> None:
     env = {name: rendered["services"][name]["environment"] for name in CAIRN_SERVICES}
     assert env["gateway"]["REDIS_URL"] == "redis://redis:6379/0"
