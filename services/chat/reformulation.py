@@ -10,6 +10,7 @@ from typing import Literal
 from services.chat.citations import without_reasoning
 from services.chat.errors import LLMUnavailable
 from services.chat.followups import is_follow_up, rewrite_follow_up
+from services.chat.models import MAX_QUERY_CHARS
 from services.chat.ports import Exchange, Generator, Reformulator
 from services.chat.prompts import fenced, read_template
 from services.chat.settings import Settings
@@ -32,7 +33,9 @@ class HeuristicReformulator:
     async def reformulate(self, *, query: str, history: list[Exchange], model: str) -> str:
         if not is_follow_up(query, history):
             return query
-        return rewrite_follow_up(query, history[-1].standalone)
+        rewritten = rewrite_follow_up(query, history[-1].standalone)
+        # Retrieval refuses a longer query: the question as typed beats a failed search.
+        return rewritten if len(rewritten) <= MAX_QUERY_CHARS else query
 
 
 class LLMReformulator:
@@ -94,9 +97,10 @@ def reformulation_messages(*, query: str, history: list[Exchange]) -> list[dict[
 
 
 def usable_rewrite(rewritten: str, *, query: str) -> bool:
-    """Not empty, not rambling, and still a question: a model that answers a question instead of
-    rewriting it ("Yes, set SESSION_TTL_SECONDS.") would send its answer to the search and the model."""
-    if not rewritten or len(rewritten) > _length_limit(query):
+    """Not empty, not rambling, short enough for retrieval to search, and still a question: a model that
+    answers a question instead of rewriting it ("Yes, set SESSION_TTL_SECONDS.") would send its answer to the
+    search and the model."""
+    if not rewritten or len(rewritten) > min(_length_limit(query), MAX_QUERY_CHARS):
         return False
     return not (query.endswith("?") and rewritten.endswith("."))
 

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from services.chat.errors import LLMUnavailable
+from services.chat.models import MAX_QUERY_CHARS
 from services.chat.ports import Exchange
 from services.chat.reformulation import (
     HeuristicReformulator,
@@ -177,3 +178,27 @@ async def test_a_slow_rewrite_falls_back_to_the_heuristic_in_time():
     reformulator = LLMReformulator(HangingGenerator(), mode="followups", timeout_s=0.05)
     rewritten = await reformulator.reformulate(query="and what about its TTL?", history=[SESSIONS], model="m")
     assert rewritten == "What about the TTL of login sessions?"
+
+
+LONG_FOLLOW_UP = "Can I do it " + "with very large files " * 44 + "in bulk?"
+PDF_INGESTION = Exchange(
+    question="How do I ingest a PDF document into the main collection from the command line?",
+    standalone="How do I ingest a PDF document into the main collection from the command line?",
+    answer="Run cairn ingest [1].",
+)
+
+
+async def test_an_offline_rewrite_over_the_query_limit_leaves_the_question_as_typed():
+    assert len(LONG_FOLLOW_UP) <= MAX_QUERY_CHARS
+    rewritten = await HeuristicReformulator().reformulate(query=LONG_FOLLOW_UP, history=[PDF_INGESTION], model="m")
+    assert rewritten == LONG_FOLLOW_UP
+
+
+async def test_a_model_rewrite_over_the_query_limit_falls_back_to_the_heuristic():
+    query = "and what about its TTL? " + "I mean the one for admins and for service accounts. " * 10
+    over_the_limit = "What is the TTL of login sessions for " + "admins and service accounts, " * 35 + "?"
+    assert len(query) <= MAX_QUERY_CHARS < len(over_the_limit) <= 2 * len(query)
+    rewriter = LLMReformulator(RecordingGenerator(over_the_limit), mode="followups")
+    rewritten = await rewriter.reformulate(query=query.strip(), history=[SESSIONS], model="m")
+    assert len(rewritten) <= MAX_QUERY_CHARS
+    assert "login sessions" in rewritten
