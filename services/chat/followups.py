@@ -8,9 +8,10 @@ A question is a follow-up only when the conversation has an earlier turn, and th
    question; impersonal "it" ("is it possible to ...", "how long does it take to ...") does not count;
 4. uses "this", "that", "these", "those" or a locative "there", names at most two things of its own and
    has no antecedent ("a user that is disabled" and "is there a limit" are not references);
-5. names nothing of its own ("Why?", "Any examples?", "What's the default?").
+5. names nothing of its own ("Why?", "Any examples?", "What's the default?", "Can you say more?").
 Words that "name" something are those that are neither function words nor generic ones (example,
-default, limit, ...). An antecedent is a word after "the"/"a"/"an", or a capitalised name, before the pronoun.
+default, limit, explain, tell, ...). An antecedent is a word after "the"/"a"/"an", or a capitalised name,
+before the pronoun.
 
 A follow-up is rewritten against the previous *standalone* question, so chains keep their subject:
 - "its N" / "their N" → "the N of SUBJECT": "and what about its TTL?" after "How are login sessions
@@ -49,7 +50,9 @@ FUNCTION_WORDS = frozenset(
 GENERIC_WORDS = frozenset(
     "example examples detail details default defaults limit limits maximum minimum max min alternative "
     "alternatives difference reason reasons purpose option options instead long much many often exactly mean "
-    "means meaning work works happen happens".split()
+    "means meaning work works happen happens "
+    # asking for more of the last answer: "can you say more", "tell me more", "explain", "go on"
+    "say tell explain elaborate expand clarify continue go show give know further again".split()
 )
 ARTICLES = frozenset({"the", "a", "an"})
 CONJUNCTIONS = frozenset({"and", "also", "then", "so", "but", "or", "plus", "ok", "okay"})

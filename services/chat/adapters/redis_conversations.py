@@ -2,8 +2,8 @@
 
 Each conversation is two keys that expire together, `conversation_ttl_s` after the last turn:
 `{prefix}{id}:owner` (the user id of whoever appended first) and `{prefix}{id}:turns` (a list of
-JSON exchanges in the order they finished, capped at `max_turns`, read back in the order they were
-asked). The ownership check and the append run as one Lua script, so two users racing on a new id
+JSON exchanges in the order they finished, capped at the `max_turns` asked last, read back in the order
+they were asked). The ownership check and the append run as one Lua script, so two users racing on a new id
 cannot both own it. Any Redis failure or slowness becomes 503 conversation_store_unavailable.
 """
 from __future__ import annotations
@@ -40,7 +40,19 @@ if not owner then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
 redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[4]), -1)
+-- Over the cap, drop the turns asked first (not the ones that finished first), as history() reads them.
+local turns = redis.call('LRANGE', KEYS[2], 0, -1)
+for _ = 1, #turns - tonumber(ARGV[4]) do
+  local oldest, oldest_at = 1, nil
+  for i, turn in ipairs(turns) do
+    local asked_at = cjson.decode(turn)['asked_at'] or 0
+    if oldest_at == nil or asked_at < oldest_at then
+      oldest, oldest_at = i, asked_at
+    end
+  end
+  redis.call('LREM', KEYS[2], 1, turns[oldest])
+  table.remove(turns, oldest)
+end
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return 1
 """

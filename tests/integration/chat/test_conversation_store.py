@@ -66,6 +66,17 @@ async def test_only_the_last_max_turns_are_kept(store, conversation_id):
     assert await store.history(conversation_id=conversation_id, user_id="alice") == [turn(3), turn(4), turn(5)]
 
 
+async def test_the_cap_keeps_the_turns_asked_last_when_a_slow_turn_finishes_late(store, conversation_id):
+    def asked(n: int) -> Exchange:
+        return Exchange(question=f"q{n}?", standalone=f"q{n}?", answer=f"a{n} [1].", asked_at=1000.0 + n)
+
+    # q2 was asked before q3, q4 and q5 but its answer took longest; the cap is 3 turns.
+    for n in (1, 3, 4, 5, 2):
+        await store.append(conversation_id=conversation_id, user_id="alice", exchange=asked(n))
+    history = await store.history(conversation_id=conversation_id, user_id="alice")
+    assert [e.question for e in history] == ["q3?", "q4?", "q5?"]
+
+
 async def test_an_unknown_conversation_has_no_history(store, conversation_id):
     assert await store.history(conversation_id=conversation_id, user_id="alice") == []
 

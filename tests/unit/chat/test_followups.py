@@ -1,7 +1,7 @@
 """The offline follow-up rules on realistic pairs of questions."""
 import pytest
 
-from services.chat.followups import is_follow_up, rewrite_follow_up, subject_of, topic_of
+from services.chat.followups import is_follow_up, resolve_history, rewrite_follow_up, subject_of, topic_of
 from services.chat.ports import Exchange
 
 pytestmark = pytest.mark.unit
@@ -31,6 +31,9 @@ def turn(standalone: str) -> list[Exchange]:
         (SESSIONS, "What about Redis?", "What about Redis? (login sessions stored)"),
         (SESSIONS, "Is there a limit?", "Is there a limit? (login sessions stored)"),
         (SESSIONS, "Is that configurable?", "Is that configurable? (login sessions stored)"),
+        (SESSIONS, "can you say more", "Can you say more (login sessions stored)"),
+        (SESSIONS, "Tell me more.", "Tell me more. (login sessions stored)"),
+        (SESSIONS, "Explain", "Explain (login sessions stored)"),
     ],
 )
 def test_follow_ups_are_rewritten_with_the_previous_subject(previous, follow_up, standalone):
@@ -92,3 +95,11 @@ def test_a_chain_of_bracketed_rewrites_keeps_the_first_topic():
     first = rewrite_follow_up("Why?", "How are login sessions stored?")
     assert first == "Why? (login sessions stored)"
     assert rewrite_follow_up("And how?", first) == "How? (login sessions stored)"
+
+
+def test_a_request_for_more_keeps_the_subject_for_the_next_follow_up():
+    history = resolve_history(
+        [("How do I add a user?", "Run cairn users add [1]."), ("can you say more", "It asks for a role [1].")]
+    )
+    assert history[-1].standalone == "Can you say more (add a user)"
+    assert rewrite_follow_up("Why?", history[-1].standalone) == "Why? (add a user)"
