@@ -18,7 +18,7 @@ from cairn.engines import EngineMissing, engines_for, ensure
 from cairn.ingest import IngestError, RetrievalUnreachable
 from cairn.settings import SERVICES, CliSettings
 from cairn.retry_after import try_again_in
-from cairn.run_state import read_state, state_file, still_running
+from cairn.run_state import UnreadableState, read_state, stale_state, state_file, still_running
 from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.domain import User
@@ -48,7 +48,7 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     except OSError as exc:
         print(f"cannot start: CAIRN_DATA_DIR: {settings.data_dir}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    if state := read_state(settings):
+    if state := _read_state(settings):
         if still_running(state, state["supervisor"]):
             print(f"Cairn is already running (pid {state['supervisor']}); `cairn status` or `cairn down`.", file=sys.stderr)
             return 1
@@ -147,7 +147,7 @@ def _print_welcome(settings: CliSettings, password: str | None, *, children: lis
 
 
 def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
-    state = read_state(settings)
+    state = _read_state(settings)
     if not state:
         print("Cairn is not running (no state file in the data directory).")
         return 0
@@ -163,6 +163,15 @@ def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
     state_file(settings).unlink(missing_ok=True)
     print("Cairn stopped.")
     return 0
+
+
+def _read_state(settings: CliSettings) -> dict | None:
+    """The state file of the last `cairn up`; one that cannot be read is said so and taken as stale."""
+    try:
+        return read_state(settings)
+    except UnreadableState as exc:
+        print(f"warning: unreadable state file, taken as stale: {exc}", file=sys.stderr)
+        return stale_state()
 
 
 def _stop_processes(state: dict, pids: list[int], *, wait_for: list[int], timeout_s: float) -> None:
@@ -182,14 +191,14 @@ def _signal_running(state: dict, pids: list[int], signum: int) -> None:
 
 
 def status(settings: CliSettings) -> int:
-    rows = _status_rows(settings)
+    state = _read_state(settings)
+    rows = _status_rows(settings, state)
     width = max(10, *(len(name) for name, _ in rows))
     all_ready = True
     for name, url in rows:
         ready, line = _chroma_status(url) if name == CHROMA else _service_status(url)
         all_ready &= ready
         print(f"{name:<{width}} {url:<24} {line}")
-    state = read_state(settings)
     if state and not still_running(state, state["supervisor"]):
         print("the `cairn up` that started these is not running: nothing restarts a service that stops; "
               "run `cairn down`, then `cairn up`")
@@ -197,10 +206,10 @@ def status(settings: CliSettings) -> int:
     return 0 if all_ready else 1
 
 
-def _status_rows(settings: CliSettings) -> list[tuple[str, str]]:
+def _status_rows(settings: CliSettings, state: dict | None) -> list[tuple[str, str]]:
     """Each service, followed by its further replicas and preceded by the Chroma server, at the addresses
-    a running `cairn up` recorded in its state file (else those the settings give)."""
-    started = (read_state(settings) or {}).get("urls", {})
+    a running `cairn up` recorded in its `state` file (else those the settings give)."""
+    started = (state or {}).get("urls", {})
     rows = [(CHROMA, started[CHROMA])] if CHROMA in started else []
     for name in SERVICES:
         rows.append((name, started.get(name, settings.url_of(name))))

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import psutil
+from pydantic import BaseModel, ValidationError
 
 from cairn.settings import CliSettings
 
@@ -18,11 +19,35 @@ def state_file(settings: CliSettings) -> Path:
     return settings.run_dir / "cairn.json"
 
 
+class RunState(BaseModel):
+    supervisor: int
+    services: dict[str, int]
+    urls: dict[str, str]
+    started: dict[str, float | None] = {}  # older versions wrote none
+
+
+class UnreadableState(Exception):
+    """The state file is there, but cannot be read or is not what `cairn up` writes."""
+
+
 def read_state(settings: CliSettings) -> dict | None:
+    """The state of the last `cairn up`, None when there is no state file."""
+    path = state_file(settings)
     try:
-        return json.loads(state_file(settings).read_text())
-    except (OSError, ValueError):
+        return RunState.model_validate_json(path.read_bytes()).model_dump()
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise UnreadableState(f"{path}: {exc.strerror or exc}") from exc
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(map(str, error["loc"]))
+        raise UnreadableState(f"{path}: {where + ': ' if where else ''}{error['msg']}") from exc
+
+
+def stale_state() -> dict:
+    """What an unreadable state file is taken for: a `cairn up` that no longer runs and left nothing running."""
+    return {"supervisor": None, "services": {}, "urls": {}, "started": {}}
 
 
 def write_state(settings: CliSettings, *, supervisor: int, services: dict[str, int], urls: dict[str, str]) -> None:

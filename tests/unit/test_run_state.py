@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cairn import commands
+from cairn.engines import EngineMissing
 from cairn.run_state import pid_alive, state_file, write_state
 from cairn.settings import CliSettings
 from tests.support import wait_until
@@ -117,3 +118,29 @@ def test_a_state_file_without_start_times_names_no_process_of_cairn(tmp_path):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+@pytest.mark.parametrize("content", ['{"foo": 1}', "[1, 2]", '{"supervisor": "x", "services": {}, "urls": {}}', "not json{"])
+def test_a_state_file_not_written_by_cairn_up_is_named_and_taken_as_stale(tmp_path, monkeypatch, capsys, content):
+    cairn = settings(tmp_path)
+    cairn.run_dir.mkdir(parents=True)
+    state_file(cairn).write_text(content)
+    warning = f"warning: unreadable state file, taken as stale: {state_file(cairn)}: "
+
+    assert commands.status(cairn) == 1
+    output = capsys.readouterr()
+    assert output.err.startswith(warning) and output.err.count("\n") == 1
+    assert "the `cairn up` that started these is not running" in output.out
+
+    def no_engines(**urls):  # `cairn up` got past the state file: stop it before it starts anything
+        raise EngineMissing("stopped by the test")
+
+    monkeypatch.setattr(commands, "engines_for", no_engines)
+    assert commands.up(cairn) == 1
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert first.startswith(warning) and rest == ["cannot start: stopped by the test"]
+
+    assert commands.down(cairn, timeout_s=1) == 0
+    output = capsys.readouterr()
+    assert output.err.startswith(warning) and output.out == "Cairn stopped.\n"
+    assert not state_file(cairn).exists()

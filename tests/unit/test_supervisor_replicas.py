@@ -14,7 +14,7 @@ from cairn import cli
 from cairn import commands
 from cairn.commands import _status_rows
 from cairn.settings import CliSettings, parse_replicas
-from cairn.run_state import state_file, write_state
+from cairn.run_state import read_state, state_file, write_state
 from cairn.supervisor import CHROMA, MAX_RESTARTS, Child, StartFailed, Supervisor, plan, shared_env
 from tests.support import free_port
 
@@ -136,10 +136,10 @@ def test_status_lists_the_replicas_and_the_chroma_server_a_running_cairn_recorde
     cairn.run_dir.mkdir()
     urls = {c.name: c.url for c in plan(cairn, chroma_command="chroma")}
     state_file(cairn).write_text(json.dumps({"supervisor": 1, "services": {}, "urls": urls}))
-    assert [name for name, _ in _status_rows(cairn)] == [
+    assert [name for name, _ in _status_rows(cairn, read_state(cairn))] == [
         "chroma", "retrieval", "retrieval-2", "analytics", "chat", "chat-2", "gateway"
     ]
-    assert dict(_status_rows(cairn))["chat-2"] == "http://127.0.0.1:8011"
+    assert dict(_status_rows(cairn, read_state(cairn)))["chat-2"] == "http://127.0.0.1:8011"
 
 
 def test_status_reads_every_address_from_the_running_cairn_and_says_when_its_supervisor_is_gone(tmp_path, capsys):
@@ -148,7 +148,7 @@ def test_status_reads_every_address_from_the_running_cairn_and_says_when_its_sup
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     write_state(cairn, supervisor=gone.pid, services={}, urls=moved)
-    assert dict(_status_rows(cairn)) == moved
+    assert dict(_status_rows(cairn, read_state(cairn))) == moved
     assert commands.status(cairn) == 1
     assert "the `cairn up` that started these is not running" in capsys.readouterr().out
 
