@@ -16,7 +16,16 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    field_validator,
+)
 
 from services.gateway.model_offer import CAIRN_MODEL
 from shared.json_types import NOT_BLANK_PATTERN, JsonBool, JsonInt
@@ -40,6 +49,17 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: str
     content: str | list[ContentPart] | None = None
+
+    @field_validator("content", mode="wrap")
+    @classmethod
+    def _text_or_parts(cls, content: Any, handler: ValidatorFunctionWrapHandler) -> str | list[ContentPart] | None:
+        # Said for the field as a whole: pydantic's own errors name a member of the union (content.str), no field.
+        try:
+            return handler(content)
+        except ValidationError:
+            raise ValueError(
+                'must be a string or a list of content parts, objects with a "type", as {"type": "text", "text": "..."}'
+            ) from None
 
     @property
     def text(self) -> str:

@@ -310,3 +310,12 @@ def test_a_body_over_the_limit_is_refused_in_openais_shape(gateway, token):
     assert too_large.value.status_code == 413
     assert (too_large.value.code, too_large.value.type) == ("payload_too_large", "invalid_request_error")
     assert "MAX_BODY_BYTES" in too_large.value.message
+
+
+def test_content_of_the_wrong_shape_is_refused_naming_the_content_field(gateway, token):
+    client = _client(gateway, token)
+    for content in (5, {"type": "text"}, ["a part that is not an object"], [{"text": "no type"}]):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="cairn", messages=[{"role": "user", "content": content}])
+        assert (refused.value.code, refused.value.param) == ("invalid_request", "messages.0.content"), content
+        assert "messages.0.content: must be a string or a list of content parts" in refused.value.message, content
