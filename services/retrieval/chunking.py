@@ -11,17 +11,18 @@ CountTokens = Callable[[str], int]
 
 # Raised whenever a change here cuts the same text differently (2: CommonMark fences, setext headings,
 # front matter left out; 3: paragraphs of CRLF text, MAX_CHARS_PER_TOKEN; 4: a fenced code block that fits a
-# chunk kept whole, no headings inside HTML comments; 5: an HTML <pre> block that fits a chunk kept whole).
+# chunk kept whole, no headings inside HTML comments; 5: an HTML <pre> block that fits a chunk kept whole;
+# 6: '#' headings indented by up to three spaces).
 # Documents keep the version they were cut with, so re-ingesting them after an upgrade cuts them again rather
 # than reporting them unchanged.
-CHUNKER_VERSION = 5
+CHUNKER_VERSION = 6
 # Most characters one token may stand for. A word the tokenizer cannot split (a DNA sequence, a long hex
 # string) counts as a single unknown token however long it is: a 200,000-character line was one chunk.
 MAX_CHARS_PER_TOKEN = 16
 
 # The title's closing '#'s and trailing blanks are cut in Python (_heading_text): a pattern that did it
 # backtracked quadratically on a long run of spaces ("# a" + 40,000 spaces + "b" took 30 s).
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.*)$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
 # CommonMark: a backtick fence's info string holds no backtick; a fence closes only at a run of its own
 # character at least as long, with nothing after it.
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}(?=[^`]*$)|~{3,})")

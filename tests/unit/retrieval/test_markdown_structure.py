@@ -138,3 +138,16 @@ def test_a_heading_inside_an_html_comment_starts_no_section(comment: str) -> Non
     text = f"# T\n\n## Setup\n\nRun it.\n\n{comment}\n\nMore setup.\n\n## Use\n\nUse it.\n"
     assert [section for section, _ in sections(text)] == ["Setup", "Use"]
     assert document_title(f"{comment}\n\n# Real title\n", fallback="none") == "Real title"
+
+
+@pytest.mark.parametrize("indent", [" ", "  ", "   "])
+def test_a_hash_heading_indented_by_up_to_three_spaces_starts_a_section(indent: str) -> None:
+    text = f"{indent}# Pump guide\n\nIntro.\n\n{indent}## Setup\n\nMount it.\n"
+    assert document_title(text, fallback="none") == "Pump guide"
+    assert [section for section, _ in sections(text)] == ["", "Setup"]
+
+
+def test_a_hash_line_indented_by_four_spaces_is_code_not_a_heading() -> None:
+    text = "# T\n\n## Setup\n\nMount it.\n\n    ## not a heading\n\nWire it.\n"
+    assert [section for section, _ in sections(text)] == ["Setup"]
+    assert document_title("    # code\n\nText.\n", fallback="none") == "none"
