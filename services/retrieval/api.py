@@ -130,7 +130,7 @@ async def list_documents(
 
 @router.delete("/documents/{doc_id:doc_id}", response_model=DeletedDocument, tags=["documents"], responses=_NO_DOCUMENT)
 async def delete_document(doc_id: str, store: StoreDep) -> DeletedDocument:
-    deleted = await store.delete(doc_id=doc_id)
+    deleted = await ingestion.delete_document(doc_id, store=store)
     if not deleted:
         raise NotFound(f"no document {doc_id!r}")
     log.info("document deleted", extra={"doc_id": doc_id, "deleted_chunks": deleted})

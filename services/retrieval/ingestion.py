@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from services.retrieval import parsing
 from services.retrieval.chunking import CHUNKER_VERSION, Chunk, chunk_text, document_title
+from services.retrieval.document_metadata import document_fields
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.ports import (
@@ -27,7 +29,9 @@ from services.retrieval.ports import (
     VectorStore,
     chunk_id_of,
     indexed_text,
+    is_complete,
 )
+from shared.errors import DependencyUnavailable
 
 if TYPE_CHECKING:
     from services.retrieval.contextual import Contextualizer
@@ -38,6 +42,9 @@ MAX_DOC_ID_CHARS = 512
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 # Model tokens kept free for a contextual prefix, so prefix + chunk still fit what the model embeds.
 CONTEXT_TOKENS = 64
+# How often a document written at the same time through another replica is written again (_settle).
+_SETTLE_REWRITES = 3
+_SETTLE_PAUSE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -161,8 +168,10 @@ def _chunk_metadata(chunk: Chunk, prefix: str | None) -> dict[str, str | int]:
 
 
 class DocumentLocks:
-    """A lock per doc_id being ingested. Two ingests of one document in this process then run one after
-    the other, the second replacing the first; at once, both saw no document and their chunks mixed."""
+    """A lock per doc_id being ingested or deleted. Two ingests of one document in this process then run one
+    after the other, the second replacing the first; at once, both saw no document and their chunks mixed.
+    A delete waits too: landing between an ingest's write and its keyword indexing, it left the keyword
+    index holding the chunks Chroma no longer had."""
 
     def __init__(self) -> None:
         self._locks: dict[str, asyncio.Lock] = {}
@@ -204,7 +213,8 @@ async def ingest_document(
     A changed document is replaced: its old chunks are deleted once the new ones are embedded, just
     before they are written, so searches miss the document only for the time of one store write. (Not
     upsert-then-trim: Chroma's upsert merges metadata, so a field the new version lacks would survive.)
-    Ingests of one document in this process run one at a time (DocumentLocks).
+    Ingests of one document in this process run one at a time (DocumentLocks); on a store other replicas
+    share, the document is read back until one version of it stands whole (_settle), else DependencyUnavailable.
     """
     if not document.text.strip():
         raise ValueError("document text is empty")
@@ -215,6 +225,12 @@ async def ingest_document(
             document, doc_id=doc_id, digest=digest, embedder=embedder, store=store, chunk_size=chunk_size,
             chunk_overlap=chunk_overlap, contextualizer=contextualizer,
         )
+
+
+async def delete_document(doc_id: str, *, store: VectorStore) -> int:
+    """Delete every chunk of `doc_id` once no ingest of it in this process is under way; how many there were."""
+    async with _ingesting.hold(doc_id):
+        return await store.delete(doc_id=doc_id)
 
 
 def chunking_key(
@@ -294,18 +310,53 @@ async def _ingest(
     embeddings = await embedder.embed_documents(
         [indexed_text(chunk.text, meta) for chunk, meta in zip(chunks, metadatas, strict=True)]
     )
-    if existing is not None:
+    stored = [
+        StoredChunk(
+            chunk_id=chunk_id_of(doc_id, chunk.chunk_index), doc_id=doc_id, content=chunk.text, embedding=embedding, metadata=meta
+        )
+        for chunk, meta, embedding in zip(chunks, metadatas, embeddings, strict=True)
+    ]
+    await _write(store, doc_id, stored, replace=existing is not None)
+    if store.shared:
+        await _settle(store, doc_id, stored)
+    return IngestResult(doc_id=doc_id, title=title, status="added" if existing is None else "replaced", chunks=len(chunks))
+
+
+async def _write(store: VectorStore, doc_id: str, chunks: list[StoredChunk], *, replace: bool) -> None:
+    if replace:
         await store.delete(doc_id=doc_id)
-    await store.upsert(
-        [
-            StoredChunk(
-                chunk_id=chunk_id_of(doc_id, chunk.chunk_index), doc_id=doc_id, content=chunk.text, embedding=embedding, metadata=meta
-            )
-            for chunk, meta, embedding in zip(chunks, metadatas, embeddings, strict=True)
-        ]
-    )
+    await store.upsert(chunks)
     if store.shared:
         # Another replica may have written a longer version of this document meanwhile (DocumentLocks holds
         # within one process only): what lies beyond this version goes, so the later write leaves no mix.
         await store.delete(doc_id=doc_id, from_chunk_index=len(chunks))
-    return IngestResult(doc_id=doc_id, title=title, status="added" if existing is None else "replaced", chunks=len(chunks))
+
+
+async def _settle(store: VectorStore, doc_id: str, chunks: list[StoredChunk]) -> None:
+    """Read the document back and write it again until one version of it stands whole.
+
+    Two replicas writing it at once interleave their upserts and trims: a shorter version's trim could cut
+    the tail off a longer one written over it, and an upsert over the other's chunks keeps the fields
+    those lack (Chroma merges metadata). Whoever finds such a mix writes its own version again, whole;
+    a whole version of other content was written after this one and stands.
+    """
+    ours = {chunk.chunk_id: dict(chunk.metadata) for chunk in chunks}
+    for rewrites in range(_SETTLE_REWRITES + 1):
+        found = {chunk.chunk_id: chunk.metadata for chunk in await store.get_chunks(doc_ids=[doc_id])}
+        if not found or found == ours or _one_version(found) and not _same_content(found, ours):
+            return
+        if rewrites == _SETTLE_REWRITES:
+            break
+        await asyncio.sleep(random.uniform(0, _SETTLE_PAUSE_S * (rewrites + 1)))  # two replicas at it: one goes first
+        await _write(store, doc_id, chunks, replace=True)
+    raise DependencyUnavailable("chroma")
+
+
+def _one_version(found: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether stored chunks are all of one write: one content, one set of document fields, none missing."""
+    fields = {tuple(sorted(document_fields(meta).items())) for meta in found.values()}
+    return len(fields) == 1 and is_complete(list(found.values()))
+
+
+def _same_content(found: Mapping[str, Mapping[str, Any]], ours: Mapping[str, Mapping[str, Any]]) -> bool:
+    return {meta.get("content_hash") for meta in found.values()} == {meta.get("content_hash") for meta in ours.values()}

@@ -103,6 +103,18 @@ async def _none() -> None:
     return None
 
 
+async def test_a_version_written_over_another_replicas_at_once_keeps_none_of_its_fields(embedder) -> None:
+    """Both replicas saw no document, so neither deleted before writing: Chroma's upsert merged the other's
+    fields (its category and its own metadata) into this version's chunks."""
+    other = FakeStore()
+    this = FakeStore(shared_with=other)
+    await ingest(NewDocument(text=GUIDE, doc_id="g", category="manuals", metadata={"team": "ops"}), embedder, other)
+    this.get_document = lambda doc_id: _none()  # type: ignore[method-assign]  # checked before the other wrote
+    await ingest(NewDocument(text=GUIDE.replace("make up", "cairn up"), doc_id="g"), embedder, this)
+    assert {(c.metadata.get("category"), c.metadata.get("team")) for c in this.chunks.values()} == {(None, None)}
+    assert {c.metadata["content_hash"] for c in this.chunks.values()} == {content_hash(GUIDE.replace("make up", "cairn up"))}
+
+
 async def test_a_document_the_store_holds_only_in_part_is_written_again(embedder, store) -> None:
     # A store lost between two write calls (a document of more chunks than one call takes) keeps the first
     # chunks only, each with the content's hash: the same content again must complete it, not find it unchanged.
