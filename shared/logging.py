@@ -16,11 +16,26 @@ class _RequestContextFilter(logging.Filter):
         self.service = service
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if _traceback_written_before(record):
+            return False
         # A record may name its service itself: the request line does, for apps sharing one process.
         record.__dict__.setdefault("service", self.service)
         record.request_id = request_id_var.get()
         record.trace_id = current_trace_id()
         return True
+
+
+def _traceback_written_before(record: logging.LogRecord) -> bool:
+    """Whether another record wrote the record's exception already; the first to carry it is noted on it.
+
+    An error raised after a streamed response began is logged by the request middleware, with its request id,
+    then re-raised so that the server drops the connection: Starlette's error middleware and uvicorn would
+    each write the same traceback again, without the request id."""
+    error = record.exc_info[1] if record.exc_info else None
+    if error is None:
+        return False
+    first = error.__dict__.setdefault("_cairn_logged_by", record)  # one record may pass several handlers
+    return first is not record
 
 
 def json_handler(service: str, stream: TextIO | None = None) -> logging.Handler:

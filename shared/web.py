@@ -67,21 +67,25 @@ class RequestContextMiddleware:
         started = time.perf_counter()
         status = 500
         responded = False
+        completed = False  # the last of the body was sent
+        failed = False
 
         async def send_with_request_id(message: Message) -> None:
-            nonlocal status, responded
+            nonlocal status, responded, completed
             if message["type"] == "http.response.start":
                 status = message["status"]
                 responded = True
                 message.setdefault("headers", [])
                 message["headers"].append((b"x-request-id", request_id.encode()))
             await send(message)
+            completed = completed or (message["type"] == "http.response.body" and not message.get("more_body"))
 
         method = scope["method"]
         with server_span(self.service, headers, method=method) as span:
             try:
                 await self.app(scope, receive, send_with_request_id)
             except Exception as exc:
+                failed = True
                 # Answered here rather than by the app's Exception handler, which runs outside this middleware:
                 # there the log line would have no request id, trace or traceback, and the 500 no X-Request-ID.
                 log.exception("unhandled error")
@@ -91,12 +95,15 @@ class RequestContextMiddleware:
                     raise
                 await _internal_error_response()(scope, receive, send_with_request_id)
             finally:
-                self._finish(scope, span, method, request_id, user, status, started)
+                # A response begun, not finished, and no error: Starlette stopped the stream as the client left.
+                left = responded and not completed and not failed
+                self._finish(scope, span, method, request_id, user, status, started, client_disconnected=left)
                 request_id_var.reset(rid_token)
                 request_user_var.reset(user_token)
 
     def _finish(
-        self, scope: Scope, span: Span, method: str, request_id: str, user: RequestUser, status: int, started: float
+        self, scope: Scope, span: Span, method: str, request_id: str, user: RequestUser, status: int, started: float,
+        *, client_disconnected: bool,
     ) -> None:
         elapsed = time.perf_counter() - started
         matched = getattr(scope.get("route"), "path", None)
@@ -107,17 +114,17 @@ class RequestContextMiddleware:
         REQUESTS.labels(self.service, method, route, str(status)).inc()
         LATENCY.labels(self.service, method, route, str(status)).observe(elapsed)
         if route not in ("/healthz", "/readyz", "/metrics"):
-            log.info(
-                "request",
-                extra={
-                    "method": method,
-                    "route": route,
-                    "status": status,
-                    "latency_ms": round(elapsed * 1000, 1),
-                    "user_id": user.id,
-                    "service": self.service,
-                },
-            )
+            fields = {
+                "method": method,
+                "route": route,
+                "status": status,
+                "latency_ms": round(elapsed * 1000, 1),
+                "user_id": user.id,
+                "service": self.service,
+            }
+            if client_disconnected:
+                fields["client_disconnected"] = True
+            log.info("request", extra=fields)
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
