@@ -34,7 +34,14 @@ from services.retrieval.evaluation.beir import BeirDataset, DatasetError, load_b
 from services.retrieval.evaluation.corpus import RecordingStore
 from services.retrieval.evaluation.metrics import paired_difference
 from services.retrieval.evaluation.report import EvalReport
-from services.retrieval.evaluation.runner import IngestReport, ModeReport, chunks_to_request, ingest_corpus, run_mode
+from services.retrieval.evaluation.runner import (
+    DOCUMENTS_RANKED,
+    IngestReport,
+    ModeReport,
+    chunks_to_request,
+    ingest_corpus,
+    run_mode,
+)
 from services.retrieval.ports import Embedder
 from services.retrieval.settings import Settings
 from shared.settings import print_settings_problems
@@ -81,6 +88,12 @@ def run(
         print(
             f"note: {dataset.relevant_missing} (query, document) pairs that qrels/{split}.tsv marks relevant name a "
             "document the corpus lacks; no mode can find them, so they lower every score",
+            file=sys.stderr,
+        )
+    if dataset.queries_in_corpus:
+        print(
+            f"note: {dataset.queries_in_corpus} queries have the id of a corpus document; as in BEIR's evaluation, "
+            "that document is left out of their rankings",
             file=sys.stderr,
         )
     # Made and deleted outside asyncio.run, which returns (also when cancelled) only once every worker thread
@@ -246,7 +259,9 @@ async def _measure(
     # lookups would go to Chroma until some keyword search built it, and the modes would not compare.
     await asyncio.to_thread(keywords.build)
     dense_lookup = "exact" if keywords.exact_dense() is not None else "hnsw"
-    depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents)
+    # One more document when a query's own document is left out of its ranking, so that 100 remain.
+    ranked = DOCUMENTS_RANKED + 1 if dataset.queries_in_corpus else DOCUMENTS_RANKED
+    depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents, ranked=ranked)
     results = []
     for mode in modes:
         # Hybrid fuses the top `candidates` of each leg, as served; asking for more would deepen the legs.

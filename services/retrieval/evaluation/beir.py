@@ -36,6 +36,12 @@ class BeirDataset:
             1 for docs in self.qrels.values() for doc_id, grade in docs.items() if grade > 0 and doc_id not in self.corpus
         )
 
+    @property
+    def queries_in_corpus(self) -> int:
+        """Queries whose id is also a document's id (ArguAna, Quora: the query is itself in the corpus). BEIR
+        leaves that document out of the query's ranking, and so does the runner."""
+        return sum(1 for query_id in self.queries if query_id in self.corpus)
+
 
 _LAYOUT = "corpus.jsonl[.gz], queries.jsonl[.gz] and qrels/<split>.tsv"
 

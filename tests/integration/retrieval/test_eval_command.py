@@ -176,6 +176,26 @@ def test_relevant_documents_the_corpus_lacks_are_noted_and_count_as_missed(
     ]
 
 
+def test_a_query_s_own_document_is_left_out_of_its_ranking_and_noted(
+    capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    """As BEIR evaluates ArguAna and Quora, whose queries are in the corpus under their own ids: that document
+    is dropped from the query's ranking, even where the qrels (here, to show it) judge it relevant."""
+    with (dataset / "queries.jsonl").open("a", encoding="utf-8") as queries:
+        queries.write(json.dumps({"_id": "tides", "text": "what causes high and low tide"}) + "\n")
+    with (dataset / "qrels" / "test.tsv").open("a", encoding="utf-8") as qrels:
+        qrels.write("tides\ttides\t1\n")
+    assert evaluation.run(
+        dataset, split="test", mode="dense", whole_docs=True, as_json=True, settings=settings_for(tmp_path), embedder=embedder
+    ) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["modes"]["dense"]["recall@100"] == pytest.approx(4 / 5)
+    assert [line for line in err.splitlines() if line.startswith("note:")] == [
+        "note: 1 queries have the id of a corpus document; as in BEIR's evaluation, that document is left out of "
+        "their rankings"
+    ]
+
+
 @pytest.mark.parametrize(
     ("environment", "errors"),
     [

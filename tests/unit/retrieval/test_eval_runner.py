@@ -85,8 +85,34 @@ async def test_a_search_that_ranks_the_wrong_document_first_scores_lower(parts) 
     assert result.scores.means["mrr@10"] < 1.0
 
 
+async def test_a_query_s_own_document_is_left_out_of_its_ranking_as_beir_does() -> None:
+    """ArguAna and Quora hold each query in the corpus under the query's own id; BEIR's evaluation (and so
+    every published figure) drops that document from the query's ranking."""
+    arguments = BeirDataset(
+        name="arguments",
+        corpus={
+            "a1": BeirDocument("a1", "", "Zoos protect endangered species."),
+            "a2": BeirDocument("a2", "", "Zoos confine wild animals for show."),
+            "a3": BeirDocument("a3", "", "Homework helps pupils learn."),
+        },
+        queries={"a1": "Zoos protect endangered species."},
+        qrels={"a1": {"a2": 1}},
+    )
+    assert arguments.queries_in_corpus == 1
+
+    async def itself_first(query: str, mode: str, top_k: int) -> list[search.SearchHit]:
+        return [
+            search.SearchHit(f"{doc_id}#0", doc_id, "", score, score, None, {})
+            for doc_id, score in (("a1", 1.0), ("a2", 0.8), ("a3", 0.3))
+        ]
+
+    result = await run_mode(arguments, mode="dense", search=itself_first, top_k=3)
+    assert result.scores.means["mrr@10"] == 1.0 and result.scores.means["ndcg@10"] == 1.0
+
+
 def test_enough_chunks_are_requested_for_a_hundred_documents() -> None:
     assert chunks_to_request(chunks=5000, documents=5000) == 100
+    assert chunks_to_request(chunks=5000, documents=5000, ranked=101) == 101, "one more when a query's own is left out"
     assert chunks_to_request(chunks=22000, documents=5000) == 500
     assert chunks_to_request(chunks=40, documents=30) == 40, "never more than there are"
 
