@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -30,7 +31,7 @@ log = logging.getLogger("cairn.retrieval")
 
 
 async def _open_index(
-    app: FastAPI, settings: Settings, store: VectorStore | None
+    app: FastAPI, settings: Settings, store: VectorStore | None, model_id: Callable[[], str]
 ) -> tuple[KeywordSync, ChromaStore | None]:
     """Open the configured store (or `store`), wrap it with the keyword index, and load the index once."""
     chroma = None
@@ -44,7 +45,7 @@ async def _open_index(
             ef_construction=settings.hnsw_ef_construction,
             max_neighbors=settings.hnsw_max_neighbors,
             max_query_batch=settings.search_max_query_batch,
-            model_id=model_identity(settings.model_path()),
+            model_id=model_id(),
         )
         await chroma.open()
     # Every write goes through the synced store, so the keyword index (and the vectors it keeps for
@@ -81,6 +82,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
+        identity = functools.cache(lambda: model_identity(settings.model_path()))  # hashes the model files once
         loading = None
         if embedder is None:
             # The model's ONNX copy is exported (a child process, on a first start) before this process holds
@@ -91,7 +93,7 @@ def create_app(
             loading = asyncio.ensure_future(asyncio.to_thread(embedder_from_settings, settings))
         owned = None
         try:
-            keyword_sync, chroma = await _open_index(app, settings, store)
+            keyword_sync, chroma = await _open_index(app, settings, store, identity)
             if loading is not None:
                 owned = await loading
             if chroma is not None:  # only the vectors' length is wanted from this query
@@ -117,7 +119,7 @@ def create_app(
             vector_cache = app.state.embedder = CachingEmbedder(
                 app.state.embedder,
                 path=settings.embedding_cache_path,
-                model_id=model_fingerprint(settings.model_path(), backend=settings.embedding_backend),
+                model_id=model_fingerprint(settings.model_path(), backend=settings.embedding_backend, identity=identity()),
             )
         app.state.contextualizer = build_contextualizer(settings)
         log.info(

@@ -98,6 +98,20 @@ def test_the_fingerprint_changes_with_the_model_files_and_the_backend(tmp_path: 
     assert model_fingerprint(model, backend="torch") != torch_id
 
 
+def test_two_models_with_the_same_name_and_file_sizes_do_not_share_vectors(tmp_path: Path) -> None:
+    """Two fine-tunings of one model saved as runs/a/model and runs/b/model (or one retrained in place):
+    same names, same file sizes, other weights. Sharing a fingerprint, the second would be scored with the
+    first one's cached vectors."""
+    first, second = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    for folder, weights in ((first, b"\1" * 64), (second, b"\2" * 64)):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(weights)
+    assert model_fingerprint(first, backend="torch") != model_fingerprint(second, backend="torch")
+    (first / "model.safetensors").write_bytes(b"\2" * 64)
+    assert model_fingerprint(first, backend="torch") == model_fingerprint(second, backend="torch"), "same files, same id"
+
+
 def test_the_service_reuses_cached_vectors_when_embedding_cache_is_on(tmp_path: Path) -> None:
     auth = {"X-Service-Token": "cache-token"}
     document = {"text": "# Tides\n\nThe moon pulls the sea.", "doc_id": "tides.md"}
