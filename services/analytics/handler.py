@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ from services.analytics.domain import EventRecord, EventStore, to_record
 from shared.context import request_id_var
 from shared.errors import DependencyUnavailable
 from shared.events import OCCURRED_AT_RANGE, SCHEMA_VERSION, Event, occurred_at_in_range, parse_event
+from shared.tracing import continued_trace
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,7 @@ async def handle(body: bytes, *, store: EventStore) -> Verdict:
     parsed = _parse(body)
     if isinstance(parsed, Verdict):
         return parsed
-    token = request_id_var.set(parsed.request_id)
-    try:
+    with _about(parsed):
         fields = _log_fields(parsed)
         try:
             new = await asyncio.to_thread(store.add, to_record(parsed))
@@ -78,8 +79,6 @@ async def handle(body: bytes, *, store: EventStore) -> Verdict:
             return Verdict(Outcome.REQUEUE, f"store error: {exc!r}")
         log.info("event stored" if new else "duplicate event ignored", extra=fields)
         return Verdict(Outcome.ACK)
-    finally:
-        request_id_var.reset(token)
 
 
 async def settle(
@@ -150,7 +149,8 @@ async def settle_batch(
     except Exception as exc:
         if len(valid) == 1:  # nothing to isolate: requeue it as `settle` would
             place, message, event = valid[0]
-            log.exception("storing event failed", extra=_log_fields(event))
+            with _about(event):
+                log.exception("storing event failed", extra=_log_fields(event))
             verdict = Verdict(Outcome.REQUEUE, f"store error: {exc!r}")
             outcomes[place] = await _conclude(
                 message, verdict, dead_letters=dead_letters, delivery_limit=delivery_limit
@@ -252,11 +252,19 @@ def _log_stored(events: list[Event], new: list[bool]) -> None:
     if not log.isEnabledFor(logging.INFO):  # the per-event lines are skipped whole under load
         return
     for event, is_new in zip(events, new, strict=True):
-        token = request_id_var.set(event.request_id)
-        try:
+        with _about(event):
             log.info("event stored" if is_new else "duplicate event ignored", extra=_log_fields(event))
-        finally:
-            request_id_var.reset(token)
+
+
+@contextmanager
+def _about(event: Event) -> Iterator[None]:
+    """Log lines within carry the event's request id and trace id (the trace its traceparent names)."""
+    token = request_id_var.set(event.request_id)
+    try:
+        with continued_trace(event.traceparent):
+            yield
+    finally:
+        request_id_var.reset(token)
 
 
 def _describe(exc: ValidationError) -> str:

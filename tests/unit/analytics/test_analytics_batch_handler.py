@@ -3,10 +3,14 @@ dead-lettered one by one and a failing batch falling back to one event at a time
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import logging
 
 import pytest
 
-from services.analytics.handler import Outcome, settle_batch
+from services.analytics.handler import Outcome, settle, settle_batch
+from shared.logging import json_handler
 from tests.unit.analytics.analytics_events import feedback, responded, submitted
 from tests.unit.analytics.analytics_fakes import FakeChannel, FakeDeadLetters, FakeEventStore, FakeMessage
 
@@ -138,3 +142,35 @@ async def test_a_held_batch_is_requeued_on_shutdown_and_its_invalid_messages_sti
     assert await asyncio.wait_for(settling, 2) == [Outcome.RETRY, Outcome.DEAD_LETTER, Outcome.RETRY]
     assert [message.settled for message in messages] == [[("nack", True)], [("ack", None)], [("nack", True)]]
     assert [body for body, _ in dead.sent] == [b"{not json"] and store.rows == {}
+
+
+def traced(request_id: str, trace_id: str):
+    """An event published within the trace `trace_id`, as chat and the gateway publish them."""
+    return submitted(request_id=request_id).model_copy(
+        update={"trace_id": trace_id, "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    )
+
+
+async def test_the_line_about_each_stored_event_carries_its_request_id_and_trace_id() -> None:
+    written = io.StringIO()
+    handler = json_handler("analytics", written)
+    logger = logging.getLogger("services.analytics.handler")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        store = FakeEventStore()
+        batch = [traced("a", "1" * 32), traced("b", "2" * 32)]
+        await settle_all(on_one_channel(store, *map(body_of, batch)), store)
+        # One at a time, as a batch whose commit failed is stored.
+        await settle(
+            FakeMessage(body_of(traced("c", "3" * 32))), store=store, dead_letters=FakeDeadLetters(),
+            stop=asyncio.Event(), delivery_limit=LIMIT,
+        )
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = [json.loads(line) for line in written.getvalue().splitlines()]
+    assert [(line["message"], line["request_id"], line["trace_id"]) for line in lines] == [
+        ("event stored", "a", "1" * 32), ("event stored", "b", "2" * 32), ("event stored", "c", "3" * 32),
+    ]
