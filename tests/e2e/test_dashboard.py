@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
@@ -288,6 +288,72 @@ def test_a_custom_range_is_kept_in_the_address_and_a_reversed_one_is_refused(gat
     page.get_by_test_id("from").dispatch_event("change")
     expect(page.get_by_test_id("status")).to_have_text("The start of the range must come before its end.")
     assert len(figures.seen) == seen, "no report is asked for an empty range"
+    assert problems == [], problems
+
+
+def hold_plotly(page: Page) -> list[Route]:
+    """Hold the page's request for plotly.js (its charts wait for it) until the test continues it."""
+    held: list[Route] = []
+    page.route("**/web/vendor/plotly.min.js", lambda route: held.append(route))
+    return held
+
+
+def wait_for_held(page: Page, held: list[Route]) -> Route:
+    for _ in range(200):
+        if held:
+            return held[0]
+        page.wait_for_timeout(50)
+    raise AssertionError("the page never asked for plotly.js")
+
+
+def test_a_range_refused_while_a_load_runs_keeps_its_message(gateway, browser, figures):
+    window = {"from": "2026-01-01T09:00:00.000Z", "to": "2026-01-01T12:00:00.000Z"}
+    page, problems = open_page(browser, f"{gateway}/dashboard?{urlencode(window)}")
+    held = hold_plotly(page)
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    plotly = wait_for_held(page, held)
+    page.get_by_test_id("from").fill(page.get_by_test_id("to").input_value())
+    page.get_by_test_id("from").dispatch_event("change")
+    refused = "The start of the range must come before its end."
+    expect(page.get_by_test_id("status")).to_have_text(refused)
+    plotly.continue_()
+    wait_for_figures(page)  # the load under way shows the figures of the range before
+    assert all(chart_drawn(page, name) for name in CHARTS)
+    expect(page.get_by_test_id("status")).to_have_text(refused)
+    assert problems == [], problems
+
+
+def test_the_charts_of_an_older_load_are_not_drawn_after_a_newer_load_failed(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    held = hold_plotly(page)
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    plotly = wait_for_held(page, held)  # the first load's figures are in, its charts wait for plotly
+    unavailable = {"error": "database_unavailable", "message": "database is unavailable"}
+    page.route("**/api/analytics/**", lambda route: route.fulfill(status=503, json=unavailable))
+    page.get_by_test_id("range").select_option("1h")
+    expect(page.get_by_test_id("dashboard")).to_have_attribute("data-state", "error")
+    plotly.continue_()
+    wait_until(lambda: page.evaluate("() => window.Plotly !== undefined"), timeout=30, what="plotly.js to load")
+    page.wait_for_timeout(300)  # time enough for the first load's charts, were they still drawn
+    assert page.locator(".chart svg").count() == 0
+    assert page.get_by_test_id("kpi-queries").text_content() == "—"
+    expect(page.get_by_test_id("status")).to_contain_text("The figures are unavailable right now")
+    assert problems == [], problems
+
+
+def test_the_confidence_donut_labels_only_the_levels_that_occurred(gateway, browser, figures):
+    def without_low_confidence(route: Route) -> None:
+        response = route.fetch()
+        summary = response.json()
+        summary["confidence"]["low"] = 0
+        route.fulfill(response=response, json=summary)
+
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    page.route("**/api/analytics/summary?*", without_low_confidence)
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    labels = page.get_by_test_id("chart-confidence").locator("text.slicetext").all_text_contents()
+    assert labels and not [label for label in labels if label.startswith("Low")], labels
     assert problems == [], problems
 
 

@@ -128,14 +128,17 @@ function answerRate(series, t) {
 // --- the range as a whole -----------------------------------------------------------------------
 function confidence(summary, t) {
   const mix = summary?.confidence ?? { high: 0, medium: 0, low: 0 };
-  if (mix.high + mix.medium + mix.low === 0) return null;
+  // plotly labels a slice of 0 too ("Low 0%", on top of its neighbour): only the levels that occurred are drawn.
+  const slices = [["High", mix.high, t.good], ["Medium", mix.medium, t.middling], ["Low", mix.low, t.bad]]
+    .filter(([, count]) => count > 0);
+  if (!slices.length) return null;
   const trace = {
     type: "pie",
     hole: 0.55,
     sort: false,
-    labels: ["High", "Medium", "Low"],
-    values: [mix.high, mix.medium, mix.low],
-    marker: { colors: [t.good, t.middling, t.bad] },
+    labels: slices.map(([label]) => label),
+    values: slices.map(([, count]) => count),
+    marker: { colors: slices.map(([, , color]) => color) },
     textinfo: "label+percent",
     hovertemplate: "%{label}: %{value} responses (%{percent})<extra></extra>",
   };
@@ -209,13 +212,14 @@ const OVER_TIME = new Set(["volume", "latency", "answer-rate"]);
 const TOO_LONG = "This range is too long to draw over time (more than 10,000 days)";
 
 /** Draw every chart of the page (containers `#chart-<name>`) from the reports, keyed by report name; the
- * charts over time say so when the range was too long for a time series (reports.timeseries null). */
-export async function drawCharts(reports) {
+ * charts over time say so when the range was too long for a time series (reports.timeseries null). None is
+ * drawn once `signal` is aborted. */
+export async function drawCharts(reports, { signal } = {}) {
   await Promise.all(
     Object.entries(BUILDERS).map(([name, build]) => {
       const container = document.getElementById(`chart-${name}`);
       const empty = OVER_TIME.has(name) && reports.timeseries === null ? TOO_LONG : undefined;
-      return draw(container, build(reports, theme(container.clientWidth)), empty);
+      return draw(container, build(reports, theme(container.clientWidth)), { empty, signal });
     }),
   );
 }

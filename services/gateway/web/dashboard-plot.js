@@ -67,9 +67,11 @@ export function countAxis(t, title, largest) {
   return axis(t, title, { rangemode: "tozero", tickformat: ",d", ...(largest <= 10 ? { dtick: 1 } : {}) });
 }
 
-/** Draw `figure` in the container, or say why not when it is null: no data, unless `empty` says otherwise. */
-export async function draw(container, figure, empty = EMPTY) {
+/** Draw `figure` in the container, or say why not when it is null: no data, unless `empty` says otherwise.
+ * Nothing is drawn once `signal` is aborted: a newer load owns the page by the time plotly has loaded. */
+export async function draw(container, figure, { empty = EMPTY, signal } = {}) {
   const Plotly = await loadPlotly();
+  if (signal?.aborted) return;
   if (!figure) {
     Plotly.purge(container);
     const note = document.createElement("p");

@@ -41,8 +41,10 @@ const view = {
 };
 
 // shown: the {filters, range} of the figures on the page, the range resolved when they were loaded.
+// refused: the filters name a range refused since the last load started, whose message stays on the status line.
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY), filters: range.readFilters(location.search), load: null, shown: null,
+  refused: false,
 };
 
 /** The [from, to) of the figures on the page: a preset range ends when they were loaded, so the export and a
@@ -165,9 +167,11 @@ async function load() {
   try {
     resolved = range.resolveRange(state.filters);
   } catch (error) {
+    state.refused = true; // a load still running draws its figures, and leaves this message in place
     say(view.status, error.message, "error");
     return;
   }
+  state.refused = false;
   history.replaceState(null, "", range.writeFilters(state.filters));
   state.shown = { filters: state.filters, range: resolved };
   state.load?.abort();
@@ -186,16 +190,16 @@ async function load() {
     renderModels(view.modelRows, reports.models);
     renderFeedback(view.feedbackFigures, view.feedbackList, reports.feedback);
     renderNeverCited(view.neverCited, reports.documents);
-    await drawCharts(reports);
+    await drawCharts(reports, { signal: controller.signal });
     if (state.load !== controller) return; // a newer load has started meanwhile
-    say(view.status, reports.summary.queries ? "" : "No questions were asked in this range.");
+    if (!state.refused) say(view.status, reports.summary.queries ? "" : "No questions were asked in this range.");
     view.dashboard.dataset.state = "ready";
   } catch (error) {
     if (error.name === "AbortError" || state.load !== controller) return;
     if (error.status === 401) return showLogin("Your session has ended. Please log in again.", "error");
     if (error.status === 403) return show("forbidden", view.whoami.textContent);
     clearFigures();
-    say(view.status, describe(error), "error");
+    if (!state.refused) say(view.status, describe(error), "error");
     view.dashboard.dataset.state = "error";
   }
 }
