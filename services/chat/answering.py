@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from services.chat import confidence as scoring
 from services.chat.chunks import RetrievedChunk
-from services.chat.citations import CitedAnswer, resolve_citations, says_anything, without_reasoning
+from services.chat.citations import CitedAnswer, resolve_citations, says_anything
 from services.chat.confidence import Confidence
 from services.chat.grounding import GroundingReport, check_grounding
 from services.chat.markdown_images import strip_images
@@ -20,6 +20,7 @@ from services.chat.ports import Generation
 from services.chat.presentation import citation_out, confidence_out, grounding_out, related_docs, sources_out
 from services.chat.turn import Turn, elapsed_ms
 from shared.context import request_id_var
+from shared.reasoning import without_reasoning
 
 NO_INFORMATION = "I couldn't find relevant information in the documents to answer that."
 CONTENT_FILTERED = "The language model's content filter withheld its answer to that question, so there is none to show."

@@ -44,15 +44,6 @@ _REFUSAL = re.compile(
 )
 _ABOUT_THE_SOURCES = re.compile(r"\b(?:i|i'm|i've|we|my|our|documents?|context|passages?|sources?|provided|excerpts?)\b")
 _CLAUSE_BREAK = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:but|however|although|though)\b)", re.IGNORECASE)
-# What open models served by vLLM, Ollama or llama.cpp write before their answer when no reasoning parser
-# takes it out: a <think> block, one left open by a cut-off answer, or only its end on a line of its own
-# (the chat template wrote the opening tag into the prompt).
-_REASONING_TAGS = "think|thinking|reasoning"
-_LEADING_REASONING = re.compile(
-    rf"""\A\s*(?: <({_REASONING_TAGS})> .*? (?:</\1>|\Z)
-             | (?:(?!<(?:{_REASONING_TAGS})>).)*? (?:^|\n)[ \t]*</(?:{_REASONING_TAGS})>[ \t]*(?:\n|\Z) )""",
-    re.DOTALL | re.IGNORECASE | re.VERBOSE,
-)
 
 
 @dataclass(frozen=True)
@@ -72,12 +63,6 @@ class Citation:
 class CitedAnswer:
     answer: str
     citations: list[Citation]
-
-
-def without_reasoning(text: str) -> str:
-    """The model's text without the reasoning it wrote before its answer: what it thought is neither
-    shown nor searched for citations."""
-    return _LEADING_REASONING.sub("", text, count=1).strip()
 
 
 def snippet_of(text: str, limit: int = SNIPPET_CHARS) -> str:

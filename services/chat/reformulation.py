@@ -7,13 +7,13 @@ import logging
 import re
 from typing import Literal
 
-from services.chat.citations import without_reasoning
 from services.chat.errors import LLMUnavailable
 from services.chat.followups import is_follow_up, rewrite_follow_up
 from services.chat.models import MAX_QUERY_CHARS
 from services.chat.ports import Exchange, Generator, Reformulator
 from services.chat.prompts import fenced, read_template
 from services.chat.settings import Settings
+from shared.reasoning import without_reasoning
 
 log = logging.getLogger(__name__)
 

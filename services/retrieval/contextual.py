@@ -16,6 +16,7 @@ import logging
 
 from services.retrieval.ports import ContextModel, PrefixCache
 from shared.errors import ServiceError
+from shared.reasoning import without_reasoning
 
 log = logging.getLogger("cairn.retrieval.contextual")
 
@@ -38,7 +39,8 @@ def sha256(text: str) -> str:
 
 
 def _clean(answer: str) -> str | None:
-    text = " ".join(answer.split())
+    # A reasoning model's thoughts (all of the answer, when max_tokens cut them off) would be embedded as the prefix.
+    text = " ".join(without_reasoning(answer).split())
     if not text:
         return None
     if len(text) > MAX_PREFIX_CHARS:  # a model that rambles: keep whole words

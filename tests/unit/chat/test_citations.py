@@ -10,8 +10,8 @@ from services.chat.citations import (
     lacks_information,
     resolve_citations,
     snippet_of,
-    without_reasoning,
 )
+from shared.reasoning import without_reasoning
 from tests.unit.chat.fakes import make_chunk
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import pytest
 
 from services.retrieval.adapters.bm25_index import keyword_indexed
 from services.retrieval.adapters.prefix_cache import SqlitePrefixCache
-from services.retrieval.contextual import GIVE_UP_AFTER, MAX_PREFIX_CHARS, Contextualizer
+from services.retrieval.contextual import GIVE_UP_AFTER, MAX_PREFIX_CHARS, Contextualizer, sha256
 from services.retrieval.ingestion import NewDocument, ingest_document
 from services.retrieval.ports import indexed_text
 from services.retrieval.search import search
@@ -217,3 +217,25 @@ async def test_an_empty_answer_is_logged_as_a_missing_prefix(cache, caplog) -> N
     assert prefixes == [None, None]
     missing = [r for r in caplog.records if r.getMessage() == "document indexed with missing contextual prefixes"]
     assert [(r.missing, r.chunks) for r in missing] == [(2, 2)]
+
+
+REASONING = {
+    "a closed block": ("<think>\nThe user wants the chunk situated. It is about sales.\n</think>\n\nFrom the report, on sales.", "From the report, on sales."),
+    "a block cut off by max_tokens": ("<think>\nOkay, the user wants me to situate this chunk within the report", None),
+    "only its end (the template opened it)": ("Let me read the chunk first.\n</think>\nFrom the report, on sales.", "From the report, on sales."),
+}
+
+
+@pytest.mark.parametrize(("answer", "expected"), REASONING.values(), ids=REASONING.keys())
+async def test_what_a_reasoning_model_thought_is_not_the_prefix(cache, answer: str, expected: str | None) -> None:
+    """Open models served without a reasoning parser write their thoughts before the answer (as chat knows):
+    they must be neither embedded nor keyword-indexed, nor cached as the chunk's prefix."""
+
+    class Thinker(FakeModel):
+        async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+            return answer
+
+    contextualizer = Contextualizer(model=Thinker(), cache=cache)
+    assert await contextualizer.prefixes(document=DOC, chunks=["Revenue rose 3 % that quarter."]) == [expected]
+    cached = await cache.get_many(model="fake-ctx", document_sha=sha256(DOC), chunk_shas=[sha256("Revenue rose 3 % that quarter.")])
+    assert list(cached.values()) == ([expected] if expected else [])
