@@ -15,7 +15,7 @@ from services.retrieval.adapters.bm25_index import keyword_indexed
 from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import embedder_from_settings, export_onnx_copy
-from services.retrieval.adapters.reranker import CrossEncoderReranker
+from services.retrieval.adapters.reranker import CrossEncoderReranker, RerankModelUnusable
 from services.retrieval.api import router
 from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint, model_identity
 from services.retrieval.errors import EmbeddingModelMismatch
@@ -103,7 +103,7 @@ def create_app(
                 app.state.reranker = await asyncio.to_thread(CrossEncoderReranker, settings.rerank_model)
         except BaseException as exc:
             await _close_loaded(owned, loading)
-            if isinstance(exc, EmbeddingModelMismatch):
+            if isinstance(exc, EmbeddingModelMismatch | RerankModelUnusable):
                 print(f"retrieval: cannot start: {exc}", file=sys.stderr)  # the line `cairn up` shows
             raise
         app.state.search_options = SearchOptions(

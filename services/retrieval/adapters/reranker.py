@@ -10,9 +10,13 @@ from pathlib import Path
 
 from services.retrieval.ports import Reranker
 
-__all__ = ["CrossEncoderReranker", "Reranker"]
+__all__ = ["CrossEncoderReranker", "RerankModelUnusable", "Reranker"]
 
 log = logging.getLogger("cairn.retrieval.reranker")
+
+
+class RerankModelUnusable(ValueError):
+    """RERANK_MODEL names a folder that holds no usable reranker; the message starts with the variable."""
 
 
 class CrossEncoderReranker:
@@ -28,9 +32,15 @@ class CrossEncoderReranker:
         from sentence_transformers import CrossEncoder
 
         started = time.perf_counter()
-        self._model = CrossEncoder(str(model_path), device="cpu")
+        try:
+            self._model = CrossEncoder(str(model_path), device="cpu")
+        except Exception as exc:  # no config, unknown architecture, missing weights...: transformers' own types
+            raise RerankModelUnusable(
+                f"RERANK_MODEL: {Path(model_path).name} cannot be loaded as a sentence-transformers CrossEncoder "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'})"
+            ) from exc
         if self._model.num_labels != 1:  # which output means "relevant" is then the model's own convention
-            raise ValueError(
+            raise RerankModelUnusable(
                 f"RERANK_MODEL: a reranker must give one relevance score per passage; {Path(model_path).name} "
                 f"gives {self._model.num_labels} (a classifier's labels)"
             )

@@ -82,3 +82,27 @@ def test_a_classifier_with_several_labels_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="RERANK_MODEL.*one relevance score.*gives 2"):
         CrossEncoderReranker(save_tiny_cross_encoder(tmp_path, num_labels=2))
+
+
+def not_a_cross_encoder(tmp_path: Path) -> Path:
+    folder = tmp_path / "models"  # say, the folder above the model's
+    folder.mkdir()
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [(not_a_cross_encoder, "cannot be loaded as a sentence-transformers CrossEncoder"),
+     (lambda tmp_path: save_tiny_cross_encoder(tmp_path / "classifier", num_labels=2), "one relevance score")],
+    ids=["not a model", "a classifier"],
+)
+def test_an_unusable_model_stops_the_start_with_one_line_naming_the_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model, reason: str
+) -> None:
+    """The line `cairn up` shows when retrieval exits at start; without it, only "see the log"."""
+    settings = Settings(service_token=TOKEN, data_dir=tmp_path / "data", rerank_model=model(tmp_path))
+    with pytest.raises(ValueError), TestClient(create_app(settings, embedder=FakeEmbedder(), store=FakeStore())):
+        pass
+    lines = [line for line in capsys.readouterr().err.splitlines() if ": cannot start: " in line]
+    assert len(lines) == 1 and lines[0].startswith("retrieval: cannot start: RERANK_MODEL: "), lines
+    assert reason in lines[0]
