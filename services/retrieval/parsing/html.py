@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Callable, Iterator
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.dammit import EncodingDetector
-from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
+from bs4.element import Comment, Declaration, Doctype, PageElement, ProcessingInstruction
 
 from services.retrieval.chunking import Heading, sections_under
 from services.retrieval.errors import UnprocessableDocument
@@ -94,8 +95,19 @@ class _Writer:
         return start
 
 
-def _walk(node: Tag, out: _Writer) -> None:
-    for child in node.children:
+def _walk(root: Tag, out: _Writer) -> None:
+    """Write the tree's text, depth first. With a stack of its own, not recursion: a page of thousands of nested
+    elements (a legacy page's unclosed <p> or <font> tags nest in html.parser) went past Python's recursion limit."""
+    # Per open element: its remaining children, and what to write once they are done.
+    stack: list[tuple[Iterator[PageElement], Callable[[], None] | None]] = [(iter(root.children), None)]
+    while stack:
+        children, after = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            if after is not None:
+                after()
+            continue
         if isinstance(child, _SKIPPED):
             continue
         if isinstance(child, NavigableString):
@@ -114,21 +126,18 @@ def _walk(node: Tag, out: _Writer) -> None:
             out.text("\n")
         elif name == "li":
             out.flush()
-            _walk(child, out)
-            out.flush(prefix="- ")
+            stack.append((iter(child.children), lambda: out.flush(prefix="- ")))
         elif name == "tr":
             cells = [_SPACE.sub(" ", cell.get_text(" ")).strip() for cell in child.find_all(["td", "th"], recursive=False)]
             out.block(" | ".join(cells))
         elif name in _BOXES:
             out.text(" ")
-            _walk(child, out)
-            out.text(" ")
+            stack.append((iter(child.children), lambda: out.text(" ")))
         elif name in _BLOCKS:
             out.flush()
-            _walk(child, out)
-            out.flush()
+            stack.append((iter(child.children), out.flush))
         else:
-            _walk(child, out)
+            stack.append((iter(child.children), None))
 
 
 def _unseen_or_furniture(tag: Tag) -> bool:

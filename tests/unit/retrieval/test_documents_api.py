@@ -220,6 +220,19 @@ def test_unknown_fields_and_unreadable_form_metadata_are_refused(client: TestCli
     assert upload(client, "notes.md", b"# Notes\n\ntext", colour="red").status_code == 422
 
 
+def test_a_page_of_thousands_of_nested_elements_is_read_not_a_500(client: TestClient, store: FakeStore) -> None:
+    # Unclosed <p> tags, as legacy pages write them, nest in html.parser: one per paragraph.
+    page = "<html><body><h1>Old list</h1>" + "".join(f"<p>entry {n}" for n in range(5000)) + "</body></html>"
+    for response in (
+        upload(client, "old.html", page.encode(), "text/html"),
+        client.post("/documents", json={"text": page, "source": "old.json.html"}, headers=AUTH),
+    ):
+        assert response.status_code == 200, response.text
+        assert response.json()["title"] == "Old list"
+    stored = " ".join(chunk.content for chunk in store.chunks.values() if chunk.doc_id == "old.html")
+    assert "entry 0" in stored and "entry 4999" in stored
+
+
 def test_json_markdown_that_is_only_front_matter_is_refused_naming_the_document(client: TestClient) -> None:
     refused = client.post("/documents", json={"doc_id": "empty.md", "text": "---\ntitle: Draft\n---\n"}, headers=AUTH)
     assert refused.status_code == 422 and refused.json()["message"] == "empty.md: no text to index after its front matter"
