@@ -218,8 +218,10 @@ def _split(
         end -= 1
     if start >= end:
         return []
-    tokens = count(text[start:end])
-    if tokens <= budget:
+    # A span longer than any chunk can be is cut without counting it: the tokenizer's record of a whole 20 MB
+    # document took gigabytes (ten for 20 MB of dots), enough to have the service killed.
+    tokens = count(text[start:end]) if end - start <= budget * MAX_CHARS_PER_TOKEN else None
+    if tokens is not None and tokens <= budget:
         return [_Piece(start, end, tokens)]
     if level == len(_SEPARATORS):
         return _hard_split(text, start, end, tokens, count, budget)
@@ -234,12 +236,13 @@ def _split(
     return pieces
 
 
-def _hard_split(text: str, start: int, end: int, tokens: int, count: CountTokens, budget: int) -> list[_Piece]:
+def _hard_split(text: str, start: int, end: int, tokens: int | None, count: CountTokens, budget: int) -> list[_Piece]:
     """Cut left to right into pieces of at most `budget` tokens, placing each cut by the characters per token
     of the piece before it and counting only the new piece: counting the remainder after each cut made a
-    long blob (an inline base64 image) cost time quadratic in its length."""
+    long blob (an inline base64 image) cost time quadratic in its length. The first cut is placed by the
+    span's `tokens`, or, for a span too long to have been counted, at the most characters a chunk can hold."""
     pieces: list[_Piece] = []
-    guessed_length = max(1, (end - start) * budget // tokens)
+    guessed_length = max(1, (end - start) * budget // tokens) if tokens else budget * MAX_CHARS_PER_TOKEN
     while start < end:
         piece = _fitting_piece(text, start, min(end, start + guessed_length), count, budget)
         pieces.append(piece)

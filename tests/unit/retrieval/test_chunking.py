@@ -254,3 +254,19 @@ def test_code_blocks_a_parser_reports_are_kept_whole_when_they_fit() -> None:
 def test_code_blocks_must_be_ascending_and_apart(blocks: tuple[tuple[int, int], ...]) -> None:
     with pytest.raises(ValueError, match="code_blocks"):
         chunk_text("some text here", count_tokens=words, chunk_size=5, chunk_overlap=0, code_blocks=blocks)
+
+
+@pytest.mark.parametrize("text", [". " * 100_000, "The pump runs.\n" * 20_000, "." * 200_000, BLOB * 4])
+def test_a_text_far_longer_than_a_chunk_is_never_given_to_the_tokenizer_whole(text: str) -> None:
+    # The tokenizer's record of its input takes hundreds of bytes per token: one count of a whole 20 MB
+    # upload (of dots: 20 million tokens) took 10 GB.
+    counted: list[int] = []
+
+    def counting(piece: str) -> int:
+        counted.append(len(piece))
+        return subwords(piece)
+
+    chunks = chunk_text(text, count_tokens=counting, chunk_size=50, chunk_overlap=8, markdown=False)
+    assert max(counted) <= 50 * MAX_CHARS_PER_TOKEN
+    assert all(subwords(c.text) <= 50 for c in chunks)
+    assert chunks[-1].char_end == len(text.rstrip())
