@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from services.retrieval.document_metadata import MAX_FIELDS, MAX_TEXT_CHARS, RESERVED_KEYS, own_fields, user_metadata
 from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, checked_filter, filter_schema
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS
+from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
 from shared.request_model import RequestModel
@@ -73,7 +74,7 @@ def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
 class DocumentIn(RequestModel):
     doc_id: OneLine | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
-    text: str = Field(min_length=1, max_length=10_000_000, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
     source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Format = Literal["markdown", "text", "html", "pdf"]
+# The most text one document holds: what POST /documents takes as JSON, and what a PDF may unpack to.
+MAX_DOCUMENT_CHARS = 10_000_000
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pypdf import PdfReader
 from pypdf.errors import DependencyError, PyPdfError
 
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.parsing.document import ParsedDocument
+from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS, ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.parsing.running_lines import without_running_lines
 
@@ -41,7 +41,7 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise UnprocessableDocument(f"{filename}: the PDF is encrypted")
-        pages = without_running_lines([_page_text(page.extract_text() or "") for page in reader.pages])
+        pages = without_running_lines(_page_texts(reader, filename))
         title = (reader.metadata.title if reader.metadata else None) or None
         outline = _outline(reader)
     except UnprocessableDocument:
@@ -72,6 +72,20 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         page_starts=tuple(starts),
         section_starts=_locate(outline, pages, starts),
     )
+
+
+def _page_texts(reader: PdfReader, filename: str) -> list[str]:
+    """Each page's text, refused once they add up to more than MAX_DOCUMENT_CHARS: a few hundred KB of compressed
+    text streams can unpack to a hundred million characters, hours of embedding (pypdf bounds each stream only)."""
+    pages, total = [], 0
+    for page in reader.pages:
+        pages.append(_page_text(page.extract_text() or ""))
+        total += len(pages[-1])
+        if total > MAX_DOCUMENT_CHARS:
+            raise UnprocessableDocument(
+                f"{filename}: the PDF holds more than {MAX_DOCUMENT_CHARS:,} characters of text, the most one document may"
+            )
+    return pages
 
 
 def _outline(reader: PdfReader) -> list[tuple[int, str]]:

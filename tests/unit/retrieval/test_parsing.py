@@ -346,6 +346,24 @@ def test_a_pdf_encrypted_with_aes_that_opens_without_a_password_is_read(method: 
     assert "Invoices are archived for ten years." in parsed.text
 
 
+def test_a_pdf_whose_text_unpacks_past_the_documents_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few hundred KB of compressed text streams can unpack to a hundred million characters."""
+    from fpdf import FPDF
+
+    from services.retrieval.parsing import pdf as pdf_parser
+
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=8)
+    for _ in range(3):
+        pdf.add_page()
+        pdf.multi_cell(0, 4, "Pumps move water from the well to the tank. " * 20)
+    monkeypatch.setattr(pdf_parser, "MAX_DOCUMENT_CHARS", 1500)  # the limit, scaled down to a PDF written quickly
+    with pytest.raises(UnprocessableDocument, match=r"^bomb\.pdf: the PDF holds more than 1,500 characters of text"):
+        parse("bomb.pdf", bytes(pdf.output()))
+    monkeypatch.setattr(pdf_parser, "MAX_DOCUMENT_CHARS", 10_000)
+    assert len(parse("bomb.pdf", bytes(pdf.output())).page_starts) == 3, "under the limit, every page is read"
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
 def test_utf16_text_with_its_byte_order_mark_is_read(encoding: str) -> None:
     """What Windows' Notepad ("Unicode") and PowerShell's `>` write."""
