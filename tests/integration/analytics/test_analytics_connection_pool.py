@@ -30,11 +30,11 @@ pytestmark = pytest.mark.integration
 REQUESTS = 20_000
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def filled_database(request, tmp_path: Path) -> Iterator[str]:
-    """The URL of a database holding REQUESTS requests."""
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def filled_database(request, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a database holding REQUESTS requests; the tests only read it, so they share one fill."""
     if request.param == "sqlite":
-        url = Settings(data_dir=tmp_path / "data", db_url=None).database_url
+        url = Settings(data_dir=tmp_path_factory.mktemp("filled") / "data", db_url=None).database_url
         with _filled(url):
             yield url
     else:
