@@ -1,4 +1,4 @@
-"""The exact dense scan against Chroma's HNSW index, on the real MiniLM vectors of the demo collection."""
+"""The exact dense scan against Chroma's HNSW index, on the real MiniLM vectors of part of the demo collection."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +13,8 @@ from services.retrieval.ingestion import NewDocument, ingest_document
 pytestmark = pytest.mark.integration
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
+# A fifth of the demo collection by size (about 80 chunks): every guide encoded took 40 s as docs/ grew.
+GUIDES = ("getting-started.md", "users-and-roles.md", "asking-questions.md", "dashboard.md", "events.md")
 QUERIES = (
     "How do I add a user?",
     "Which port does the gateway listen on?",
@@ -29,7 +31,7 @@ async def test_the_scan_returns_what_chroma_returns_for_the_demo_collection(
     chroma = ChromaStore(collection=unique, path=tmp_path / "chroma")
     store, index, sync = keyword_indexed(chroma, exact_max_chunks=10_000)
     await sync.refresh()
-    for path in sorted(DOCS.glob("*.md")):
+    for path in (DOCS / name for name in GUIDES):
         document = NewDocument(text=path.read_text(), source=f"docs/{path.name}")
         await ingest_document(document, embedder=embedder, store=store, chunk_size=256, chunk_overlap=32)
     index.build()
