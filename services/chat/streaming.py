@@ -2,7 +2,8 @@
 
 Everything up to generation runs before the first event, so a bad request or a dependency that is
 down still gets its plain HTTP error (404, 422, 503). Once the stream has begun, a failure becomes an
-`error` event carrying the same JSON body the plain endpoint would return. The tokens are the model's
+`error` event carrying the same JSON body the plain endpoint would return, with its `status` and
+`retry_after`. The tokens are the model's
 raw text (markers as the prompt numbered the passages) with its images turned to their alt text; `done`
 carries the post-processed response, whose answer replaces them.
 """
@@ -82,7 +83,7 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         if exc.status_code >= 500:  # as the plain endpoint logs it: the stream's request line says 200
             log.warning("request failed", extra={"error": exc.code, "detail": exc.message, "stage": turn.stage})
         metrics.count_stream_failure(exc.code)
-        yield StreamEvent("error", exc.body())
+        yield StreamEvent("error", _error_data(exc))
     except (asyncio.CancelledError, GeneratorExit) as exc:  # the client went away: generation is cancelled
         if not finished:
             pipeline.report_failure(turn, "client_disconnected", exc)
@@ -91,7 +92,18 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         log.exception("chat stream failed", extra={"stage": turn.stage})
         pipeline.report_failure(turn, "internal_error", exc)
         metrics.count_stream_failure("internal_error")
-        yield StreamEvent("error", {"error": "internal_error", "message": "the answer could not be completed"})
+        yield StreamEvent(
+            "error", {"error": "internal_error", "message": "the answer could not be completed", "status": 500}
+        )
+
+
+def _error_data(exc: ServiceError) -> dict[str, Any]:
+    """The body the plain endpoint would answer, with its status and Retry-After (seconds or a date), so
+    that a relay can answer them while it has not begun its own stream."""
+    data: dict[str, Any] = {**exc.body(), "status": exc.status_code}
+    if retry_after := (exc.headers() or {}).get("Retry-After"):
+        data["retry_after"] = retry_after
+    return data
 
 
 def _report_if_failed(pipeline: ChatPipeline, turn: Turn, finishing: asyncio.Future) -> None:

@@ -1,11 +1,13 @@
 """`/v1`: the whole RAG pipeline as an OpenAI-compatible model, for a Cairn bearer token (user role)."""
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from httpx_sse import ServerSentEvent
 from starlette.background import BackgroundTask
 
 from services.gateway import openai_compat
@@ -98,27 +100,80 @@ async def chat_completions(
 async def _streamed(
     chat: Upstream, *, headers: dict[str, str], payload: bytes, writer: ChunkWriter, keepalive_s: float
 ) -> Response:
+    """The answer as chunks. The status waits for the model's first word, for at most `keepalive_s` (the
+    silence after which a keep-alive comment would be due): a model that fails in that time, or a chat
+    that stops, gets its own status (503 with Retry-After, 502...), which OpenAI clients retry or raise by
+    type, rather than a 200 stream holding an error."""
     upstream = await chat.open_stream(method="POST", path="/chat/stream", headers=headers, body=payload)
     if upstream.status_code != 200:
         return await chat.read_whole(upstream)
-    chunks = _chunks(upstream, writer)
+    events = upstream.events()
+    first = asyncio.ensure_future(_first_answer_event(events, writer))
+    try:
+        await asyncio.wait({first}, timeout=keepalive_s)
+        if first.done():
+            _raise_refusal(first)
+    except BaseException:  # refused, or the client went away while waiting
+        first.cancel()
+        await upstream.aclose()
+        raise
     return StreamingResponse(
-        with_keepalive(chunks, every_s=keepalive_s, comment=KEEPALIVE_COMMENT),
+        with_keepalive(_chunks(first, events, upstream, writer), every_s=keepalive_s, comment=KEEPALIVE_COMMENT),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         background=BackgroundTask(upstream.aclose),
     )
 
 
-async def _chunks(upstream: UpstreamStream, writer: ChunkWriter) -> AsyncIterator[str]:
-    """Chat's events as chunks. Chat counts the `error` events it sends; the gateway counts the streams chat cut."""
-    yield writer.first()
+async def _first_answer_event(events: AsyncIterator[ServerSentEvent], writer: ChunkWriter) -> ServerSentEvent | None:
+    """Chat's first `token`, `done` or `error` event (its `sources` go to `writer`); None if the stream ends first."""
+    async for event in events:
+        if event.event == "sources":
+            writer.sources(json.loads(event.data))
+        elif event.event in ("token", "done", "error"):
+            return event
+    return None
+
+
+def _raise_refusal(first: asyncio.Future[ServerSentEvent | None]) -> None:
+    """Raise the error that came before the model's first word: chat's `error` event, chat going away
+    (ServiceError) or chat ending its stream with nothing."""
+    event = first.result()  # raises the ServiceError of a chat that went away or went silent
+    if event is None:
+        raise DependencyUnavailable("chat", _CUT_OFF["message"])
+    if event.event == "error":
+        raise _RelayedError(json.loads(event.data))
+
+
+class _RelayedError(ServiceError):
+    """Chat's `error` event as the error its plain endpoint would have answered."""
+
+    def __init__(self, data: dict) -> None:
+        super().__init__(data.get("message"), code=data.get("error"), status_code=data.get("status") or 502)
+        self.retry_after = data.get("retry_after")
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
+
+
+async def _chunks(
+    first: asyncio.Future[ServerSentEvent | None],
+    events: AsyncIterator[ServerSentEvent],
+    upstream: UpstreamStream,
+    writer: ChunkWriter,
+) -> AsyncIterator[str]:
+    """Chat's events as chunks, from `first`. Chat counts the `error` events it sends; the gateway counts
+    the streams chat cut."""
     ended = False  # by chat's `done` or `error` event
     try:
-        async for event in upstream.events():
-            if chunk := _chunk_for(event.event, json.loads(event.data), writer):
-                yield chunk
-            ended = ended or event.event in ("done", "error")
+        yield writer.first()
+        if (event := await first) is not None:
+            yield _chunk_for(event.event, json.loads(event.data), writer)
+            ended = event.event in ("done", "error")
+            async for event in events:
+                if chunk := _chunk_for(event.event, json.loads(event.data), writer):
+                    yield chunk
+                ended = ended or event.event in ("done", "error")
     except ServiceError as exc:  # chat went away (chat_unavailable) or silent (chat_timeout) mid-stream
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=exc.code)
         yield writer.error(exc.body())

@@ -24,10 +24,15 @@ def _answer(request: Request) -> dict:
             "confidence": {"level": "High", "score": 0.9, "reason": "r"}, "grounding": None, "metadata": metadata}
 
 
+_BUSY = {"error": "llm_unavailable", "message": "the LLM is rate limiting chat", "status": 503, "retry_after": "7"}
+
+
 def unreliable_chat() -> FastAPI:
     """Answers "fail" with chat's 502, "invalid" with chat's 422, "overflow" with chat's 500 for a prompt over the
     model's context window, "history?" with the history it was sent,
-    streams "cut" without its `done` event and "silent" with a pause of 5 s before it."""
+    streams "cut" without its `done` event and "silent" with a pause of 5 s before it; "busy" ends its stream
+    with chat's `error` event for a rate-limited model before any token, "gone" with nothing after `sources`,
+    and "late busy" with that error 1 s after `sources`."""
     app = FastAPI()
 
     @app.get("/healthz")
@@ -57,6 +62,11 @@ def unreliable_chat() -> FastAPI:
 
         async def events():
             yield f"event: sources\ndata: {json.dumps({'sources': []})}\n\n"
+            if query in ("busy", "late busy"):
+                await asyncio.sleep(1 if query == "late busy" else 0)
+                yield f"event: error\ndata: {json.dumps(_BUSY)}\n\n"
+            if query in ("busy", "late busy", "gone"):
+                return
             yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
             if query == "silent":
                 await asyncio.sleep(5)
@@ -176,6 +186,30 @@ def test_a_stream_cut_short_by_chat_ends_with_an_error(gateway, token):
                       json={"messages": [{"role": "user", "content": "cut"}], "stream": True}) as raw:
         lines = [line for line in raw.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]" and json.loads(lines[-2].removeprefix("data: "))["error"]["type"] == "server_error"
+
+
+def test_a_model_failing_before_its_first_word_gets_its_status_as_a_whole_answer_would(gateway, token):
+    with pytest.raises(openai.APIStatusError) as busy:  # not a 200 stream holding the error: the client can retry
+        _ask(_client(gateway, token), "busy", stream=True)
+    assert (busy.value.status_code, busy.value.code, busy.value.type) == (503, "llm_unavailable", "service_unavailable_error")
+    assert busy.value.response.headers["Retry-After"] == "7" and busy.value.message.endswith("rate limiting chat")
+
+    with pytest.raises(openai.APIStatusError) as gone:
+        _ask(_client(gateway, token), "gone", stream=True)
+    assert (gone.value.status_code, gone.value.code) == (503, "chat_unavailable")
+
+
+def test_a_model_failing_after_the_first_keepalive_is_due_ends_the_begun_stream(redis_url, unique, chat_url):
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=chat_url, sse_keepalive_s=0.2)
+    with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+        headers = login(http)
+        with http.stream("POST", "/v1/chat/completions", headers=headers,
+                         json={"messages": [{"role": "user", "content": "late busy"}], "stream": True}) as raw:
+            lines = list(raw.iter_lines())
+    assert raw.status_code == 200 and ": keep-alive" in lines, "the status went out when a keep-alive fell due"
+    data = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: {")]
+    assert data[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert data[-1]["error"]["code"] == "llm_unavailable" and [line for line in lines if line][-1] == "data: [DONE]"
 
 
 def test_a_stream_chat_leaves_silent_ends_with_chat_timeout(redis_url, unique, chat_url):

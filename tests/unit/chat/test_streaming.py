@@ -3,7 +3,7 @@ import asyncio
 
 import pytest
 
-from services.chat.errors import LLMUnavailable, UnknownModel
+from services.chat.errors import LLMRetryLater, LLMUnavailable, UnknownModel
 from services.chat.models import ChatRequest, ChatResponse
 from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.streaming import open_stream
@@ -51,9 +51,17 @@ async def test_a_model_failure_mid_stream_is_an_error_event():
     chat = pipeline(generator=RecordingGenerator("Run the command [1].", error=LLMUnavailable("dropped")))
     events = await collect(chat)
     assert [e.event for e in events] == ["sources", "token", "error"]
-    assert events[-1].data == {"error": "llm_unavailable", "message": "dropped"}
+    assert events[-1].data == {"error": "llm_unavailable", "message": "dropped", "status": 502}
     failed = chat.publisher.events[-1].data
     assert (failed.stage, failed.error) == ("generation", "llm_unavailable")
+
+
+async def test_an_error_event_carries_the_status_and_retry_after_the_plain_endpoint_would_answer():
+    busy = LLMRetryLater("the LLM is rate limiting chat", retry_after=7)
+    events = await collect(pipeline(generator=RecordingGenerator("Run the command [1].", error=busy)))
+    assert events[-1].data == {
+        "error": "llm_unavailable", "message": "the LLM is rate limiting chat", "status": 503, "retry_after": "7"
+    }
 
 
 async def test_failures_before_the_first_event_raise_as_for_a_plain_answer():
