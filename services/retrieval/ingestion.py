@@ -84,9 +84,15 @@ def content_hash(text: str) -> str:
 def derive_doc_id(document: NewDocument, digest: str) -> str:
     if document.doc_id:
         return document.doc_id
-    if document.source:
-        return within_doc_id_limit(PurePosixPath(document.source.replace("\\", "/")).as_posix())
-    return f"doc-{digest[:16]}"
+    return doc_id_of_path(document.source or "") or f"doc-{digest[:16]}"
+
+
+def doc_id_of_path(path: str) -> str:
+    """The doc_id a file path (a source, an upload's file name) gives: '/'-separated, without '.' and '..'
+    segments, which clients resolve in a URL (GET /documents/../a.md asks for /a.md), so that a document under
+    such an id could be neither read nor deleted; "" for a path of no names."""
+    parts = [part for part in PurePosixPath(path.replace("\\", "/")).parts if part != ".."]
+    return within_doc_id_limit(PurePosixPath(*parts).as_posix()) if parts and parts != ["/"] else ""
 
 
 def within_doc_id_limit(path: str) -> str:

@@ -105,7 +105,8 @@ def refuse_content_type(kind: str) -> UnsupportedMediaType:
 async def document_from_request(request: Request, *, limit: int) -> ingestion.NewDocument:
     """The document in a POST /documents body: JSON fields, or an uploaded file parsed by its type.
 
-    An upload's doc_id and source default to its file name (the doc_id shortened as ingestion shortens a source).
+    An upload's doc_id and source default to its file name (the doc_id made of its path's names, as ingestion
+    derives one from a source).
     """
     kind = media_type(request)
     if kind not in ("", "application/json", "multipart/form-data"):
@@ -115,7 +116,7 @@ async def document_from_request(request: Request, *, limit: int) -> ingestion.Ne
         upload = await multipart_upload(request, body)
         parsed = await asyncio.to_thread(parsing.parse, upload.filename, upload.data, media_type=upload.media_type)
         fields = upload.fields.model_dump()
-        fields["doc_id"] = fields["doc_id"] or ingestion.within_doc_id_limit(upload.filename)
+        fields["doc_id"] = fields["doc_id"] or ingestion.doc_id_of_path(upload.filename) or None
         fields["source"] = fields["source"] or upload.filename
         fields["metadata"] = fields["metadata"] or {}
         return ingestion.from_parsed(parsed, **fields)

@@ -284,3 +284,12 @@ def test_a_file_part_sent_without_a_file_name_is_422_saying_so(client: TestClien
     assert response.json()["message"] == (
         "file: the 'file' part has no file name; send it as a file (curl: -F file=@PATH)"
     )
+
+
+def test_an_uploads_doc_id_drops_the_dot_segments_of_its_file_name_that_no_url_could_address(client: TestClient) -> None:
+    # Clients send GET /documents/../manuals/pump.md as GET /manuals/pump.md: such an id could not be deleted.
+    added = upload(client, "..\\manuals/./pump.md", b"# Pump\n\nDry wall.", "text/markdown")
+    assert added.json()["doc_id"] == "manuals/pump.md"
+    assert client.get("/documents/manuals/pump.md", headers=AUTH).json()["source"] == "..\\manuals/./pump.md"
+    sent = client.post("/documents", json={"text": "Filters.", "source": "../../filters.md"}, headers=AUTH)
+    assert sent.json()["doc_id"] == "filters.md"
