@@ -59,16 +59,26 @@ class _Writer:
         self.code_blocks: list[tuple[int, int]] = []
         self._length = 0
         self._line: list[str] = []
+        # A list item's "- ", for its first paragraph: the text in <li><p>text</p></li> is written by the <p>.
+        self._marker = ""
 
     def text(self, value: str) -> None:
         self._line.append(value)
 
-    def flush(self, prefix: str = "") -> None:
+    def flush(self) -> None:
         lines = [_SPACE.sub(" ", line).strip() for line in "".join(self._line).split("\n")]
         body = "\n".join(line for line in lines if line)
         if body:
-            self._append(prefix + body)
+            self._append(self._marker + body)
         self._line = []
+
+    def list_item(self) -> None:
+        self.flush()
+        self._marker = "- "
+
+    def end_list_item(self) -> None:
+        self.flush()
+        self._marker = ""
 
     def block(self, value: str) -> None:
         self.flush()
@@ -89,6 +99,7 @@ class _Writer:
         return self.SEPARATOR.join(self.blocks)
 
     def _append(self, block: str) -> int:
+        self._marker = ""  # only an item's first block is marked; a heading or code block there stays as it is
         start = self._length + len(self.SEPARATOR) if self.blocks else 0
         self.blocks.append(block)
         self._length = start + len(block)
@@ -118,6 +129,7 @@ def _walk(root: Tag, out: _Writer) -> None:
         name = child.name
         if name in _HEADINGS:
             out.flush()
+            _drop_permalinks(child)
             if heading := _SPACE.sub(" ", child.get_text(" ")).strip():
                 out.heading(_HEADINGS[name], heading)
         elif name == "pre":
@@ -125,8 +137,8 @@ def _walk(root: Tag, out: _Writer) -> None:
         elif name == "br":
             out.text("\n")
         elif name == "li":
-            out.flush()
-            stack.append((iter(child.children), lambda: out.flush(prefix="- ")))
+            out.list_item()
+            stack.append((iter(child.children), out.end_list_item))
         elif name == "tr":
             cells = [_SPACE.sub(" ", cell.get_text(" ")).strip() for cell in child.find_all(["td", "th"], recursive=False)]
             out.block(" | ".join(cells))
@@ -151,6 +163,14 @@ def _unseen_or_furniture(tag: Tag) -> bool:
     if str(tag.get("role") or "").strip().lower() in _FURNITURE_ROLES:
         return True
     return tag.name == "footer" and tag.find_parent("article") is None
+
+
+def _drop_permalinks(heading: Tag) -> None:
+    """Take out the heading's permalink, a link to itself with a sign for text (Sphinx's and MkDocs' "¶", "#"):
+    left in, it ended the section's name ("Wiring ¶") and the heading's line."""
+    for link in heading.find_all("a", href=True):
+        if str(link["href"]).startswith("#") and not any(char.isalnum() for char in link.get_text()):
+            link.decompose()
 
 
 def _fenced(code: str) -> str:

@@ -118,6 +118,29 @@ def test_html_source_line_breaks_are_spaces_and_only_br_breaks_a_line() -> None:
     ]
 
 
+def test_a_list_item_is_marked_whether_its_text_is_bare_or_in_a_paragraph() -> None:
+    page = b"<ul><li>Bare.</li><li><p>In a paragraph.</p><p>Its second.</p></li><li>Outer<ul><li>inner</li></ul></li></ul>"
+    assert parse("list.html", page).text == "- Bare.\n\n- In a paragraph.\n\nIts second.\n\n- Outer\n\n- inner"
+
+
+def test_a_list_items_heading_or_code_is_written_as_it_is_and_its_marker_goes_no_further() -> None:
+    page = b"<ol><li><h3>Step</h3><p>Unpack.</p></li><li></li></ol><p>After.</p><ul><li><pre>make</pre></li></ul>"
+    parsed = parse("list.html", page)
+    assert parsed.text == "### Step\n\nUnpack.\n\nAfter.\n\n```\nmake\n```"
+
+
+def test_a_headings_permalink_sign_is_left_out_of_its_section_and_title() -> None:
+    page = (
+        '<h1 id="pump">Pump<a class="headerlink" href="#pump">\u00b6</a></h1><h2 id="w">Wiring <a href="#w">#</a></h2>'
+        '<p>Brown is live.</p><h2><a href="#steps">Steps 1</a> to <a href="#3">3</a></h2><p>Unpack.</p>'
+    )
+    parsed = parse("pump.html", page.encode())
+    assert parsed.title == "Pump"
+    assert sections(parsed) == [
+        ("Wiring", "# Pump\n\n## Wiring\n\nBrown is live."), ("Steps 1 to 3", "## Steps 1 to 3\n\nUnpack.")
+    ]
+
+
 def test_html_pre_blocks_are_reported_as_code_blocks_fences_included() -> None:
     parsed = parse("page.html", b"<h2>Run</h2><pre>make\n\nmake up</pre><p>then</p><pre>``x``</pre>")
     assert [parsed.text[start:end] for start, end in parsed.code_blocks] == ["```\nmake\n\nmake up\n```", "```\n``x``\n```"]
