@@ -127,7 +127,9 @@ class _Envelope(BaseModel):
 
 
 class QuerySubmitted(_Envelope):
-    """Published by chat when it receives a question."""
+    """Published by chat when it receives a question. A question chat refused after receiving it (a 4xx
+    QueryFailed, such as conversation_not_found) may be sent again with the same request_id, which publishes
+    another: a request_id is one question, as its latest QuerySubmitted asks it, with its latest outcome."""
 
     event_type: Literal["QuerySubmitted"] = "QuerySubmitted"
     data: QuerySubmittedData

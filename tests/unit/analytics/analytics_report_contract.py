@@ -291,12 +291,38 @@ class ReportsContract:
         assert row["model"] == "'@SUM(1+1)"  # as an LLM endpoint named itself
         assert row["request_id"] == "'-1-1"  # a caller's own X-Request-ID
 
-    def test_the_first_outcome_of_a_request_is_its_outcome(self, store: SqlEventStore) -> None:
+    def test_the_latest_outcome_of_a_request_is_its_outcome(self, store: SqlEventStore) -> None:
         store.add(to_record(submitted(request_id="r")))
         store.add(to_record(responded(at=T0 + timedelta(seconds=2), request_id="r", total_ms=70.0)))
         store.add(to_record(failed(at=T0 + timedelta(seconds=1), request_id="r", total_ms=30.0)))
         body = store.read(summary, scope=Scope())
-        assert (body.queries, body.failed, body.answered, body.mean_latency_ms) == (1, 1, 0, 30.0)
+        assert (body.queries, body.failed, body.answered, body.mean_latency_ms) == (1, 0, 1, 70.0)
+
+    def test_a_request_sent_again_is_one_question_as_last_asked_with_its_latest_outcome(
+        self, store: SqlEventStore
+    ) -> None:
+        # Refused after chat recorded it (another user's conversation), then sent again with its X-Request-ID.
+        store.add_many([to_record(event) for event in (
+            submitted(request_id="again", query="How do I add a usr?"),
+            failed(at=T0 + timedelta(seconds=1), request_id="again", stage="conversation",
+                   error="conversation_not_found"),
+            submitted(at=T0 + timedelta(seconds=5), request_id="again"),
+            responded(at=T0 + timedelta(seconds=6), request_id="again", total_ms=80.0, citations=1, docs=["guide"]),
+            rated(at=T0 + timedelta(seconds=9), rated_request_id="again", rating=1),
+        )])
+        body = store.read(summary, scope=Scope())
+        assert (body.queries, body.completed, body.answered, body.failed) == (1, 1, 1, 0)
+        assert (body.failures_by_stage, body.mean_latency_ms, body.feedback.ratings) == ({}, 80.0, 1)
+        assert [(i.query, i.count, i.answered) for i in store.read(top_queries, scope=Scope(), limit=5).items] == [
+            ("How do I add a user?", 1, 1)
+        ]
+        assert store.read(timeseries, scope=Scope(), bucket="day").points[0].queries == 1
+        cited = store.read(documents, scope=Scope(), library=["guide"], limit=5).most_cited
+        assert [(d.doc_id, d.citations, d.requests) for d in cited] == [("guide", 1, 1)]
+        rows = list(csv.DictReader(io.StringIO("".join(export.csv_chunks(store.stream(export.statement(Scope())))))))
+        assert [(r["request_id"], r["submitted_at"], r["outcome"]) for r in rows] == [
+            ("again", "2025-03-01T12:00:05Z", "answered")
+        ]
 
     @pytest.mark.parametrize(
         "latencies",
