@@ -181,7 +181,7 @@ class ContextModel(Protocol):
 
 
 class PrefixCache(Protocol):
-    """Prefixes already written, keyed by (model, sha256 of the document, sha256 of the chunk)."""
+    """Prefixes already written, keyed by (model, the document's Contextualizer.cache_key, sha256 of the chunk)."""
 
     async def get_many(self, *, model: str, document_sha: str, chunk_shas: list[str]) -> dict[str, str]:
         """The cached prefix of each chunk hash that has one."""

@@ -108,6 +108,7 @@ class Settings(CommonSettings):
     contextual_max_document_chars: int = Field(
         16000, ge=1, validation_alias=aliases("CONTEXTUAL_MAX_DOCUMENT_CHARS")
     )
+    contextual_deadline_s: float = Field(90.0, gt=0, validation_alias=aliases("CONTEXTUAL_DEADLINE_S"))
 
     # Search: HNSW parameters (cosine space), hybrid fusion, keyword index sync, optional rerank.
     hnsw_ef_search: int = Field(100, ge=1, validation_alias=aliases("HNSW_EF_SEARCH"))

@@ -109,4 +109,5 @@ def build_contextualizer(settings: Settings, *, force: bool = False) -> Contextu
         cache=SqlitePrefixCache(settings.contextual_cache_path),
         max_document_chars=settings.contextual_max_document_chars,
         concurrency=settings.contextual_concurrency,
+        deadline_s=settings.contextual_deadline_s,
     )

@@ -2,6 +2,8 @@
 OpenAI-compatible server (over real HTTP, through the openai SDK) that writes deterministic prefixes."""
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ class LLMState:
     calls: int = 0
     fail: bool = False
     malformed: Response | None = None  # answered instead of a chat completion
+    delay_s: float = 0.0  # before answering
 
 
 def _llm_app(state: LLMState) -> FastAPI:
@@ -52,6 +55,7 @@ def _llm_app(state: LLMState) -> FastAPI:
     async def complete(request: Request):
         body = await request.json()
         state.calls += 1
+        await asyncio.sleep(state.delay_s)
         if state.fail:
             return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
         if state.malformed is not None:
@@ -81,18 +85,22 @@ def llm() -> Iterator[tuple[str, LLMState]]:
 @pytest.fixture
 def client(tmp_path: Path, llm, embedder: SentenceTransformerEmbedder) -> Iterator[TestClient]:
     url, _ = llm
-    settings = Settings(
-        service_token=TOKEN,
-        data_dir=tmp_path / "data",
-        contextual_chunks=True,
-        llm_base_url=f"{url}/v1",
-        llm_model="ctx-model",
-        contextual_max_retries=0,
-        chunk_size_tokens=32,
-        chunk_overlap_tokens=0,
-    )
-    with TestClient(create_app(settings, embedder=embedder)) as client:
+    with TestClient(create_app(_settings(tmp_path, url), embedder=embedder)) as client:
         yield client
+
+
+def _settings(tmp_path: Path, llm_url: str, **overrides) -> Settings:
+    chosen = {
+        "service_token": TOKEN,
+        "data_dir": tmp_path / "data",
+        "contextual_chunks": True,
+        "llm_base_url": f"{llm_url}/v1",
+        "llm_model": "ctx-model",
+        "contextual_max_retries": 0,
+        "chunk_size_tokens": 32,
+        "chunk_overlap_tokens": 0,
+    }
+    return Settings(**(chosen | overrides))
 
 
 def _dense(client: TestClient, query: str, **filters: str) -> dict:
@@ -151,6 +159,23 @@ def test_a_failing_endpoint_never_fails_an_ingest(client: TestClient, llm) -> No
     assert healed["status"] == "replaced", "an incompletely situated document is re-done on its next ingest"
     assert client.get("/documents/down.md", headers=AUTH).json()["context_model"] == "ctx-model"
 
+
+
+def test_a_slow_endpoint_holds_an_ingest_up_only_until_the_deadline(tmp_path: Path, llm, embedder) -> None:
+    url, state = llm
+    state.delay_s = 8.0
+    settings = _settings(tmp_path, url, contextual_deadline_s=1.0, contextual_timeout_s=30.0)
+    with TestClient(create_app(settings, embedder=embedder)) as client:
+        started = time.monotonic()
+        added = client.post("/documents", json={"text": MANUAL, "doc_id": "slow.md"}, headers=AUTH)
+        assert added.status_code == 200 and added.json()["chunks"] == 2, added.text
+        assert time.monotonic() - started < 6, "not the 8 seconds the model takes"
+        assert client.get("/documents/slow.md", headers=AUTH).json()["context_model"] is None
+
+        state.delay_s = 0.0
+        healed = client.post("/documents", json={"text": MANUAL, "doc_id": "slow.md"}, headers=AUTH).json()
+        assert healed["status"] == "replaced"
+        assert client.get("/documents/slow.md", headers=AUTH).json()["context_model"] == "ctx-model"
 
 MALFORMED = {
     "plain text": PlainTextResponse("upstream proxy says hello"),

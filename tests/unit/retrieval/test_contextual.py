@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import asyncio
+import time
+
 import pytest
 
 from services.retrieval.adapters.bm25_index import keyword_indexed
@@ -237,5 +240,77 @@ async def test_what_a_reasoning_model_thought_is_not_the_prefix(cache, answer: s
 
     contextualizer = Contextualizer(model=Thinker(), cache=cache)
     assert await contextualizer.prefixes(document=DOC, chunks=["Revenue rose 3 % that quarter."]) == [expected]
-    cached = await cache.get_many(model="fake-ctx", document_sha=sha256(DOC), chunk_shas=[sha256("Revenue rose 3 % that quarter.")])
+    cached = await cache.get_many(
+        model="fake-ctx", document_sha=contextualizer.cache_key(DOC), chunk_shas=[sha256("Revenue rose 3 % that quarter.")]
+    )
     assert list(cached.values()) == ([expected] if expected else [])
+
+
+async def test_prefixes_written_from_a_differently_cut_document_are_not_reused(cache) -> None:
+    """The model saw only the first CONTEXTUAL_MAX_DOCUMENT_CHARS of the document: after that setting (or
+    the answer's token limit) changes, its cached prefixes describe a prompt the model is no longer given."""
+    long_document, chunks = "a" * 100 + "b" * 100, ["the chunk"]
+    first = FakeModel()
+    await Contextualizer(model=first, cache=cache, max_document_chars=100).prefixes(document=long_document, chunks=chunks)
+    for changed in ({"max_document_chars": 150}, {"max_document_chars": 100, "max_tokens": 400}):
+        model = FakeModel()
+        await Contextualizer(model=model, cache=cache, **changed).prefixes(document=long_document, chunks=chunks)
+        assert len(model.prompts) == 1, f"asked again after {changed}"
+    same = FakeModel()
+    await Contextualizer(model=same, cache=cache, max_document_chars=100).prefixes(document=long_document, chunks=chunks)
+    assert same.prompts == [], "the same prompt is answered from the cache"
+
+    short = FakeModel()
+    await Contextualizer(model=short, cache=cache, max_document_chars=300).prefixes(document="short doc", chunks=chunks)
+    await Contextualizer(model=short, cache=cache, max_document_chars=250).prefixes(document="short doc", chunks=chunks)
+    assert len(short.prompts) == 1, "a document shown whole either way keeps its prefixes"
+
+
+async def test_reasoning_cached_by_an_earlier_version_is_not_served(cache) -> None:
+    """Prefixes cached before the thoughts of reasoning models were taken out may hold them."""
+    model = FakeModel()
+    contextualizer = Contextualizer(model=model, cache=cache)
+    thought, cut_off = "Revenue rose 3 % that quarter.", "The team grew to twelve people."
+    await cache.put_many(
+        model="fake-ctx", document_sha=contextualizer.cache_key(DOC),
+        prefixes={
+            sha256(thought): "<think>\nThe user wants it situated.\n</think>\nFrom the report, on sales.",
+            sha256(cut_off): "<think>\nOkay, the user wants me to situate",
+        },
+    )
+    assert await contextualizer.prefixes(document=DOC, chunks=[thought, cut_off]) == [
+        "From the report, on sales.", "About: The team grew",
+    ]
+    assert len(model.prompts) == 1, "a cached prefix that was all thoughts is asked for again"
+
+
+class Slow(FakeModel):
+    """Answers at once, except for chunks containing "slow", which it answers after a minute."""
+
+    async def complete(self, *, system: str, user: str, max_tokens: int) -> str:
+        answer = await super().complete(system=system, user=user, max_tokens=max_tokens)
+        await asyncio.sleep(60 if "slow" in user.split("<chunk>", 1)[1] else 0)
+        return answer
+
+
+async def test_a_slow_endpoint_holds_a_document_up_only_until_its_deadline(cache, caplog) -> None:
+    caplog.set_level("WARNING", logger="cairn.retrieval.contextual")
+    chunks = ["fast one", "slow two", "fast three", "fast four"]
+    contextualizer = Contextualizer(model=Slow(), cache=cache, concurrency=1, deadline_s=0.3)
+    started = time.monotonic()
+    prefixes = await contextualizer.prefixes(document=DOC, chunks=chunks)
+    assert time.monotonic() - started < 5
+    assert prefixes == ["About: fast one", None, None, None]
+    late = [r for r in caplog.records if r.getMessage().startswith("contextual prefix deadline passed")]
+    assert [(r.late, r.chunks) for r in late] == [(3, 4)], "logged once for the document"
+    assert not [r for r in caplog.records if r.getMessage().startswith("contextual prefix failed")], "late is no failure"
+
+    healed = FakeModel()
+    again = await Contextualizer(model=healed, cache=cache, deadline_s=0.3).prefixes(document=DOC, chunks=chunks)
+    assert again == ["About: fast one", "About: slow two", "About: fast three", "About: fast four"]
+    assert len(healed.prompts) == 3, "the next ingest asks only for the prefixes the deadline cut off"
+
+
+def test_a_deadline_must_be_positive(cache) -> None:
+    with pytest.raises(ValueError):
+        Contextualizer(model=FakeModel(), cache=cache, deadline_s=0)
