@@ -1,10 +1,17 @@
-"""Contextual prefixes in a small SQLite file, so re-ingesting the same content calls no model."""
+"""Contextual prefixes in a small SQLite file, so re-ingesting the same content calls no model.
+
+The file only saves model calls: one that cannot be read or written (locked past its timeout, corrupt,
+on a full disk) is logged and treated as empty, so the ingest goes on, as it does when the model fails.
+"""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS prefixes (
@@ -61,11 +68,22 @@ class SqlitePrefixCache:
     async def get_many(self, *, model: str, document_sha: str, chunk_shas: list[str]) -> dict[str, str]:
         if not chunk_shas:
             return {}
-        return await asyncio.to_thread(self._get, model, document_sha, chunk_shas)
+        try:
+            return await asyncio.to_thread(self._get, model, document_sha, chunk_shas)
+        except sqlite3.Error as exc:
+            log.warning("contextual prefix cache unreadable; prefixes asked of the model", extra=self._failure(exc))
+            return {}
 
     async def put_many(self, *, model: str, document_sha: str, prefixes: dict[str, str]) -> None:
-        if prefixes:
+        if not prefixes:
+            return
+        try:
             await asyncio.to_thread(self._put, model, document_sha, prefixes)
+        except sqlite3.Error as exc:
+            log.warning("contextual prefix cache unwritable; prefixes not kept", extra=self._failure(exc))
+
+    def _failure(self, exc: sqlite3.Error) -> dict[str, str]:
+        return {"path": str(self._path), "error": str(exc)[:200]}
 
     def close(self) -> None:
         with self._lock:

@@ -314,3 +314,12 @@ async def test_a_slow_endpoint_holds_a_document_up_only_until_its_deadline(cache
 def test_a_deadline_must_be_positive(cache) -> None:
     with pytest.raises(ValueError):
         Contextualizer(model=FakeModel(), cache=cache, deadline_s=0)
+
+
+async def test_a_prefix_cache_that_cannot_be_opened_costs_model_calls_not_the_ingest(tmp_path: Path) -> None:
+    (tmp_path / "prefixes.sqlite3").mkdir()  # SQLite cannot open a folder: as a file locked, corrupt or on a full disk
+    model, store = FakeModel(), FakeStore()
+    contextualizer = Contextualizer(model=model, cache=SqlitePrefixCache(tmp_path / "prefixes.sqlite3"))
+    result = await ingest(NewDocument(text=DOC, doc_id="r"), store, contextualizer)
+    assert result.chunks == 2 and len(model.prompts) == 2
+    assert all(indexed_text(c.content, c.metadata).startswith("About:") for c in store.chunks.values())
