@@ -11,6 +11,11 @@ class ErrorBody(BaseModel):
     message: str
 
 
+class StartRefused(Exception):
+    """A service cannot start with its settings or data. Raised from its lifespan, its message (naming the
+    variables to change) is printed as one line, `<service>: cannot start: <message>`, without a traceback."""
+
+
 class ServiceError(Exception):
     status_code = 500
     code = "internal_error"

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import sys
 import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -21,7 +23,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.context import RequestUser, new_request_id, request_id_var, request_user_var, set_user_id
-from shared.errors import ErrorBody, ServiceError, Unauthorized
+from shared.errors import ErrorBody, ServiceError, StartRefused, Unauthorized
 from shared.json_body import StrictJsonRoute
 from shared.settings import CommonSettings
 from shared.tracing import finish_server_span, inject, server_span
@@ -55,6 +57,9 @@ class RequestContextMiddleware:
         self.request_lines = request_lines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, _refusal_in_one_line(self.service, send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -69,21 +74,33 @@ class RequestContextMiddleware:
         responded = False
         completed = False  # the last of the body was sent
         failed = False
+        body_read = not _declares_body(headers)  # the app has had the whole request body (none is had at once)
+        left_before_answer = False
+
+        async def receive_watching_body() -> Message:
+            nonlocal body_read
+            message = await receive()
+            body_read = body_read or (message["type"] == "http.request" and not message.get("more_body"))
+            return message
 
         async def send_with_request_id(message: Message) -> None:
-            nonlocal status, responded, completed
+            nonlocal status, responded, completed, left_before_answer
             if message["type"] == "http.response.start":
                 status = message["status"]
                 responded = True
                 message.setdefault("headers", [])
                 message["headers"].append((b"x-request-id", request_id.encode()))
+                # The server drops the answer to a client that has left without a word to the app: only
+                # asking the server now tells its request line apart from one that was answered.
+                if self.request_lines and body_read:
+                    left_before_answer = await _client_gone(receive)
             await send(message)
             completed = completed or (message["type"] == "http.response.body" and not message.get("more_body"))
 
         method = scope["method"]
         with server_span(self.service, headers, method=method) as span:
             try:
-                await self.app(scope, receive, send_with_request_id)
+                await self.app(scope, receive_watching_body, send_with_request_id)
             except Exception as exc:
                 failed = True
                 # Answered here rather than by the app's Exception handler, which runs outside this middleware:
@@ -96,7 +113,7 @@ class RequestContextMiddleware:
                 await _internal_error_response()(scope, receive, send_with_request_id)
             finally:
                 # A response begun, not finished, and no error: Starlette stopped the stream as the client left.
-                left = responded and not completed and not failed
+                left = left_before_answer or (responded and not completed and not failed)
                 self._finish(scope, span, method, request_id, user, status, started, client_disconnected=left)
                 request_id_var.reset(rid_token)
                 request_user_var.reset(user_token)
@@ -106,7 +123,7 @@ class RequestContextMiddleware:
         *, client_disconnected: bool,
     ) -> None:
         elapsed = time.perf_counter() - started
-        matched = getattr(scope.get("route"), "path", None)
+        matched = getattr(scope.get("route"), "path", None) or _route_before_routing(scope)
         route = matched or "unmatched"
         finish_server_span(span, method=method, route=matched, status=status, request_id=request_id)
         if not self.request_lines:
@@ -125,6 +142,44 @@ class RequestContextMiddleware:
             if client_disconnected:
                 fields["client_disconnected"] = True
             log.info("request", extra=fields)
+
+
+def _refusal_in_one_line(service: str, send: Send) -> Send:
+    """The lifespan's `send`, saying a StartRefused in one line on stderr (the line `cairn up` shows) in place of
+    the traceback Starlette hands the server, which would log it after the line."""
+
+    async def send_refusal(message: Message) -> None:
+        # Starlette reports a failed start from within its `except`: the error is the one being handled.
+        if message["type"] == "lifespan.startup.failed" and isinstance(refusal := sys.exception(), StartRefused):
+            print(f"{service}: cannot start: {refusal}", file=sys.stderr)
+            message = {**message, "message": ""}
+        await send(message)
+
+    return send_refusal
+
+
+def _declares_body(headers: dict[str, str]) -> bool:
+    return headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+
+
+async def _client_gone(receive: Receive) -> bool:
+    """Whether the server has seen the client close the connection, without waiting. Asked only once the app
+    has had the whole request body: a body message still pending would be taken from the app."""
+    message: Message = {}
+    with anyio.CancelScope() as waiting:
+        waiting.cancel()  # the server answers at once only when the client has gone
+        message = await receive()
+    return message.get("type") == "http.disconnect"
+
+
+def _route_before_routing(scope: Scope) -> str | None:
+    """The template of the route a request was for when a middleware answered it before the router ran
+    (the gateway's 413 for a declared body over its limit), so it counts under its route, not "unmatched"."""
+    router = getattr(scope.get("app"), "router", None)
+    for route in getattr(router, "routes", ()):
+        if route.matches(scope)[0] is Match.FULL:
+            return getattr(route, "path", None)
+    return None
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,7 +1,7 @@
 """Retrieval's own error types; shared.web maps every ServiceError to a JSON response."""
 from __future__ import annotations
 
-from shared.errors import ServiceError
+from shared.errors import ServiceError, StartRefused
 
 
 class UnsupportedMediaType(ServiceError):
@@ -23,7 +23,7 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
-class EmbeddingModelMismatch(Exception):
+class EmbeddingModelMismatch(StartRefused):
     """The collection holds vectors of another embedding model than the configured one: Chroma would refuse
     every query vector of another length, and rank nonsense with one of the same length."""
 

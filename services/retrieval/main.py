@@ -5,7 +5,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -15,10 +14,9 @@ from services.retrieval.adapters.bm25_index import keyword_indexed
 from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.context_llm import build_contextualizer
 from services.retrieval.adapters.embedder import embedder_from_settings, export_onnx_copy
-from services.retrieval.adapters.reranker import CrossEncoderReranker, RerankModelUnusable
+from services.retrieval.adapters.reranker import CrossEncoderReranker
 from services.retrieval.api import router
 from services.retrieval.embedding_cache import CachingEmbedder, model_fingerprint, model_identity
-from services.retrieval.errors import EmbeddingModelMismatch
 from services.retrieval.encoding import BatchingEmbedder
 from services.retrieval.keyword_sync import KeywordSync
 from services.retrieval.ports import Embedder, VectorStore
@@ -101,10 +99,8 @@ def create_app(
             app.state.reranker = None
             if settings.rerank_model is not None:
                 app.state.reranker = await asyncio.to_thread(CrossEncoderReranker, settings.rerank_model)
-        except BaseException as exc:
+        except BaseException:
             await _close_loaded(owned, loading)
-            if isinstance(exc, EmbeddingModelMismatch | RerankModelUnusable):
-                print(f"retrieval: cannot start: {exc}", file=sys.stderr)  # the line `cairn up` shows
             raise
         app.state.search_options = SearchOptions(
             candidates=settings.hybrid_candidates,

@@ -9,13 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from services.retrieval.ports import Reranker
+from shared.errors import StartRefused
 
 __all__ = ["CrossEncoderReranker", "RerankModelUnusable", "Reranker"]
 
 log = logging.getLogger("cairn.retrieval.reranker")
 
 
-class RerankModelUnusable(ValueError):
+class RerankModelUnusable(ValueError, StartRefused):
     """RERANK_MODEL names a folder that holds no usable reranker; the message starts with the variable."""
 
 

@@ -3,6 +3,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from pydantic import BaseModel
 from starlette.middleware import Middleware
 
@@ -146,3 +147,23 @@ def test_cors_is_off_without_origins_and_refuses_a_wildcard_with_credentials():
     assert len(cors_middleware(origins=("*",), allow_credentials=False)) == 1
     with pytest.raises(ValueError, match="CORS_ORIGINS"):
         cors_middleware(origins=("https://a.example", "*"), allow_credentials=True)
+
+
+def _requests_counted(route: str, status: str) -> float:
+    labels = {"service": "test", "method": "POST", "route": route, "status": status}
+    return REGISTRY.get_sample_value("cairn_http_requests_total", labels) or 0.0
+
+
+@pytest.mark.parametrize("path", ["/raw", "/model"])
+def test_a_413_before_routing_is_counted_under_its_route(client, path):
+    """Refused by its Content-Length before the router ran, it still counts under the route it was sent to."""
+    before, unmatched_before = _requests_counted(path, "413"), _requests_counted("unmatched", "413")
+    _assert_413(client.post(path, content=b"x" * 101, headers={"Content-Type": "application/json"}))
+    assert _requests_counted(path, "413") - before == 1
+    assert _requests_counted("unmatched", "413") == unmatched_before
+
+
+def test_a_413_to_no_route_is_counted_as_unmatched(client):
+    before = _requests_counted("unmatched", "413")
+    _assert_413(client.post("/nowhere", content=b"x" * 101))
+    assert _requests_counted("unmatched", "413") - before == 1

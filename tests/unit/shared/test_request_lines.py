@@ -1,5 +1,5 @@
-"""The log of a request whose response is streamed: what its request line says when the client leaves part way,
-and how often the traceback of an error after the stream began is written. A real app from
+"""The log of a request: what its request line says when the client leaves before the answer or part way through
+a streamed one, and how often the traceback of an error after the stream began is written. A real app from
 shared.web.create_service_app, served by uvicorn over loopback as a Cairn service is."""
 from __future__ import annotations
 
@@ -56,6 +56,16 @@ def url() -> Iterator[str]:
 
         return StreamingResponse(each(), media_type="text/plain")
 
+    @app.get("/slow")
+    async def slow() -> dict:
+        await asyncio.sleep(0.6)
+        return {"ok": True}
+
+    @app.post("/slow")
+    async def slow_with_body(body: dict) -> dict:
+        await asyncio.sleep(0.6)
+        return body
+
     with serve_in_thread(app) as served:
         yield served
 
@@ -98,3 +108,23 @@ def test_an_error_after_the_stream_began_writes_its_traceback_once_with_its_requ
     assert line["status"] == 200 and "client_disconnected" not in line  # the server cut it, not the client
     tracebacks = [x for x in _lines(logs) if "the source went away" in x.get("exc_info", "")]
     assert [(x["message"], x["request_id"]) for x in tracebacks] == [("unhandled error", "broken-stream")]
+
+
+def test_a_plain_answer_the_client_waited_for_is_logged_as_complete(url: str, logs: io.StringIO) -> None:
+    response = httpx.get(f"{url}/slow", headers={"X-Request-ID": "waited"}, timeout=10)
+    assert response.status_code == 200
+    line = _request_line(logs, "waited")
+    assert (line["status"], line["route"]) == (200, "/slow")
+    assert "client_disconnected" not in line
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_plain_answer_the_client_left_before_says_so_in_its_request_line(
+    url: str, logs: io.StringIO, method: str
+) -> None:
+    request_id = f"left-before-answer-{method}"
+    body = {"json": {"q": "x"}} if method == "POST" else {}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection before the answer
+        httpx.request(method, f"{url}/slow", headers={"X-Request-ID": request_id}, timeout=0.2, **body)
+    line = _request_line(logs, request_id)
+    assert (line["status"], line["route"], line["client_disconnected"]) == (200, "/slow", True)
