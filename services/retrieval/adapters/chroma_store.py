@@ -135,6 +135,7 @@ class ChromaStore:
         self._timeout_s = timeout_s
         self._model_id = model_id
         self._dimension: int | None = None  # the model's, once check_model knows it
+        self._mismatch_logged: str | None = None  # the mismatch last logged, while it lasts
         self._hnsw = {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction, "max_neighbors": max_neighbors}
         self._client: Any = None
         self._collections: _Collections | None = None
@@ -274,12 +275,15 @@ class ChromaStore:
         context = contextvars.copy_context()  # as asyncio.to_thread does: logs keep the request id
         running = asyncio.get_running_loop().run_in_executor(self._threads, context.run, call)
         try:
-            return await asyncio.wait_for(running, timeout_s or self._timeout_s)
+            result = await asyncio.wait_for(running, timeout_s or self._timeout_s)
         except EmbeddingModelMismatch as exc:
             if at_start:
                 raise
-            # Found on reconnecting (the collection recreated meanwhile, or Chroma down at the start).
-            log.error(str(exc))
+            # Found on reconnecting (the collection recreated meanwhile, or Chroma down at the start), and again
+            # on every call while it lasts: logged when it begins, not once per request and keyword sync.
+            if str(exc) != self._mismatch_logged:
+                log.error(str(exc))
+                self._mismatch_logged = str(exc)
             raise DependencyUnavailable("chroma") from exc
         except _FAILURES as exc:
             # Reopen next time: the server may have restarted, the collection may have been recreated.
@@ -288,6 +292,8 @@ class ChromaStore:
                 self._client = None
             log.warning("chroma call failed", extra={"error": type(exc).__name__, "detail": str(exc)[:200]})
             raise DependencyUnavailable("chroma") from exc
+        self._mismatch_logged = None  # the collection served: a later mismatch is news again
+        return result
 
     async def open(self) -> None:
         """Connect now; failures surface later as 503s and readiness false, not as a crash. A collection

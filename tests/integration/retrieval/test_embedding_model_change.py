@@ -3,16 +3,25 @@ naming the settings, rather than answer every search 503 (another length) or ran
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import chromadb
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.errors import EmbeddingModelMismatch
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
+from shared.errors import DependencyUnavailable
 from tests.integration.retrieval.chroma_server import ChromaServer
+from tests.support import free_port
 from tests.unit.retrieval.fakes import DIMENSIONS, FakeEmbedder
 
 pytestmark = pytest.mark.integration
@@ -116,3 +125,68 @@ async def test_replicas_starting_at_once_with_different_models_do_not_both_start
     assert sorted(type(outcome).__name__ for outcome in started) == ["ChromaStore", "EmbeddingModelMismatch"]
     # A replica with the model that won joins it.
     await start("model-a:1" if isinstance(started[0], ChromaStore) else "model-b:2")
+
+
+def app_with_model_b() -> FastAPI:
+    """The app `python -m services.retrieval` would serve with model-b, on the data folder CAIRN_DATA_DIR names."""
+    return create_app(settings(Path(os.environ["CAIRN_DATA_DIR"]), "model-b"), embedder=FakeEmbedder())
+
+
+SERVE_REFUSED = """
+from shared.logging import configure_logging
+from shared.web import serve
+from services.retrieval.settings import Settings
+
+configure_logging("retrieval")
+serve("tests.integration.retrieval.test_embedding_model_change:app_with_model_b", Settings())
+"""
+
+
+def test_the_served_process_refuses_in_one_line_without_a_traceback(tmp_path: Path) -> None:
+    ingest_guide(tmp_path, "model-a")
+    env = {**os.environ, "CAIRN_DATA_DIR": str(tmp_path), "CAIRN_SERVICE_TOKEN": TOKEN}
+    env["RETRIEVAL_PORT"] = str(free_port())
+    ended = subprocess.run(
+        [sys.executable, "-c", SERVE_REFUSED],
+        cwd=Path(__file__).parents[3], env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert ended.returncode != 0
+    assert "Traceback" not in ended.stdout + ended.stderr  # uvicorn's own log lines go to stdout
+    [line] = ended.stderr.splitlines()
+    assert line.startswith("retrieval: cannot start: EMBEDDING_MODEL_PATH, CHROMA_COLLECTION: the collection 'guides'")
+
+
+async def test_a_collection_changed_under_a_replica_is_logged_once_while_it_lasts(
+    chroma_server: ChromaServer, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def open_with(model_id: str) -> ChromaStore:
+        store = ChromaStore(collection=unique, url=chroma_server.url, model_id=model_id)
+        await store.open()
+        await store.check_model(dimension=DIMENSIONS)
+        return store
+
+    def recreate(model_id: str) -> None:
+        """The collection deleted and created again by a replica with `model_id`."""
+        chromadb.HttpClient(host="127.0.0.1", port=chroma_server.port).delete_collection(unique)
+        asyncio.run(open_with(model_id))
+
+    def mismatches() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "was built with another embedding model" in r.getMessage()]
+
+    serving = await open_with("model-a:1")
+    await asyncio.to_thread(recreate, "model-b:2")
+    for _ in range(5):  # the first call finds the collection gone, the next ones reconnect and find model-b
+        with pytest.raises(DependencyUnavailable):
+            await serving.list_documents()
+    assert len(mismatches()) == 1 and mismatches()[0].levelname == "ERROR"
+
+    await asyncio.to_thread(recreate, "model-a:1")  # the collection is this replica's model's again
+    for _ in range(2):  # one call may find the collection gone again before reconnecting
+        with contextlib.suppress(DependencyUnavailable):
+            await serving.list_documents()
+    assert await serving.list_documents() == []
+    await asyncio.to_thread(recreate, "model-b:2")
+    for _ in range(3):
+        with pytest.raises(DependencyUnavailable):
+            await serving.list_documents()
+    assert len(mismatches()) == 2  # a new mismatch after a time without one is logged again
