@@ -32,6 +32,8 @@ from tests.support import free_port, wait_until
 pytestmark = pytest.mark.e2e
 
 QUESTIONS = ("How do I add a user?", "How do I list users?", "How are events published?", "What does cairn up do?")
+# Two short guides rather than the whole demo collection keep the start short (encoding runs on two busy cores).
+GUIDES = ("docs/users-and-roles.md", "docs/events.md")
 OUTCOMES = ("ResponseGenerated", "QueryFailed")
 
 
@@ -47,7 +49,7 @@ def broker() -> Iterator[RabbitNode]:
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory, redis_url: str, broker: RabbitNode) -> Iterator[Cairn]:
-    """`cairn up` with its events on the private broker and no per-user chat rate limit."""
+    """`cairn up` with its events on the private broker, no per-user chat rate limit and two guides to answer from."""
     name = f"faults-{os.getpid()}-{free_port()}"
     env = {
         **os.environ,
@@ -65,7 +67,8 @@ def system(tmp_path_factory: pytest.TempPathFactory, redis_url: str, broker: Rab
         env.pop(inherited, None)
     cairn = Cairn(env)
     process = subprocess.Popen(
-        [sys.executable, "-m", "cairn.cli", "up"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "cairn.cli", "up", "--no-demo-docs"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     threading.Thread(target=lambda: cairn.output.extend(process.stdout), daemon=True).start()
     try:
@@ -74,6 +77,8 @@ def system(tmp_path_factory: pytest.TempPathFactory, redis_url: str, broker: Rab
             timeout=240, what="cairn up to print its URL",
         )
         assert process.poll() is None, cairn.logs()
+        added = cairn.cli("ingest", *GUIDES)
+        assert added.returncode == 0, added.stdout + added.stderr + cairn.logs()
         yield cairn
     finally:
         process.send_signal(signal.SIGTERM)  # as Ctrl-C: the supervisor stops the services in order

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 TOKEN = "ingest-command-token"
 REPO = Path(__file__).resolve().parents[3]
-FILES = 40
+FILES = 20
 SUMMARY = re.compile(r"^(\d+) added, (\d+) replaced, (\d+) unchanged, (\d+) failed$", re.MULTILINE)
 
 
@@ -35,6 +36,8 @@ class RetrievalProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
         env = os.environ | {
             "RETRIEVAL_HOST": "127.0.0.1",
             "RETRIEVAL_PORT": str(self.port),
@@ -79,9 +82,10 @@ class RetrievalProcess:
                 self.kill()
 
 
-@pytest.fixture
-def retrieval(tmp_path: Path, unique: str) -> Iterator[RetrievalProcess]:
-    service = RetrievalProcess(tmp_path / "data", unique)
+@pytest.fixture(scope="module")
+def retrieval_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RetrievalProcess]:
+    """One retrieval process for the module (its start loads the model: many seconds); each test sends its own folder."""
+    service = RetrievalProcess(tmp_path_factory.mktemp("retrieval") / "data", f"test-{uuid.uuid4().hex[:10]}")
     service.start()
     try:
         yield service
@@ -90,22 +94,30 @@ def retrieval(tmp_path: Path, unique: str) -> Iterator[RetrievalProcess]:
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    """FILES Markdown files of a few chunks each, so that the run lasts some seconds."""
-    notes = tmp_path / "work" / "notes"
+def retrieval(retrieval_service: RetrievalProcess) -> RetrievalProcess:
+    """The module's retrieval, running again if an earlier test killed it and failed before starting it."""
+    retrieval_service.start()
+    return retrieval_service
+
+
+@pytest.fixture
+def folder(tmp_path: Path, unique: str) -> Path:
+    """FILES Markdown files of a few chunks each, so that the run lasts some seconds; the folder's name is the
+    test's own, so that its documents are new to the module's retrieval."""
+    notes = tmp_path / "work" / unique
     notes.mkdir(parents=True)
     for n in range(FILES):
         paragraphs = [f"Note {n}, paragraph {p}: " + " ".join(f"word{(n * 7 + p * 13 + w) % 997}" for w in range(90))
                       for p in range(6)]
         (notes / f"note{n:03d}.md").write_text(f"# Note {n}\n\n" + "\n\n".join(paragraphs) + "\n")
-    return notes.parent
+    return notes
 
 
-def start_ingest(cwd: Path, retrieval_url: str) -> subprocess.Popen[str]:
+def start_ingest(folder: Path, retrieval_url: str) -> subprocess.Popen[str]:
     env = os.environ | {"PYTHONPATH": str(REPO), "RETRIEVAL_URL": retrieval_url, "CAIRN_SERVICE_TOKEN": TOKEN}
     return subprocess.Popen(
-        [sys.executable, "-m", "cairn.cli", "ingest", "notes"],
-        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "cairn.cli", "ingest", folder.name],
+        cwd=folder.parent, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
 
@@ -119,7 +131,7 @@ def test_retrieval_killed_mid_folder_keeps_the_summary_and_a_rerun_sends_only_th
     retrieval: RetrievalProcess, folder: Path
 ) -> None:
     run = start_ingest(folder, retrieval.url)
-    wait_until(lambda: retrieval.holds("notes/note005.md"), timeout=120, interval=0.1, what="six files in")
+    wait_until(lambda: retrieval.holds(f"{folder.name}/note005.md"), timeout=120, interval=0.1, what="six files in")
     retrieval.kill()
     out, err = run.communicate(timeout=60)
 
@@ -128,12 +140,12 @@ def test_retrieval_killed_mid_folder_keeps_the_summary_and_a_rerun_sends_only_th
     added, replaced, unchanged, failed = counts(out)
     # note005 is held, but its answer may not have reached the command before the kill.
     assert (replaced, unchanged) == (0, 0) and added >= 5 and added + failed == FILES, out
-    failures = re.findall(r"^  failed: (notes/note\d+\.md): (.*)$", out, re.MULTILINE)
+    failures = re.findall(rf"^  failed: ({folder.name}/note\d+\.md): (.*)$", out, re.MULTILINE)
     assert len(failures) == failed
     first, reason = failures[0]
     assert reason.startswith("retrieval unavailable: "), "the file being sent when it went away"
     assert [r for _, r in failures[1:]] == ["not sent: retrieval unavailable"] * (failed - 1)
-    assert [name for name, _ in failures] == [f"notes/note{n:03d}.md" for n in range(added, FILES)], "in order"
+    assert [name for name, _ in failures] == [f"{folder.name}/note{n:03d}.md" for n in range(added, FILES)], "in order"
     assert f"retrieval became unavailable while sending {first}" in out
 
     retrieval.start()
@@ -148,7 +160,7 @@ def test_retrieval_killed_mid_folder_keeps_the_summary_and_a_rerun_sends_only_th
 
 def test_ctrl_c_stops_at_once_with_the_summary_and_status_130(retrieval: RetrievalProcess, folder: Path) -> None:
     run = start_ingest(folder, retrieval.url)
-    wait_until(lambda: retrieval.holds("notes/note003.md"), timeout=120, interval=0.1, what="four files in")
+    wait_until(lambda: retrieval.holds(f"{folder.name}/note003.md"), timeout=120, interval=0.1, what="four files in")
     pressed = time.monotonic()
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=30)
