@@ -17,6 +17,13 @@ class Engine:
     default_port: int
     binary: str
     apt_package: str
+    setting: str  # the variable that gives `url`
+
+    @property
+    def where(self) -> str:
+        """host:port and the setting to check; never the URL itself, which may carry a password."""
+        host, port = self.address
+        return f"{host}:{port} ({self.setting})"
 
     @property
     def address(self) -> tuple[str, int]:
@@ -62,7 +69,7 @@ def ensure(engine: Engine, *, timeout_s: float = 60.0, say=print) -> bool:
         return False
     if not _is_local(engine) or shutil.which(engine.binary) is None:
         hint = f"install it with: sudo apt-get install -y {engine.apt_package}" if _is_local(engine) else "start it"
-        raise EngineMissing(f"{engine.name} does not answer at {engine.url}; {hint}")
+        raise EngineMissing(f"{engine.name} does not answer at {engine.where}; {hint}")
     say(f"starting {engine.name} ({engine.binary}) ...")
     _start(engine)
     deadline = time.monotonic() + timeout_s
@@ -70,11 +77,11 @@ def ensure(engine: Engine, *, timeout_s: float = 60.0, say=print) -> bool:
         if engine.answers():
             return True
         time.sleep(0.5)
-    raise EngineMissing(f"{engine.name} was started but did not open {engine.url} within {timeout_s:.0f}s")
+    raise EngineMissing(f"{engine.name} was started but did not open {engine.where} within {timeout_s:.0f}s")
 
 
 def engines_for(*, redis_url: str, amqp_url: str) -> list[Engine]:
     return [
-        Engine("Redis", redis_url, 6379, "redis-server", "redis-server"),
-        Engine("RabbitMQ", amqp_url, 5672, "rabbitmq-server", "rabbitmq-server"),
+        Engine("Redis", redis_url, 6379, "redis-server", "redis-server", "REDIS_URL"),
+        Engine("RabbitMQ", amqp_url, 5672, "rabbitmq-server", "rabbitmq-server", "AMQP_URL"),
     ]
