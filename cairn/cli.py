@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from cairn import commands
-from cairn.settings import CliSettings
+from cairn.settings import CliSettings, parse_replicas
 from shared.settings import print_settings_problems
 
 
@@ -19,7 +19,7 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start the four services (and Redis/RabbitMQ if needed); Ctrl-C stops")
     up.add_argument("--no-demo-docs", action="store_true", help="do not add docs/ on the first run")
-    up.add_argument("--replicas", metavar="SPEC",
+    up.add_argument("--replicas", metavar="SPEC", type=_replicas,
                     help="processes per service, as chat=2,retrieval=2 (else $CAIRN_REPLICAS; default one of each)")
     up.add_argument("--chroma-server", action="store_true",
                     help="run a Chroma server for retrieval even with one replica (always with several)")
@@ -75,6 +75,15 @@ def _top_k(text: str) -> int:
     if not 1 <= value <= MAX_TOP_K:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_TOP_K}, not {value}")
     return value
+
+
+def _replicas(text: str) -> str:
+    """`--replicas` refused as it is read, named as the option: the settings would name their field."""
+    try:
+        parse_replicas(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text  # CliSettings parses it again, as it parses $CAIRN_REPLICAS
 
 
 def _role_option(parser: argparse.ArgumentParser) -> None:
