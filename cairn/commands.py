@@ -103,6 +103,9 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     except UserError as exc:  # the demo user: CAIRN_DEMO_PASSWORD too short, say
         print(f"cannot start: demo user: {exc}", file=sys.stderr)
         return 1
+    except DependencyUnavailable as exc:  # Redis took the connection but refused the demo user's commands
+        print(f"cannot start: demo user: {_redis_trouble(exc)}", file=sys.stderr)
+        return 1
     finally:
         starting = False
         # Its terminal may be gone (closed: SIGHUP) or the reader of its output: the services are stopped anyway.
@@ -149,8 +152,7 @@ def _print_welcome(settings: CliSettings, password: str | None, *, children: lis
 def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
     state = _read_state(settings)
     if not state:
-        print("Cairn is not running (no state file in the data directory).")
-        return 0
+        return _nothing_to_stop(settings)
     supervisor, children = state["supervisor"], state["services"]
     if still_running(state, supervisor):  # it stops its processes in order
         _stop_processes(state, [supervisor], wait_for=[supervisor, *children.values()], timeout_s=timeout_s)
@@ -162,6 +164,22 @@ def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
             _stop_processes(state, pids, wait_for=pids, timeout_s=timeout_s)
     state_file(settings).unlink(missing_ok=True)
     print("Cairn stopped.")
+    return 0
+
+
+def _nothing_to_stop(settings: CliSettings) -> int:
+    """No state file: Cairn is not running, unless its services answer at their ports, started by a `cairn up`
+    with another data directory (the default ./data is relative to the folder it ran in)."""
+    path = state_file(settings).absolute()
+    for name in reversed(SERVICES):  # the gateway first: the one the operator knows
+        url = settings.local_url_of(name)
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                print(f"error: no state file {path}, but Cairn's {name} answers at {url}: it was started with "
+                      "another CAIRN_DATA_DIR (./data is relative to the folder `cairn up` ran in); run `cairn down` "
+                      "with that CAIRN_DATA_DIR, or from that folder", file=sys.stderr)
+                return 1
+    print(f"Cairn is not running (no state file {path}).")
     return 0
 
 
@@ -254,7 +272,7 @@ def user_list(settings: CliSettings) -> int:
             f"{u.username:<24} {','.join(u.roles)}{'  (disabled)' if u.disabled else ''}" for u in users
         ) or "no users"
 
-    return _run_user_command(settings, lambda users, sessions: users.list(), describe)
+    return _run_user_command(settings, lambda users, sessions: users.list(), describe, changes=False)
 
 
 def user_disable(settings: CliSettings, *, username: str) -> int:
@@ -296,27 +314,36 @@ def _ended(change: UserChange) -> str:
     return f"{count} session{'' if count == 1 else 's'} ended"
 
 
-def _run_user_command(settings: CliSettings, action, describe) -> int:
+def _run_user_command(settings: CliSettings, action, describe, *, changes: bool = True) -> int:
     """Run `action(users, sessions)` against the gateway's Redis; print what it did, or why it could not."""
-    status, result = _try_user_action(settings, action)
+    status, result = _try_user_action(settings, action, changes=changes)
     if status == 0:
         print(describe(result))
     return status
 
 
-def _try_user_action(settings: CliSettings, action) -> tuple[int, object]:
-    """The exit status and result of `action(users, sessions)`; on failure, why is printed and the result is None."""
+def _try_user_action(settings: CliSettings, action, *, changes: bool = False) -> tuple[int, object]:
+    """The exit status and result of `action(users, sessions)`; on failure, why is printed and the result is None.
+    `changes`: the action writes, so a Redis that fails midway may have taken part of it."""
     try:
         return 0, asyncio.run(_with_stores(settings, action))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2, None
-    except DependencyUnavailable:
-        print("error: Redis (REDIS_URL) did not answer; the change may be incomplete: run the command again", file=sys.stderr)
+    except DependencyUnavailable as exc:
+        advice = "; the change may be incomplete: run the command again" if changes else ""
+        print(f"error: {_redis_trouble(exc)}{advice}", file=sys.stderr)
         return 1, None
     except ValueError as exc:  # REDIS_URL is not a Redis URL
         print(f"error: REDIS_URL: {exc}", file=sys.stderr)
         return 2, None
+
+
+def _redis_trouble(exc: DependencyUnavailable) -> str:
+    """What Redis did, in redis-py's words (a refused connection, a refused password, a bad database number),
+    which name its host and port, never the password REDIS_URL may carry."""
+    cause = str(exc.__cause__ or "").strip().rstrip(".")
+    return f"Redis (REDIS_URL) is unavailable: {cause or 'no answer in time'}"
 
 
 async def _with_stores(settings: CliSettings, action):
