@@ -214,7 +214,7 @@ def test_a_prompt_that_never_fits_the_context_window_names_the_settings(chat, sc
     assert publisher.events[-1].data.error == "llm_context_exceeded"
     script.reset(mode="small_context", context_chars=10)
     streamed = httpx.post(f"{chat[0]}/chat/stream", json={"query": BOTH_DOCUMENTS}, headers=HEADERS, timeout=30)
-    assert sse_events(streamed)[-1] == ("error", response.json())
+    assert sse_events(streamed)[-1] == ("error", {**response.json(), "status": 500})  # the plain endpoint's body and status
 
 
 def test_a_hanging_model_times_out_within_the_bound(chat, script):
@@ -326,6 +326,7 @@ def test_a_stream_from_an_endpoint_that_is_not_a_model_ends_with_an_error_event(
         "error": "llm_unavailable",
         "message": f"the model endpoint answered 200 with {content_type}, not a stream of chat completion chunks: "
         "check LLM_BASE_URL",
+        "status": 502,
     }
     assert len(script.calls) == 1
 

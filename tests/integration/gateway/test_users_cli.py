@@ -128,7 +128,8 @@ def test_refusals_are_one_clear_line(cairn_user, monkeypatch):
     assert cairn_user("set-role", "nobody", "--role", "user")[0] == 2
     monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
     code, out, err = cairn_user("disable", "ann")
-    assert code == 1 and out == "" and err.startswith("error: Redis (REDIS_URL) did not answer")
+    assert code == 1 and out == "" and err.startswith("error: Redis (REDIS_URL) is unavailable: ")
+    assert "connecting to 127.0.0.1:" in err and "may be incomplete" in err
     assert "Traceback" not in err and "\n" == err[-1] and err.count("\n") == 1
 
 
