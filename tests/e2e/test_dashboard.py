@@ -231,7 +231,7 @@ def test_each_figure_is_written_with_its_unit_and_user_text_stays_text(gateway, 
     with page.expect_download() as download:
         page.get_by_test_id("export-csv").click()
     assert download.value.suggested_filename == "cairn-requests.csv"
-    assert Path(download.value.path()).read_text() == EXPORT_CSV
+    assert Path(download.value.path()).read_text(encoding="utf-8-sig") == EXPORT_CSV
     assert problems == [], problems
 
 
@@ -251,6 +251,26 @@ def test_the_export_of_a_preset_range_covers_the_range_the_figures_show(gateway,
     wait_for_figures(page)
     custom = dict(parse_qsl([query for path, query, _ in figures.seen if path == "/analytics/summary"][-1]))
     assert (custom["from"], custom["to"]) == (shown["from"], shown["to"])
+    assert problems == [], problems
+
+
+def test_the_exported_file_names_its_encoding_for_spreadsheets(gateway, browser, figures):
+    # Excel reads a CSV file without a byte order mark in the computer's own code page: "Ünïcode é" would
+    # open as "ÃœnÃ¯code Ã©". The API's file has none (scripts read plain UTF-8); the button's file has one.
+    exported = "request_id,query\nr1,Où est la clé ? 鍵はどこ\n"
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    page.route(
+        "**/api/analytics/export.csv?*",
+        lambda route: route.fulfill(
+            status=200, body=exported.encode(), content_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": 'attachment; filename="cairn-requests.csv"'},
+        ),
+    )
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    with page.expect_download() as download:
+        page.get_by_test_id("export-csv").click()
+    assert Path(download.value.path()).read_bytes() == b"\xef\xbb\xbf" + exported.encode()
     assert problems == [], problems
 
 

@@ -34,13 +34,18 @@ export async function allReports(token, range, { bucket, timeZone, signal }) {
   return { timeseries: null, ...Object.fromEntries(names.map((name, i) => [name, bodies[i]])) };
 }
 
+// A UTF-8 byte order mark: without it, Excel reads a CSV file in the computer's own code page, and every
+// question or comment beyond ASCII opens garbled. Only the button's file gets it; scripts read the API's.
+const UTF8_BOM = "\ufeff";
+
 /** Fetch the per-request CSV export (with the bearer token, so not as a plain link) and save it as a
- * file, named as the server suggests. */
+ * file, named as the server suggests, marked as UTF-8 for spreadsheets. */
 export async function downloadCsv(token, query) {
   const response = await get(token, `/api/analytics/export.csv?${query}`, { accept: "text/csv" });
   const named = /filename="?([^";]+)"?/i.exec(response.headers.get("Content-Disposition") ?? "");
+  const body = await response.blob();
   const link = document.createElement("a");
-  link.href = URL.createObjectURL(await response.blob());
+  link.href = URL.createObjectURL(new Blob([UTF8_BOM, body], { type: body.type }));
   link.download = named ? named[1] : "cairn-requests.csv";
   link.click();
   setTimeout(() => URL.revokeObjectURL(link.href), 1000);
