@@ -269,7 +269,7 @@ CITATIONS = [citation(1, PASSAGE_1, 1), citation(2, PASSAGE_2, 2)]
 class FakeGateway:
     """The gateway's routes the chat page calls. `plans` says how the next questions are answered, in order:
     {"answer": text}, {"status": 401} (or {"status": 404, "code": code}; a "retry_after" value is sent as its
-    Retry-After header), {"error": code} (an error event),
+    Retry-After header), {"error": code} (an error event; a "fields" dict adds to or replaces its data),
     {"hang": text} (the stream stays open after that text until the page closes it) or {"break": text} (the
     connection breaks after that text); an answer with "then_break" set loses its connection after `done`."""
 
@@ -322,7 +322,7 @@ class FakeGateway:
 
         yield event("sources", {"sources": [{**c, "support": None} for c in self.citations]})
         if "error" in plan:
-            yield event("error", {"error": plan["error"], "message": "The model failed."})
+            yield event("error", {"error": plan["error"], "message": "The model failed.", **plan.get("fields", {})})
             return
         if "break" in plan:
             yield event("token", {"text": plan["break"]})
@@ -492,6 +492,27 @@ def test_an_error_event_puts_the_question_back(browser, fake):
 
 
 @pytest.mark.parametrize(
+    ("code", "fields", "expected"),
+    [("llm_unavailable", {"status": 503, "retry_after": "20"},
+      r"^Cairn is partly unavailable \(The model failed\.\)\. Try again in 20 seconds\.$"),
+     ("llm_content_filtered", {"status": 422, "message": "the model's content filter refused it: ask it in other words"},
+      r"^the model's content filter refused it: ask it in other words$"),
+     ("llm_unavailable", {"status": 502}, r"^The language model is not answering right now\."),
+     ("chat_timeout", {}, r"^Cairn took too long to answer\.")],  # the gateway's own events carry no status
+    ids=["503-retry-after", "422-content-filtered", "502", "no-status"],
+)
+def test_an_error_event_is_told_by_its_status_and_retry_after(browser, fake, code, fields, expected):
+    gateway, url = fake
+    gateway.plans = [{"error": code, "fields": fields}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    box, turn = ask_and_fail(page, "How do I add a user?")
+    expect(turn.locator(".answer-status")).to_have_text(re.compile(expected))
+    expect(box).to_have_value("How do I add a user?")
+    assert problems == [], problems
+
+
+@pytest.mark.parametrize(
     ("status", "code", "retry_after", "expected"),
     [(503, "retrieval_unavailable", "7",
       r"^Cairn is partly unavailable \(Not this time\.\)\. Try again in 7 seconds\.$"),
@@ -540,6 +561,21 @@ def test_a_connection_broken_after_the_answer_ended_leaves_the_answer_whole(brow
     expect(turn).not_to_have_class(re.compile(r"\bfailed\b"))
     expect(turn.locator(".answer-status")).to_have_text("")
     expect(page.get_by_label("Your question")).to_have_value("")
+    assert problems == [], problems
+
+
+def test_new_conversation_keeps_the_question_in_the_box(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]."}, {"error": "llm_unavailable"}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    box, _ = ask_and_fail(page, "And roles?")  # put back in the box
+    page.get_by_role("button", name="New conversation").click()
+    expect(page.locator(".turn")).to_have_count(0)
+    expect(box).to_have_value("And roles?")
+    expect(box).to_be_focused()
+    assert "conversation_id" not in ask(page, "And roles?")
     assert problems == [], problems
 
 

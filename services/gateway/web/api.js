@@ -10,7 +10,7 @@ export class ApiError extends Error {
 }
 
 /** Seconds from a Retry-After header (whole seconds, or an HTTP date); null when absent or unreadable. */
-function retryAfterSeconds(value) {
+export function retryAfterSeconds(value) {
   const text = (value ?? "").trim();
   if (/^\d+$/.test(text)) return Number.parseInt(text, 10);
   const date = Date.parse(text);

@@ -60,12 +60,23 @@ function describe(error) {
   return "The answer was cut off. Try again.";
 }
 
-/** The HTTP status an error event's code stands for (the stream itself was a 200). */
+/** The HTTP status an error event's code stands for, when the event does not say (the stream itself was a 200). */
 function statusOf(code = "") {
   if (code === "llm_unavailable") return 502;
   if (code.endsWith("_unavailable")) return 503;
   if (code.endsWith("_timeout")) return 504;
   return 500;
+}
+
+/** An error event as the error the same failure gets before the stream: chat's events carry its status and
+ * Retry-After (a model that asks for a wait is a 503, not a 502); the gateway's own carry only the code. */
+function streamError(data) {
+  return new api.ApiError({
+    status: Number.isInteger(data.status) ? data.status : statusOf(data.error),
+    code: data.error,
+    message: data.message,
+    retryAfter: api.retryAfterSeconds(data.retry_after),
+  });
 }
 
 // --- views ---------------------------------------------------------------------------------------
@@ -206,7 +217,9 @@ view.logout.addEventListener("click", async () => {
 
 view.newConversation.addEventListener("click", () => {
   stopAnswer();
+  const draft = view.question.value; // typed, or put back after a failure: it is asked in the new conversation
   forgetConversation();
+  setQuestion(draft);
   view.intro.hidden = false;
   view.question.focus();
 });
@@ -247,8 +260,7 @@ async function ask(query) {
         turn.finish(data);
         finished = true;
       } else if (event === "error") {
-        const error = new api.ApiError({ status: statusOf(data.error), code: data.error, message: data.message });
-        turn.fail(describe(error));
+        turn.fail(describe(streamError(data)));
         finished = true;
       }
       // done and error are the stream's last events: a connection that breaks after one cuts off nothing.
