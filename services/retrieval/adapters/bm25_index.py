@@ -16,6 +16,7 @@ import asyncio
 import re
 import threading
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -47,7 +48,9 @@ def tokenize(text: str) -> list[str]:
     stemmer = getattr(_local, "stemmer", None)
     if stemmer is None:
         stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    rest, cjk_terms = split_cjk(text.lower())
+    # NFKC first: a decomposed accent (e + U+0301) is not a word character, so "résumé" typed on a Mac or
+    # extracted from many PDFs would split into "re" and "sume"; full-width letters become plain ones.
+    rest, cjk_terms = split_cjk(unicodedata.normalize("NFKC", text).lower())
     return stemmer.stemWords([w for w in _WORD.findall(rest) if w not in _STOPWORDS]) + cjk_terms
 
 

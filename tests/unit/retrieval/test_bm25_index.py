@@ -44,6 +44,20 @@ def test_chinese_japanese_and_korean_runs_become_pairs_of_characters() -> None:
     assert tokenize("猫。Running cats") == ["run", "cat", "猫"]  # a lone character is a term of its own
 
 
+def test_text_that_reads_the_same_gives_the_same_terms_however_its_unicode_is_written() -> None:
+    # Decomposed accents (macOS, many PDFs), NFD Hangul and kana, and full-width letters in CJK text.
+    assert tokenize("re\u0301sume\u0301 cafe\u0301") == tokenize("résumé café") == ["résumé", "café"]
+    assert tokenize("\u1106\u116e\u11ab\u1109\u1165") == tokenize("문서")
+    assert tokenize("\u30ab\u3099\u30a4\u30c8\u3099") == tokenize("ガイド")
+    assert tokenize("ｃａｉｒｎ ｶﾞｲﾄﾞ") == tokenize("cairn ガイド")
+
+
+def test_a_decomposed_query_finds_a_composed_text_and_back() -> None:
+    index = loaded(chunk("fr", 0, "Le café est prêt."), chunk("nfd", 0, "Un re\u0301sume\u0301 du projet."))
+    assert ids(index.search_now(query="cafe\u0301", top_k=3)) == ["fr#0"]
+    assert ids(index.search_now(query="résumé", top_k=3)) == ["nfd#0"]
+
+
 def test_a_word_inside_an_unspaced_sentence_is_found() -> None:
     index = loaded(
         chunk("zh", 0, "本研究使用机器学习方法分析了大量的医学图像数据。"),
