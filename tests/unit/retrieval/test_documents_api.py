@@ -1,6 +1,7 @@
 """POST /documents as JSON or file upload, GET /documents/{id}, and their error answers, with fakes behind."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -9,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.retrieval.chunking import CHUNKER_VERSION
+from services.retrieval.document_metadata import RESERVED_KEYS
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
@@ -209,6 +211,13 @@ def test_an_upload_takes_its_metadata_as_a_json_form_field(client: TestClient) -
 def test_metadata_that_cannot_be_stored_is_refused_naming_the_field(client: TestClient, metadata: dict, message: str) -> None:
     refused = client.post("/documents", json={"text": "Some text.", "metadata": metadata}, headers=AUTH)
     assert refused.status_code == 422 and message in refused.json()["message"], refused.text
+
+
+def test_the_documents_guide_lists_every_metadata_name_cairn_refuses() -> None:
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "documents.md").read_text(encoding="utf-8")
+    sentence = re.search(r"cannot be one that Cairn sets itself: (.+?)\. ", guide)
+    assert sentence is not None, "the guide no longer lists the reserved metadata names"
+    assert set(re.findall(r"`(\w+)`", sentence.group(1))) == RESERVED_KEYS
 
 
 def test_unknown_fields_and_unreadable_form_metadata_are_refused(client: TestClient) -> None:
