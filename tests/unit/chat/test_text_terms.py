@@ -32,3 +32,8 @@ def test_terms_drop_stopwords_and_split_identifiers():
 def test_letters_of_any_script_make_words_and_cjk_runs_make_pairs():
     assert terms_of("Größe und café") == ["größ", "und", "café"]  # not cut at the first non-ASCII letter
     assert terms_of("東京の大学 in Tokyo") == ["tokyo", "東京", "京の", "の大", "大学"]
+
+
+def test_text_that_reads_the_same_gives_the_same_terms_however_its_unicode_is_written():
+    composed, decomposed, full_width = "Résumé café", "Re\u0301sume\u0301 cafe\u0301", "Ｒésumé ｃａｆé"
+    assert terms_of(composed) == terms_of(decomposed) == terms_of(full_width) == ["résumé", "café"]
