@@ -317,6 +317,10 @@ def create_service_app(
             {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
         )
 
+    # HEAD too, as HTTP asks of every GET: uptime checks and `curl -I` ask without wanting the body.
+    for path, endpoint in (("/healthz", healthz), ("/readyz", readyz)):
+        app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)
+
     @app.get("/metrics", tags=["ops"], include_in_schema=False)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -32,7 +32,9 @@ USER, ANALYST, ADMIN = ROLES
 
 ACCESS = {
     ("GET", "/healthz"): PUBLIC,
+    ("HEAD", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,
+    ("HEAD", "/readyz"): PUBLIC,
     ("GET", "/metrics"): PUBLIC,
     ("GET", "/openapi.json"): PUBLIC,
     ("HEAD", "/openapi.json"): PUBLIC,
