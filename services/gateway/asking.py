@@ -42,12 +42,14 @@ def is_refusal(status_code: int) -> bool:
     return 400 <= status_code < 500 and status_code != 429
 
 
-async def withdraw_question(*, limiter: RateLimiter, owners: RequestOwners, question: AdmittedQuestion) -> None:
-    """Give back the question's count and free its request id. If Redis fails meanwhile both stay: the
-    caller keeps its refusal, and the user is left counted, which errs on the safe side."""
+async def withdraw_question(*, limiter: RateLimiter, owners: RequestOwners, question: AdmittedQuestion) -> bool:
+    """Give back the question's count and free its request id; False if Redis failed meanwhile, leaving
+    both: the caller keeps its refusal, and the user is left counted, which errs on the safe side."""
     try:
         await give_back_chat_request(limiter=limiter, user_id=question.user_id, event_id=question.event_id)
         if question.request_id is not None:
             await owners.release(question.request_id)
     except DependencyUnavailable:
         log.warning("refused question not withdrawn", extra={"request_id": question.request_id})
+        return False
+    return True

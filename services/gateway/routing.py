@@ -8,6 +8,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
+from services.gateway.adapters.upstream import NotDelivered
 from services.gateway.asking import AdmittedQuestion, is_refusal, withdraw_question
 from shared.errors import ServiceError
 from shared.json_body import StrictJsonRoute
@@ -25,7 +26,8 @@ def status_of(exc: Exception) -> int:
 class QuestionRoute(StrictJsonRoute):
     """Withdraws the question AskingSession admitted when the answer refuses it (services.gateway.asking),
     whether the gateway raised the refusal (the body is checked after the dependencies have run) or chat
-    answered it."""
+    answered it, and when it never reached chat (no replica took the connection): sent again with the
+    same request id after Retry-After, it is asked, not refused as request_id_taken."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -34,7 +36,7 @@ class QuestionRoute(StrictJsonRoute):
             try:
                 response = await handler(request)
             except Exception as exc:
-                if is_refusal(status_of(exc)):
+                if is_refusal(status_of(exc)) or isinstance(exc, NotDelivered):
                     await _withdraw(request)
                 raise
             if is_refusal(response.status_code):
@@ -48,4 +50,5 @@ async def _withdraw(request: Request) -> None:
     question: AdmittedQuestion | None = getattr(request.state, "admitted_question", None)
     if question is not None:
         state = request.app.state
-        await withdraw_question(limiter=state.rate_limiter, owners=state.request_owners, question=question)
+        if await withdraw_question(limiter=state.rate_limiter, owners=state.request_owners, question=question):
+            request.state.admitted_question = None  # its request id is free: a resend is no 409

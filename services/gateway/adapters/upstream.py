@@ -41,6 +41,14 @@ _DROPPED = {
 _NO_GUESSED_TYPE = ("Content-Type",)
 
 
+class NotDelivered(DependencyUnavailable):
+    """No replica of the service took the connection: the request never reached it, so the same request
+    may be sent again as it is (a question keeps no request id and no place in the rate limit)."""
+
+    def __init__(self, dependency: str) -> None:
+        super().__init__(dependency)
+
+
 def _failure(name: str, exc: BaseException) -> ServiceError:
     return UpstreamTimeout(name) if isinstance(exc, TimeoutError) else DependencyUnavailable(name)
 
@@ -197,7 +205,7 @@ class Upstream:
         try:
             return await on_a_replica(self.replicas, send)
         except NoReplicaConnected as exc:
-            raise DependencyUnavailable(self.name) from exc
+            raise NotDelivered(self.name) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _failure(self.name, exc) from exc
 

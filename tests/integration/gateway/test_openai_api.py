@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from services.gateway.main import create_app
 from tests.integration.gateway.chat_stand_in import gateway_settings, login
-from tests.support import serve_in_thread
+from tests.support import free_port, serve_in_thread
 
 pytestmark = pytest.mark.integration
 QUESTION = [{"role": "user", "content": "How do I add a user?"}]
@@ -263,6 +263,18 @@ def test_the_client_retries_no_question_that_its_request_id_would_make_a_409(gat
     with pytest.raises(openai.ConflictError) as reused:
         _ask(client, extra_headers={"X-Request-ID": "own-1"})
     assert reused.value.code == "request_id_taken" and len(attempts) == 2, "a 409 is not retried"
+
+def test_a_question_that_never_reached_chat_keeps_neither_its_request_id_nor_its_count(redis_url, unique):
+    nothing = f"http://127.0.0.1:{free_port()}"  # no chat replica takes the connection
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=nothing, chat_requests_per_minute=2)
+    with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+        headers = {**login(http), "X-Request-ID": "never-delivered"}
+        for _ in range(3):  # over the limit of 2, and the same request id each time
+            lost = http.post("/api/chat", json={"query": "q"}, headers=headers)
+            assert (lost.status_code, lost.json()["error"]) == (503, "chat_unavailable"), lost.text
+        v1 = http.post("/v1/chat/completions", json={"messages": QUESTION}, headers=headers)
+        assert v1.status_code == 503 and "x-should-retry" not in v1.headers, "a resend is asked, not refused"
+
 
     attempts.clear()
     with pytest.raises(openai.InternalServerError) as failed:  # not hidden by the 409 a retry would get
