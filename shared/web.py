@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.context import RequestUser, new_request_id, request_id_var, request_user_var, set_user_id
-from shared.errors import ErrorBody, ServiceError, StartRefused, Unauthorized
+from shared.errors import RETRY_AFTER_S, ErrorBody, ServiceError, StartRefused, Unauthorized
 from shared.json_body import StrictJsonRoute
 from shared.settings import CommonSettings
 from shared.tracing import finish_server_span, inject, server_span
@@ -313,8 +313,11 @@ def create_service_app(
     async def readyz() -> JSONResponse:
         checks = await readiness() if readiness else {}
         ready = all(up for name, up in checks.items() if needed is None or name in needed)
+        if ready:
+            return JSONResponse({"status": "ready", "checks": checks})
+        # As every 503 of Cairn's: a client or balancer that retries knows when.
         return JSONResponse(
-            {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
+            {"status": "not_ready", "checks": checks}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)}
         )
 
     # HEAD too, as HTTP asks of every GET: uptime checks and `curl -I` ask without wanting the body.

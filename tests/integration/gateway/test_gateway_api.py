@@ -293,7 +293,7 @@ def test_redis_down_fails_closed_with_503(unique):
     assert ready.status_code == 503 and ready.json()["checks"]["redis"] is False
 
 
-def test_the_health_checks_answer_head_as_they_answer_get(settings, unique):
+def test_the_health_checks_answer_head_as_they_answer_get_and_a_503_says_when_to_retry(settings, unique):
     """Uptime checks and `curl -I` ask with HEAD: the status of GET, without the body, never 405."""
     redis_down = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_prefix=unique, redis_timeout_s=1)
     for app_settings, ready in ((settings, 200), (redis_down, 503)):
@@ -302,6 +302,8 @@ def test_the_health_checks_answer_head_as_they_answer_get(settings, unique):
                 response = http.head(path)
                 assert response.status_code == status == http.get(path).status_code, f"HEAD {path}: {response.text}"
                 assert response.content == b"" and response.headers["x-request-id"]
+            if ready == 503:
+                assert http.get("/readyz").headers["retry-after"] == "5", "as every 503 of Cairn's"
 
 
 async def _seed_users(redis_url: str, prefix: str) -> None:
