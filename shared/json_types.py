@@ -2,6 +2,7 @@
 no 0 or "yes" for a boolean, no "0.5" for a number (pydantic's lax mode would coerce all of these)."""
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, StrictBool, StrictFloat
@@ -10,6 +11,23 @@ from pydantic import BeforeValidator, StrictBool, StrictFloat
 _WHITESPACE = "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 # A JSON Schema `pattern` (unanchored) for a string that str.strip() does not empty.
 NOT_BLANK_PATTERN = f"[^{_WHITESPACE}]"
+# Characters shown as nothing: Unicode's Default_Ignorable_Code_Point in the Basic Multilingual Plane (soft
+# hyphen, zero-width spaces and joiners, direction marks, word joiner, variation selectors, byte-order mark,
+# Hangul fillers). Those beyond it (tags, ...) are left out: a pattern cannot name them in every regex dialect.
+_INVISIBLE = (
+    "\\xad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180f\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u206f"
+    "\\u3164\\ufe00-\\ufe0f\\ufeff\\uffa0\\ufff0-\\ufff8"
+)
+# A JSON Schema `pattern` (unanchored) for a string with something to read: a character neither whitespace
+# nor invisible.
+VISIBLE_TEXT_PATTERN = f"[^{_WHITESPACE}{_INVISIBLE}]"
+_VISIBLE = re.compile(VISIBLE_TEXT_PATTERN)
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` is only whitespace and invisible characters: a text of zero-width spaces looks empty and
+    gives nothing to search, yet str.strip() keeps it."""
+    return _VISIBLE.search(text) is None
 
 
 def trimmed_text_pattern(max_chars: int) -> str:

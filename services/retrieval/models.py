@@ -1,7 +1,6 @@
 """Request and response bodies of the retrieval API."""
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -13,7 +12,8 @@ from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, checked_filter, fi
 from services.retrieval.ingestion import MAX_DOC_ID_CHARS
 from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
-from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
+from shared import json_body
+from shared.json_types import JSON_INTEGER, VISIBLE_TEXT_PATTERN, JsonBool, JsonNumber, is_blank, trimmed_text_pattern
 from shared.request_model import RequestModel
 
 MAX_QUERY_CHARS = 1000
@@ -48,6 +48,8 @@ def _checked_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
 # What _without_line_break checks, said in the schema for clients and schema-driven tests: "no line break"
 # rather than a pattern anchored with $, which in Python also matches before a final line break.
 OneLine = Annotated[str, Field(json_schema_extra={"not": {"pattern": "\n"}})]
+# A doc_id: on one line, and without the '.' and '..' segments _without_dot_segments refuses.
+DocId = Annotated[str, Field(json_schema_extra={"not": {"pattern": "\n|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)"}})]
 
 
 def _without_line_break(value: str | None) -> str | None:
@@ -58,12 +60,23 @@ def _without_line_break(value: str | None) -> str | None:
     return value
 
 
+def _without_dot_segments(value: str | None) -> str | None:
+    """A doc_id with a '.' or '..' segment could be stored, but neither read nor deleted: clients resolve those
+    segments in a URL (GET /documents/a/../b.md asks for /documents/b.md). An id made from a source or file name
+    leaves them out (ingestion.doc_id_of_path); one given is refused. A backslash counts as '/' there too, as
+    browsers read it in a URL's path."""
+    if value is not None and {".", ".."} & set(value.replace("\\", "/").split("/")):
+        raise ValueError("must not hold a '.' or '..' segment (as in a/../b.md): clients resolve those in a URL, so "
+                         "the document could be neither read nor deleted")
+    return value
+
+
 def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
     """The `metadata` form field of an upload: a JSON object, checked like DocumentIn.metadata."""
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = json_body.loads(text.encode("utf-8"))
     except ValueError as exc:
         raise ValueError(f"metadata must be a JSON object: {exc}") from None
     if not isinstance(value, dict):
@@ -72,9 +85,9 @@ def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
 
 
 class DocumentIn(RequestModel):
-    doc_id: OneLine | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
+    doc_id: DocId | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
-    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, json_schema_extra={"pattern": NOT_BLANK_PATTERN})
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, json_schema_extra={"pattern": VISIBLE_TEXT_PATTERN})
     source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
@@ -82,12 +95,13 @@ class DocumentIn(RequestModel):
 
     _valid_metadata = field_validator("metadata")(_checked_metadata)
     _valid_ids = field_validator("doc_id", "source")(_without_line_break)
+    _addressable_id = field_validator("doc_id")(_without_dot_segments)
 
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must not be empty or only whitespace")
+        if is_blank(value):
+            raise ValueError("text must not be empty or only whitespace and invisible characters")
         return value
 
 
@@ -101,7 +115,7 @@ class DocumentOut(BaseModel):
 class UploadFields(RequestModel):
     """The form fields that may accompany a `file` part in a multipart POST /documents."""
 
-    doc_id: OneLine | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
+    doc_id: DocId | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.")
     source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Default: the file name.")
     url: str | None = Field(None, max_length=2000)
@@ -113,6 +127,7 @@ class UploadFields(RequestModel):
     ] = Field(None, description='A JSON object, such as {"team": "ops"}. ' + _METADATA_DESCRIPTION)
 
     _valid_ids = field_validator("doc_id", "source")(_without_line_break)
+    _addressable_id = field_validator("doc_id")(_without_dot_segments)
 
 
 class DocumentSummary(BaseModel):

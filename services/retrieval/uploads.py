@@ -17,6 +17,7 @@ from starlette.requests import Request
 from services.retrieval import ingestion, parsing
 from services.retrieval.errors import PayloadTooLarge, UnsupportedMediaType
 from services.retrieval.models import DocumentIn, UploadFields
+from shared import json_body
 from shared.errors import BadRequest
 
 
@@ -51,14 +52,21 @@ async def read_body(request: Request, *, limit: int) -> bytes:
 
 def _validated(model, data):
     try:
-        return model.model_validate_json(data) if isinstance(data, bytes) else model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        # The same 400 (malformed JSON) / 422 (invalid field) answers as a body FastAPI parses itself.
+        # The same 422 (invalid field) answer as for a body FastAPI validates itself.
         raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
 def json_document(body: bytes) -> DocumentIn:
-    return _validated(DocumentIn, body)
+    """The JSON body's document, read as every route reads JSON (I-JSON: 400 for malformed JSON)."""
+    try:
+        value = json_body.loads(body)
+    except ValueError as exc:
+        raise json_body.refusal_of_unreadable(exc) from None
+    if not isinstance(value, dict):  # said as pydantic says it of JSON, not naming the model's class
+        raise RequestValidationError([{"loc": (), "msg": "Input should be an object", "type": "model_type"}])
+    return _validated(DocumentIn, value)
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:

@@ -9,7 +9,15 @@ import pytest
 from annotated_types import Ge, Le
 from pydantic import BaseModel, ValidationError
 
-from shared.json_types import JSON_INTEGER, NOT_BLANK_PATTERN, JsonBool, JsonNumber, trimmed_text_pattern
+from shared.json_types import (
+    JSON_INTEGER,
+    NOT_BLANK_PATTERN,
+    VISIBLE_TEXT_PATTERN,
+    JsonBool,
+    JsonNumber,
+    is_blank,
+    trimmed_text_pattern,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -39,6 +47,16 @@ def test_json_integers_and_numbers_are_taken() -> None:
 def test_the_not_blank_pattern_is_what_strip_keeps() -> None:
     pattern = re.compile(NOT_BLANK_PATTERN)
     assert all((pattern.search(chr(c)) is None) == chr(c).isspace() for c in range(sys.maxunicode + 1))
+
+
+def test_blank_text_is_whitespace_and_the_invisible_characters_of_the_basic_plane() -> None:
+    regex = pytest.importorskip("regex")
+    invisible = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    blank = [c for c in range(0x10000) if chr(c).isspace() or invisible.match(chr(c))]
+    assert [c for c in range(0x10000) if is_blank(chr(c))] == blank
+    assert is_blank("") and is_blank("\u200b\ufeff \u2060\u00ad\n") and not is_blank("\u200ba\u200b")
+    pattern = re.compile(VISIBLE_TEXT_PATTERN)  # the rule as the schema says it
+    assert all((pattern.search(chr(c)) is None) == is_blank(chr(c)) for c in range(sys.maxunicode + 1))
 
 
 @pytest.mark.parametrize("text", ["a", " a ", "\u3000abc\n", "a b c", "", " \t", "abcd", " abcd\u2003"])

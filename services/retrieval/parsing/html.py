@@ -16,6 +16,7 @@ from services.retrieval.chunking import Heading, sections_under
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
+from shared.json_types import is_blank
 
 # Not the head itself: with its end tag left out (valid HTML5), html.parser keeps the whole page inside it.
 _DROP = {
@@ -219,7 +220,7 @@ def parse_html(filename: str, data: bytes) -> ParsedDocument:
     _walk(soup, out)  # the whole document: text after </body>, or in a head never closed, is still page text
     out.flush()
     text = out.joined()
-    if not text.strip():
+    if is_blank(text):
         raise UnprocessableDocument(f"{filename}: no text found in the HTML")
     return ParsedDocument(
         text=text, format="html", title=_title(soup) or None, section_starts=sections_under(text, out.headings),

@@ -13,6 +13,7 @@ from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS, ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.parsing.running_lines import without_running_lines
+from shared.json_types import is_blank
 
 log = logging.getLogger("cairn.retrieval.parsing")
 PAGE_SEPARATOR = "\n\n"
@@ -59,7 +60,7 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         raise UnprocessableDocument(f"{filename}: not a readable PDF ({type(exc).__name__})") from None
     if not pages:
         raise UnprocessableDocument(f"{filename}: the PDF has no pages")
-    if not any(pages):
+    if all(is_blank(text) for text in pages):
         raise UnprocessableDocument(f"{filename}: the PDF has no extractable text (a scan without OCR?)")
     starts, offset = [], 0
     for text in pages:

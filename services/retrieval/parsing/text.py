@@ -7,6 +7,7 @@ from services.retrieval.chunking import document_title, front_matter_end
 from services.retrieval.errors import UnprocessableDocument
 from services.retrieval.parsing.document import ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
+from shared.json_types import is_blank
 
 
 def decode(filename: str, data: bytes) -> str:
@@ -20,14 +21,14 @@ def decode(filename: str, data: bytes) -> str:
         raise UnprocessableDocument(f"{filename}: not {'UTF-16' if encoding == 'utf-16' else 'UTF-8'} text") from None
     if "\x00" in text:
         raise UnprocessableDocument(f"{filename}: binary content, not text")
-    if not text.strip():
+    if is_blank(text):  # whitespace, or characters shown as nothing (zero-width spaces, byte-order marks)
         raise UnprocessableDocument(f"{filename}: the file is empty")
     return written_out(text)
 
 
 def parse_markdown(filename: str, data: bytes) -> ParsedDocument:
     text = decode(filename, data)
-    if not text[front_matter_end(text) :].strip():
+    if is_blank(text[front_matter_end(text) :]):
         raise UnprocessableDocument(f"{filename}: no text after its front matter")
     title = document_title(text, fallback="") or None
     return ParsedDocument(text=text, format="markdown", title=title, markdown=True)

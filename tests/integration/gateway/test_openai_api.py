@@ -139,6 +139,20 @@ def test_a_v1_path_no_route_matches_is_answered_in_openais_shape(gateway, token)
     assert httpx.get(f"{gateway}/api/nothing-here", headers=headers).json()["error"] == "not_found"
 
 
+def test_a_body_naming_a_key_twice_is_malformed_json_in_the_shape_of_its_route(gateway, token):
+    json_type = {"Content-Type": "application/json"}
+    login = httpx.post(f"{gateway}/auth/login", content=b'{"username": "bob", "password": "x", "username": "ann"}',
+                       headers=json_type)
+    assert (login.status_code, login.json()["error"]) == (400, "malformed_json"), login.text
+    assert login.json()["message"] == 'request body is not valid JSON: duplicate key "username" in an object'
+    body = b'{"model": "cairn", "messages": [{"role": "user", "content": "a", "content": "b"}]}'
+    completion = httpx.post(f"{gateway}/v1/chat/completions", content=body,
+                            headers=json_type | {"Authorization": f"Bearer {token}"})
+    assert completion.status_code == 400, completion.text
+    assert completion.json()["error"] == {"message": 'request body is not valid JSON: duplicate key "content" in an object',
+                                          "type": "invalid_request_error", "code": "malformed_json", "param": None}
+
+
 def test_the_api_routes_keep_cairns_error_shape(gateway):
     response = httpx.post(f"{gateway}/api/chat", json={"query": "q"}, headers={"Authorization": "Bearer nonsense"})
     assert response.status_code == 401 and response.json()["error"] == "unauthorized"
@@ -250,6 +264,18 @@ def test_refused_questions_use_up_no_limit_and_free_their_request_id(gateway, to
         assert over.status_code == 429 and over.json()["error"]["code"] == "rate_limited"
 
 
+def test_a_question_that_never_reached_chat_keeps_neither_its_request_id_nor_its_count(redis_url, unique):
+    nothing = f"http://127.0.0.1:{free_port()}"  # no chat replica takes the connection
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=nothing, chat_requests_per_minute=2)
+    with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+        headers = {**login(http), "X-Request-ID": "never-delivered"}
+        for _ in range(3):  # over the limit of 2, and the same request id each time
+            lost = http.post("/api/chat", json={"query": "q"}, headers=headers)
+            assert (lost.status_code, lost.json()["error"]) == (503, "chat_unavailable"), lost.text
+        v1 = http.post("/v1/chat/completions", json={"messages": QUESTION}, headers=headers)
+        assert v1.status_code == 503 and "x-should-retry" not in v1.headers, "a resend is asked, not refused"
+
+
 def _retrying_client(gateway: str, token: str, attempts: list[int]) -> openai.OpenAI:
     """The official client with its default retries, counting the requests it sends in `attempts`."""
     http = httpx.Client(event_hooks={"request": [lambda request: attempts.append(1)]})
@@ -263,18 +289,6 @@ def test_the_client_retries_no_question_that_its_request_id_would_make_a_409(gat
     with pytest.raises(openai.ConflictError) as reused:
         _ask(client, extra_headers={"X-Request-ID": "own-1"})
     assert reused.value.code == "request_id_taken" and len(attempts) == 2, "a 409 is not retried"
-
-def test_a_question_that_never_reached_chat_keeps_neither_its_request_id_nor_its_count(redis_url, unique):
-    nothing = f"http://127.0.0.1:{free_port()}"  # no chat replica takes the connection
-    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=nothing, chat_requests_per_minute=2)
-    with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
-        headers = {**login(http), "X-Request-ID": "never-delivered"}
-        for _ in range(3):  # over the limit of 2, and the same request id each time
-            lost = http.post("/api/chat", json={"query": "q"}, headers=headers)
-            assert (lost.status_code, lost.json()["error"]) == (503, "chat_unavailable"), lost.text
-        v1 = http.post("/v1/chat/completions", json={"messages": QUESTION}, headers=headers)
-        assert v1.status_code == 503 and "x-should-retry" not in v1.headers, "a resend is asked, not refused"
-
 
     attempts.clear()
     with pytest.raises(openai.InternalServerError) as failed:  # not hidden by the 409 a retry would get

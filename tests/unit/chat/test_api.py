@@ -109,6 +109,18 @@ async def test_a_query_with_an_unpaired_surrogate_is_400_before_any_work():
     assert retriever.calls == [] and publisher.events == []
 
 
+async def test_a_filter_naming_a_key_twice_is_400_not_the_last_value():
+    publisher, retriever = ListPublisher(), FakeRetriever()
+    body = b'{"query": "add user", "filters": {"team": "ops", "team": "dev"}}'
+    async with chat_client(retriever=retriever, publisher=publisher) as client:
+        response = await client.post("/chat", content=body, headers={**HEADERS, "Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json() == {
+        "error": "malformed_json", "message": 'request body is not valid JSON: duplicate key "team" in an object'
+    }
+    assert retriever.calls == [] and publisher.events == []
+
+
 @pytest.mark.parametrize("token", [None, "wrong-token"])
 async def test_calls_without_the_service_token_are_401(token):
     headers = {"X-Service-Token": token} if token else {}

@@ -145,6 +145,38 @@ def test_json_bodies_still_validate_as_before(client: TestClient) -> None:
     assert html.json()["title"] == "Hi"
 
 
+def test_a_key_named_twice_is_refused_not_the_last_one_taken(client: TestClient, store: FakeStore) -> None:
+    body = b'{"text": "Some text.", "metadata": {"team": "ops", "team": "dev"}}'
+    sent = client.post("/documents", content=body, headers=AUTH | {"Content-Type": "application/json"})
+    assert sent.status_code == 400, sent.text
+    assert sent.json() == {
+        "error": "malformed_json", "message": 'request body is not valid JSON: duplicate key "team" in an object'
+    }
+    uploaded = upload(client, "notes.md", b"# Notes\n\ntext", metadata='{"team": "ops", "team": "dev"}')
+    assert uploaded.status_code == 422, uploaded.text
+    assert uploaded.json()["message"].startswith('metadata: metadata must be a JSON object: duplicate key "team"')
+    assert not store.chunks
+
+
+INVISIBLE = "\u200b\ufeff\u2060\u00ad \u200b\n"  # zero-width space, byte-order mark, word joiner, soft hyphen
+
+
+def test_text_of_only_invisible_characters_is_refused_as_empty_text_is(client: TestClient, store: FakeStore) -> None:
+    for text in (" \n", INVISIBLE):
+        refused = client.post("/documents", json={"text": text, "source": "blank.md"}, headers=AUTH)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["message"].startswith("text: "), refused.text
+    for filename, data in (("blank.md", INVISIBLE), ("blank.txt", "\ufeff" + INVISIBLE), ("blank.html", f"<p>{INVISIBLE}</p>")):
+        uploaded = upload(client, filename, data.encode())
+        assert uploaded.status_code == 422, uploaded.text
+        assert uploaded.json()["error"] == "unprocessable_document" and filename in uploaded.json()["message"]
+    headed = upload(client, "headed.md", f"---\ntitle: Draft\n---\n{INVISIBLE}".encode())
+    assert headed.json()["message"] == "headed.md: no text after its front matter"
+    assert not store.chunks
+    kept = client.post("/documents", json={"text": f"{INVISIBLE}Some text.", "source": "kept.md"}, headers=AUTH)
+    assert kept.status_code == 200, kept.text
+
+
 def test_getting_an_unknown_document_is_404(client: TestClient) -> None:
     response = client.get("/documents/no/such.md", headers=AUTH)
     assert response.status_code == 404 and response.json()["error"] == "not_found"
@@ -160,7 +192,8 @@ def test_openapi_offers_json_and_multipart_bodies(client: TestClient) -> None:
     # A form field is a string; an unfilled one ("") is taken as absent.
     assert form["schema"]["properties"]["doc_id"] == {
         "type": "string", "maxLength": 512, "title": "Doc Id", "description": "Default: the file name.",
-        "not": {"pattern": "\n"},  # one line: a doc_id with a line break could be neither read nor deleted
+        # One line, no '.' or '..' segment: a doc_id with either could be neither read nor deleted.
+        "not": {"pattern": "\n|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)"},
     }
     assert {"400", "413", "415", "422"} <= set(post["responses"])
 
@@ -302,3 +335,23 @@ def test_an_uploads_doc_id_drops_the_dot_segments_of_its_file_name_that_no_url_c
     assert client.get("/documents/manuals/pump.md", headers=AUTH).json()["source"] == "..\\manuals/./pump.md"
     sent = client.post("/documents", json={"text": "Filters.", "source": "../../filters.md"}, headers=AUTH)
     assert sent.json()["doc_id"] == "filters.md"
+
+
+@pytest.mark.parametrize("doc_id", ["a/../b.md", "./a", "..", "manuals/.", "a\\..\\b.md"])
+def test_a_given_doc_id_with_a_dot_segment_no_url_could_address_is_refused(
+    client: TestClient, store: FakeStore, doc_id: str
+) -> None:
+    for refused in (
+        client.post("/documents", json={"doc_id": doc_id, "text": "Some text."}, headers=AUTH),
+        upload(client, "notes.md", b"# Notes\n\ntext", doc_id=doc_id),
+    ):
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["message"]
+        assert message.startswith("doc_id: must not hold a '.' or '..' segment") and "URL" in message, message
+    assert not store.chunks
+
+
+def test_dots_within_a_doc_ids_names_are_kept(client: TestClient) -> None:
+    for doc_id in ("v1.2/..notes", "a.../b.md", ".config/x"):
+        assert client.post("/documents", json={"doc_id": doc_id, "text": "Some text."}, headers=AUTH).status_code == 200
+        assert client.get(f"/documents/{doc_id}", headers=AUTH).json()["doc_id"] == doc_id

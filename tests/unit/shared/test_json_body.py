@@ -1,7 +1,9 @@
-"""Request bodies are I-JSON: a string holding an unpaired surrogate is malformed JSON, in every route."""
+"""Request bodies are I-JSON: a string holding an unpaired surrogate, or an object naming a key twice, is
+malformed JSON, in every route."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from fastapi import FastAPI
@@ -44,6 +46,25 @@ def test_valid_text_is_read_as_json_reads_it(body: bytes, value: object) -> None
 def test_an_unpaired_surrogate_is_malformed_json(body: bytes, named: str) -> None:
     with pytest.raises(json.JSONDecodeError, match=f"unpaired surrogate {named.replace(chr(92), chr(92) * 2)}"):
         loads(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b'{"team": "ops", "team": "dev"}', '"team"'),  # json alone would keep the last: team dev
+        (b'{"q": "x", "filters": {"year": 2023, "n": 1, "year": 2024}}', '"year"'),
+        (b'[{"a": 1}, {"b": 1, "b": 1}]', '"b"'),  # even with the same value
+        (b'{"caf\\u00e9": 1, "caf\xc3\xa9": 2}', '"caf\\u00e9"'),  # the same key, spelt two ways
+    ],
+)
+def test_an_object_naming_a_key_twice_is_malformed_json(body: bytes, named: str) -> None:
+    with pytest.raises(json.JSONDecodeError, match=f"duplicate key {re.escape(named)} in an object"):
+        loads(body)
+
+
+def test_a_key_may_recur_in_other_objects() -> None:
+    body = b'{"a": {"team": "ops"}, "b": {"team": "ops"}, "team": "dev"}'
+    assert loads(body) == {"a": {"team": "ops"}, "b": {"team": "ops"}, "team": "dev"}
 
 
 def test_syntax_errors_stay_json_errors() -> None:
