@@ -21,6 +21,11 @@ from cairn.settings import SERVICES, CliSettings
 
 MAX_RESTARTS = 5
 STABLE_AFTER_S = 60.0  # a process that ran this long before dying starts its count of restarts afresh
+# The pause before the first restart in a row, doubled before each further one (1, 2, 4, 8, 16 s), so
+# that a dependency down for half a minute does not use up every restart within seconds.
+RESTART_PAUSE_S = 1.0
+RESTART_PAUSE_MAX_S = 30.0
+WATCH_INTERVAL_S = 0.5  # also how long a stop asked during a pause waits at most
 READY_WINDOW_S = 10.0  # a service may connect to a dependency a moment after it first answers /healthz
 CHROMA = "chroma"
 
@@ -130,8 +135,13 @@ class Supervisor:
         self.processes: dict[str, subprocess.Popen] = {}
         self.restarts: dict[str, int] = {child.name: 0 for child in self.children}
         self.started_at: dict[str, float] = {}
+        self.restart_at: dict[str, float] = {}  # the processes that died and wait out their pause
         self.log_starts: dict[str, int] = {}
         self.stable_after_s = STABLE_AFTER_S
+        self.restart_pause_s = RESTART_PAUSE_S
+        self.restart_pause_max_s = RESTART_PAUSE_MAX_S
+        self.clock: Callable[[], float] = time.monotonic
+        self.sleep: Callable[[float], None] = time.sleep
         self.ready_window_s = READY_WINDOW_S
         self._env = {**os.environ, **shared_env(settings)}
 
@@ -152,7 +162,7 @@ class Supervisor:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path(child.name), "ab")
         self.log_starts[child.name] = log.seek(0, os.SEEK_END)  # the log is kept across runs: this run's part
-        self.started_at[child.name] = time.monotonic()
+        self.started_at[child.name] = self.clock()
         with _stop_signals_held():  # a stop asked meanwhile waits until the child is recorded, to be stopped too
             self.processes[child.name] = subprocess.Popen(
                 list(child.command),
@@ -216,27 +226,43 @@ class Supervisor:
         return self.settings.log_dir / f"{name}.log"
 
     def watch(self, should_stop: Callable[[], bool]) -> None:
-        """Until asked to stop: restart a process that died, up to MAX_RESTARTS times in a row each (a
-        process that ran for `stable_after_s` before it died starts a new row)."""
+        """Until asked to stop: restart a process that died, after a pause that doubles with each death in a
+        row, up to MAX_RESTARTS times in a row each (a process that ran for `stable_after_s` before it died
+        starts a new row). A process waiting out its pause does not hold up the others, nor a stop."""
         while not should_stop():
             for child in self.children:
-                process = self.processes[child.name]
-                if process.poll() is None:
-                    continue
-                if time.monotonic() - self.started_at[child.name] >= self.stable_after_s:
-                    self.restarts[child.name] = 0
-                if self.restarts[child.name] >= MAX_RESTARTS:
-                    raise StartFailed(
-                        f"{child.name} keeps dying (exit code {process.returncode}); see {self.log_path(child.name)}"
-                    )
-                self.restarts[child.name] += 1
-                self.say(
-                    f"{child.name} exited with code {process.returncode}; "
-                    f"restarting ({self.restarts[child.name]}/{MAX_RESTARTS})"
-                )
-                self.spawn(child)
-                self.write_state()
-            time.sleep(0.5)
+                if child.name in self.restart_at:
+                    self._restart_when_due(child)
+                elif self.processes[child.name].poll() is not None:
+                    self._schedule_restart(child)
+            self.sleep(WATCH_INTERVAL_S)
+
+    def _schedule_restart(self, child: Child) -> None:
+        process = self.processes[child.name]
+        if self.clock() - self.started_at[child.name] >= self.stable_after_s:
+            self.restarts[child.name] = 0
+        if self.restarts[child.name] >= MAX_RESTARTS:
+            raise StartFailed(
+                f"{child.name} keeps dying (exit code {process.returncode}); see {self.log_path(child.name)}"
+            )
+        self.restarts[child.name] += 1
+        pause = self.restart_pause(self.restarts[child.name])
+        self.restart_at[child.name] = self.clock() + pause
+        self.say(
+            f"{child.name} exited with code {process.returncode}; "
+            f"restarting in {pause:g} s ({self.restarts[child.name]}/{MAX_RESTARTS})"
+        )
+
+    def restart_pause(self, restart: int) -> float:
+        """The pause before the `restart`th restart in a row (from 1)."""
+        return min(self.restart_pause_s * 2 ** (restart - 1), self.restart_pause_max_s)
+
+    def _restart_when_due(self, child: Child) -> None:
+        if self.clock() < self.restart_at[child.name]:
+            return
+        del self.restart_at[child.name]
+        self.spawn(child)
+        self.write_state()
 
     def stop_all(self, timeout_s: float = 15.0) -> None:
         # The gateway first, so no new work comes in; the Chroma server last, once retrieval has stopped.

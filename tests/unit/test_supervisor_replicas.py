@@ -178,6 +178,7 @@ def test_a_process_is_restarted_after_each_death_and_given_up_only_after_deaths_
     supervisor.children = [crashing]
     supervisor.restarts = {"chat": 0}
     supervisor.spawn(crashing)
+    supervisor.restart_pause_s = 0  # the pauses before a restart are tested in test_supervisor_restart_pauses.py
     supervisor.stable_after_s = 0  # every run counts as stable: a death now and then is restarted forever
     deaths = iter(range(2 * MAX_RESTARTS))
     supervisor.watch(should_stop=lambda: next(deaths, None) is None)
