@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.retrieval.evaluation.beir import BeirDocument
@@ -14,18 +14,28 @@ _WORD_END = re.compile(r"\S+")
 
 def truncate_to_tokens(text: str, *, max_tokens: int, count_tokens: Callable[[str], int]) -> str:
     """The longest prefix ending at a word that has at most `max_tokens` tokens — what the model
-    itself would read of `text`, give or take the word the model's own cut splits."""
+    itself would read of `text`, give or take the word the model's own cut splits. When not even the
+    first word fits (text without spaces, such as Chinese or Japanese), the cut falls inside it."""
     if count_tokens(text) <= max_tokens:
         return text
     ends = [match.end() for match in _WORD_END.finditer(text)]
-    low, high = 0, len(ends) - 1  # how many words to keep lies in [low, high]
+    return (
+        _longest_within(text, ends, max_tokens=max_tokens, count_tokens=count_tokens)
+        or _longest_within(text, range(1, len(text)), max_tokens=max_tokens, count_tokens=count_tokens)
+        or text[:1]
+    )
+
+
+def _longest_within(text: str, cuts: Sequence[int], *, max_tokens: int, count_tokens: Callable[[str], int]) -> str:
+    """text[:cut] for the largest of the ascending `cuts` that keeps it within `max_tokens`; "" if none does."""
+    low, high = 0, len(cuts)  # how many of the cuts fit lies in [low, high]
     while low < high:
         middle = (low + high + 1) // 2
-        if count_tokens(text[: ends[middle - 1]]) <= max_tokens:
+        if count_tokens(text[: cuts[middle - 1]]) <= max_tokens:
             low = middle
         else:
             high = middle - 1
-    return text[: ends[low - 1]] if low else text[: ends[0]]
+    return text[: cuts[low - 1]] if low else ""
 
 
 def as_new_document(document: BeirDocument, *, dataset: str) -> NewDocument:

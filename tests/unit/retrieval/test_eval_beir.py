@@ -102,6 +102,12 @@ def test_truncation_keeps_the_longest_prefix_within_the_token_limit() -> None:
     assert truncate_to_tokens("ab cd ef", max_tokens=5, count_tokens=lambda t: len(t.replace(" ", ""))) == "ab cd"
 
 
+def test_text_without_spaces_is_cut_inside_its_first_word() -> None:
+    # Chinese or Japanese text has no word ends to cut at: left whole, --whole-docs would index it as several chunks.
+    assert truncate_to_tokens("猫が好きです。犬も好き", max_tokens=4, count_tokens=len) == "猫が好き"
+    assert truncate_to_tokens("abcdefgh ij", max_tokens=3, count_tokens=len) == "abc"
+
+
 def insert_line(path: Path, line: bytes, *, at: int) -> None:
     """Put `line` at line number `at` (1-based) of a plain or gzipped file."""
     opener = gzip.open if path.suffix == ".gz" else open
