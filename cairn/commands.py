@@ -34,6 +34,7 @@ from services.gateway.users import (
     set_roles,
 )
 from shared.errors import DependencyUnavailable
+from shared.json_types import is_blank
 
 INTERRUPTED = 130  # the exit code shells give a command stopped by Ctrl-C (128 + SIGINT)
 
@@ -397,7 +398,7 @@ def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
 
 
 def ask(settings: CliSettings, *, question: str, username: str, password_stdin: bool, top_k: int | None) -> int:
-    if not question.strip():  # before the password is asked for: the gateway would refuse it anyway
+    if is_blank(question):  # before the password is asked for: the gateway would refuse it anyway
         _refuse("the question is empty")
     if password_stdin:
         password = _read_password(True)

@@ -9,6 +9,9 @@ the body is parsed, as malformed JSON (400), by every route of every service.
 
 So is an object naming a key twice: json keeps the last value, so {"team": "ops", "team": "dev"} would be
 taken for team dev, with nothing to tell the caller that "ops" was dropped.
+
+And so are NaN, Infinity and -Infinity, which json reads as floats though JSON (RFC 8259) has no such
+values: a client's JSON library cannot have meant them.
 """
 from __future__ import annotations
 
@@ -50,14 +53,28 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+class _NotJson(ValueError):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _no_constant(literal: str) -> Any:
+    # Called by json only for NaN, Infinity and -Infinity: an ordinary body costs nothing.
+    raise _NotJson(literal)
+
+
 def loads(body: bytes) -> Any:
-    """json.loads, raising json.JSONDecodeError for a string that holds an unpaired surrogate, or for an object
-    that names a key twice."""
+    """json.loads, raising json.JSONDecodeError for a string that holds an unpaired surrogate, for an object
+    that names a key twice, or for NaN, Infinity or -Infinity."""
     try:
-        value = json.loads(body, object_pairs_hook=_unique_keys)
+        value = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except _DuplicateKey as exc:
         text = body.decode("utf-8", "replace")
         raise json.JSONDecodeError(f"duplicate key {json.dumps(exc.key)} in an object", text, 0) from None
+    except _NotJson as exc:
+        text = body.decode("utf-8", "replace")
+        raise json.JSONDecodeError(f"{exc.literal} is not JSON (JSON numbers are finite)", text, 0) from None
     if _MAYBE_SURROGATE.search(body):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -31,9 +31,12 @@ def is_blank(text: str) -> bool:
 
 
 def trimmed_text_pattern(max_chars: int) -> str:
-    """A JSON Schema `pattern` for a string of 1..max_chars characters once str.strip() has trimmed it."""
+    """A JSON Schema `pattern` for a string of 1..max_chars characters once str.strip() has trimmed it, not
+    blank (is_blank): a question of zero-width spaces is as empty as one of spaces."""
     space, text = f"[{_WHITESPACE}]", NOT_BLANK_PATTERN
-    return rf"^{space}*{text}(?:[\s\S]{{0,{max_chars - 2}}}{text})?{space}*$"
+    # The lookahead passes the blank characters in front and finds a visible one; the rest counts the length.
+    visible = f"(?=[{_WHITESPACE}{_INVISIBLE}]*{VISIBLE_TEXT_PATTERN})"
+    return rf"^{visible}{space}*{text}(?:[\s\S]{{0,{max_chars - 2}}}{text})?{space}*$"
 
 
 def _json_integer(value: Any) -> Any:

@@ -7,7 +7,7 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel, Field, WithJsonSchema, field_validator
 
 from shared.filters import checked_filter, filter_schema
-from shared.json_types import JSON_INTEGER, trimmed_text_pattern
+from shared.json_types import JSON_INTEGER, is_blank, trimmed_text_pattern
 from shared.request_model import RequestModel
 
 MAX_QUERY_CHARS = 1000
@@ -22,7 +22,7 @@ class PastTurn(RequestModel):
 
 class ChatRequest(RequestModel):
     query: str = Field(
-        description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed.",
+        description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed, not only invisible ones.",
         # The same rule as the validator below, for clients and schema-driven tests.
         json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS)},
     )
@@ -54,8 +54,8 @@ class ChatRequest(RequestModel):
     @classmethod
     def _trimmed_query(cls, value: str) -> str:
         value = value.strip()  # as retrieval trims it (any Unicode whitespace), which the pattern says too
-        if not value:
-            raise ValueError("query must not be empty")
+        if is_blank(value):  # zero-width spaces and the like: nothing to search for, as retrieval would say
+            raise ValueError("query must not be empty or only whitespace and invisible characters")
         if len(value) > MAX_QUERY_CHARS:
             raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters")
         return value

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from services.gateway.model_offer import CAIRN_MODEL
-from shared.json_types import NOT_BLANK_PATTERN, JsonBool, JsonInt
+from shared.json_types import VISIBLE_TEXT_PATTERN, JsonBool, JsonInt, is_blank
 
 # What chat takes (services/chat/models.py): a longer question keeps its end, longer history turns their start.
 MAX_QUESTION_CHARS = 1000
@@ -69,8 +69,9 @@ class Message(BaseModel):
 
     @property
     def asks(self) -> bool:
-        """A user message with text (not blank once trimmed, as chat trims a query): a question."""
-        return self.role == "user" and bool(self.text.strip())
+        """A user message whose text is not blank, only whitespace and invisible characters (chat refuses such a
+        query): a question."""
+        return self.role == "user" and not is_blank(self.text)
 
 
 # The schema's spelling of Message.asks, so that clients and schema-driven tests know what is accepted.
@@ -81,13 +82,16 @@ _ASKS = {
         "role": {"const": "user"},
         "content": {
             "anyOf": [
-                {"type": "string", "pattern": NOT_BLANK_PATTERN},
+                {"type": "string", "pattern": VISIBLE_TEXT_PATTERN},
                 {
                     "type": "array",
                     "contains": {
                         "type": "object",
                         "required": ["type", "text"],
-                        "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": NOT_BLANK_PATTERN}},
+                        "properties": {
+                            "type": {"const": "text"},
+                            "text": {"type": "string", "pattern": VISIBLE_TEXT_PATTERN},
+                        },
                     },
                 },
             ]
@@ -123,7 +127,8 @@ class CompletionRequest(BaseModel):
         # No count limit: a client sends the whole conversation each turn, which only grows, and only its end
         # is read; MAX_BODY_BYTES bounds the request.
         min_length=1,
-        description="At least one user message with text (not blank): the last such is the question.",
+        description="At least one user message with text (not blank: not only whitespace and invisible characters); "
+        "the last such is the question.",
         json_schema_extra={"contains": _ASKS},
     )
     stream: JsonBool | None = Field(False, description="true for Server-Sent Events; false or null for one answer.")

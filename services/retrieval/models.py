@@ -164,7 +164,7 @@ class DeletedDocument(BaseModel):
 
 class SearchRequest(RequestModel):
     query: str = Field(
-        description=f"What to look for, 1..{MAX_QUERY_CHARS} characters once trimmed.",
+        description=f"What to look for, 1..{MAX_QUERY_CHARS} characters once trimmed, not only invisible ones.",
         json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS)},
     )
     top_k: Annotated[int, Ge(1), Le(50), JSON_INTEGER] = 8
@@ -191,8 +191,8 @@ class SearchRequest(RequestModel):
     @classmethod
     def _trimmed_query(cls, value: str) -> str:
         value = value.strip()
-        if not value:
-            raise ValueError("query must not be empty")
+        if is_blank(value):  # zero-width spaces and the like: nothing to search for
+            raise ValueError("query must not be empty or only whitespace and invisible characters")
         if len(value) > MAX_QUERY_CHARS:
             raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters once trimmed")
         return value

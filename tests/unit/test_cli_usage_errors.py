@@ -81,7 +81,7 @@ def test_good_paths_with_retrieval_down_fail_with_status_1_in_one_line(workdir: 
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("question", ["", "   "], ids=["empty", "blank"])
+@pytest.mark.parametrize("question", ["", "   ", "\u200b\u2060"], ids=["empty", "blank", "invisible"])
 def test_an_empty_question_is_refused_before_the_password_is_asked_for(workdir: Path, question: str) -> None:
     result = cairn("ask", question, "--user", "dave", cwd=workdir)
     assert (result.returncode, result.stderr, result.stdout) == (2, "error: the question is empty\n", "")

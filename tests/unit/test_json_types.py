@@ -59,6 +59,10 @@ def test_blank_text_is_whitespace_and_the_invisible_characters_of_the_basic_plan
     assert all((pattern.search(chr(c)) is None) == is_blank(chr(c)) for c in range(sys.maxunicode + 1))
 
 
-@pytest.mark.parametrize("text", ["a", " a ", "\u3000abc\n", "a b c", "", " \t", "abcd", " abcd\u2003"])
-def test_the_trimmed_text_pattern_is_the_length_once_trimmed(text: str) -> None:
-    assert bool(re.search(trimmed_text_pattern(3), text)) == (1 <= len(text.strip()) <= 3)
+@pytest.mark.parametrize(
+    "text",
+    ["a", " a ", "\u3000abc\n", "a b c", "", " \t", "abcd", " abcd\u2003", "\u200b", " \u200b\u00ad ", "\u200ba",
+     "a\u200b\u200b\u200b", "\u200b \u2060 x"],
+)
+def test_the_trimmed_text_pattern_is_the_length_once_trimmed_with_something_visible(text: str) -> None:
+    assert bool(re.search(trimmed_text_pattern(3), text)) == (1 <= len(text.strip()) <= 3 and not is_blank(text))

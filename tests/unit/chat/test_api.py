@@ -56,6 +56,7 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
         ({"query": ""}, "query"),
         ({"query": "   "}, "query"),
         ({"query": "\u00a0\u3000\u2003"}, "query"),  # blank in any script: retrieval would refuse it too
+        ({"query": "\u200b\ufeff \u2060\u00ad"}, "query"),  # shown as nothing: zero-width spaces, soft hyphen
         ({"query": "x" * 1001}, "query"),
         ({"query": 42}, "query"),
         ({"query": ["a"]}, "query"),
@@ -117,6 +118,19 @@ async def test_a_filter_naming_a_key_twice_is_400_not_the_last_value():
     assert response.status_code == 400, response.text
     assert response.json() == {
         "error": "malformed_json", "message": 'request body is not valid JSON: duplicate key "team" in an object'
+    }
+    assert retriever.calls == [] and publisher.events == []
+
+
+async def test_nan_or_infinity_in_the_body_is_400_before_any_work():
+    publisher, retriever = ListPublisher(), FakeRetriever()
+    body = b'{"query": "add user", "filters": {"year": {"$lt": Infinity}}}'
+    async with chat_client(retriever=retriever, publisher=publisher) as client:
+        response = await client.post("/chat", content=body, headers={**HEADERS, "Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json() == {
+        "error": "malformed_json",
+        "message": "request body is not valid JSON: Infinity is not JSON (JSON numbers are finite)",
     }
     assert retriever.calls == [] and publisher.events == []
 

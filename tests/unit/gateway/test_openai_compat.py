@@ -45,6 +45,11 @@ def test_later_assistant_and_tool_messages_and_blank_user_messages_are_ignored()
     assert body == {"query": "q2", "history": [{"question": "q1", "answer": "a1"}]}
 
 
+def test_a_user_message_shown_as_nothing_is_not_a_question():
+    body = chat_body(request(("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("user", "\u200b\u2060\ufeff")))
+    assert body == {"query": "q2", "history": [{"question": "q1", "answer": "a1"}]}
+
+
 def test_a_long_question_keeps_its_end_and_long_turns_their_start():
     body = chat_body(request(("user", "p" * 5000), ("assistant", "a" * 30_000), ("user", "x" * 1500 + " why?  ")))
     assert body["query"] == ("x" * 1500 + " why?")[-1000:]
@@ -83,7 +88,8 @@ def test_the_offer_is_fetched_once_per_ttl():
 def test_text_parts_are_read_and_a_missing_question_is_refused():
     parts = [{"type": "text", "text": "How do I"}, {"type": "image_url", "image_url": {}}, {"type": "text", "text": "add a user?"}]
     assert chat_body(CompletionRequest(messages=[{"role": "user", "content": parts}]))["query"] == "How do I add a user?"
-    for blank in (" ", "\u00a0\u3000", [{"type": "text", "text": "\t"}], None):  # blank in any script, or none
+    # Blank in any script, shown as nothing (zero-width spaces, soft hyphen), or none.
+    for blank in (" ", "\u00a0\u3000", "\u200b\ufeff\u2060\u00ad", [{"type": "text", "text": "\t\u200b"}], None):
         with pytest.raises(ValidationError, match="at least one user message must have text"):
             CompletionRequest(messages=[{"role": "system", "content": "q"}, {"role": "user", "content": blank}])
 
@@ -158,7 +164,9 @@ def test_models_lists_cairn_first():
 @pytest.mark.parametrize(
     "content",
     ["q", " \t\n", "\u3000", "", None, [], [{"type": "text", "text": " "}, {"type": "image_url"}],
-     [{"type": "text", "text": "\v"}, {"type": "text", "text": " x "}], [{"type": "image_url", "text": "q"}]],
+     [{"type": "text", "text": "\v"}, {"type": "text", "text": " x "}], [{"type": "image_url", "text": "q"}],
+     "\u200b\ufeff", " \u2060x\u00ad", [{"type": "text", "text": "\u00ad"}, {"type": "text", "text": "\u200bx"}],
+     [{"type": "text", "text": "\u200b \u2060"}]],
 )
 @pytest.mark.parametrize("role", ["user", "assistant"])
 def test_the_schema_and_the_code_agree_on_what_is_a_question(role, content):

@@ -145,6 +145,19 @@ def test_json_bodies_still_validate_as_before(client: TestClient) -> None:
     assert html.json()["title"] == "Hi"
 
 
+def test_nan_is_refused_as_malformed_json_in_a_body_and_in_an_upload_field(client: TestClient, store: FakeStore) -> None:
+    body = b'{"text": "Some text.", "metadata": {"score": NaN}}'
+    sent = client.post("/documents", content=body, headers=AUTH | {"Content-Type": "application/json"})
+    assert sent.status_code == 400, sent.text
+    assert sent.json() == {
+        "error": "malformed_json", "message": "request body is not valid JSON: NaN is not JSON (JSON numbers are finite)"
+    }
+    uploaded = upload(client, "notes.md", b"# Notes\n\ntext", metadata='{"score": -Infinity}')
+    assert uploaded.status_code == 422, uploaded.text
+    assert uploaded.json()["message"].startswith("metadata: metadata must be a JSON object: -Infinity is not JSON")
+    assert not store.chunks
+
+
 def test_a_key_named_twice_is_refused_not_the_last_one_taken(client: TestClient, store: FakeStore) -> None:
     body = b'{"text": "Some text.", "metadata": {"team": "ops", "team": "dev"}}'
     sent = client.post("/documents", content=body, headers=AUTH | {"Content-Type": "application/json"})

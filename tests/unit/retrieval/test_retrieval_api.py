@@ -58,6 +58,7 @@ def test_every_route_needs_the_service_token(client: TestClient, method: str, pa
     [
         {"query": ""},
         {"query": "   "},
+        {"query": "\u200b\ufeff \u2060\u00ad"},  # shown as nothing: nothing to search for
         {"query": "x" * 1001},
         {"query": 42},
         {"query": "x", "top_k": 0},

@@ -1,5 +1,5 @@
-"""Request bodies are I-JSON: a string holding an unpaired surrogate, or an object naming a key twice, is
-malformed JSON, in every route."""
+"""Request bodies are I-JSON: a string holding an unpaired surrogate, an object naming a key twice, or
+NaN, Infinity or -Infinity (which Python's json reads) is malformed JSON, in every route."""
 from __future__ import annotations
 
 import json
@@ -60,6 +60,24 @@ def test_an_unpaired_surrogate_is_malformed_json(body: bytes, named: str) -> Non
 def test_an_object_naming_a_key_twice_is_malformed_json(body: bytes, named: str) -> None:
     with pytest.raises(json.JSONDecodeError, match=f"duplicate key {re.escape(named)} in an object"):
         loads(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b'{"q": "x", "threshold": NaN}', "NaN"),
+        (b'{"filters": {"year": {"$lt": Infinity}}}', "Infinity"),
+        (b'[1, -Infinity]', "-Infinity"),
+        (b"NaN", "NaN"),
+    ],
+)
+def test_nan_and_infinity_are_malformed_json(body: bytes, named: str) -> None:
+    with pytest.raises(json.JSONDecodeError, match=f"^{re.escape(named)} is not JSON"):
+        loads(body)
+
+
+def test_the_words_nan_and_infinity_are_read_in_strings_and_large_numbers_as_json_reads_them() -> None:
+    assert loads(b'{"NaN": "Infinity", "n": 1e400, "m": -1e400}') == {"NaN": "Infinity", "n": float("inf"), "m": float("-inf")}
 
 
 def test_a_key_may_recur_in_other_objects() -> None:
