@@ -117,12 +117,32 @@ def rewrite_follow_up(query: str, previous_standalone: str) -> str:
 _CARRIED_TOPIC = re.compile(r"\s\(([^()]+)\)\s*$")
 
 
+def rewrite_against(query: str, history: Sequence[Exchange]) -> str:
+    """`query`, a follow-up, made standalone against the conversation so far (see `subject_question`)."""
+    return rewrite_follow_up(query, subject_question(history))
+
+
+def subject_question(history: Sequence[Exchange]) -> str:
+    """The standalone question a follow-up leans on: the previous one, or, when that one only carried its topic
+    in brackets ("Tell me more (add a user)"), the question the topic came from, so that its subject and action
+    outlive a "tell me more": "Can I do it in bulk?" then still becomes "Can I add a user in bulk?"."""
+    previous = history[-1].standalone
+    carried = _CARRIED_TOPIC.search(previous)
+    if carried is None:
+        return previous
+    for turn in reversed(history[:-1]):
+        if _CARRIED_TOPIC.search(turn.standalone) is None:
+            # Only the question the chain started from: an older one of another topic is no subject.
+            return turn.standalone if topic_of(turn.standalone) == carried.group(1) else previous
+    return previous
+
+
 def resolve_history(turns: Sequence[tuple[str, str]]) -> list[Exchange]:
     """Earlier (question, answer) turns a client sent, each question made standalone by these rules against the
     one before it, as a stored conversation keeps them: a chain of follow-ups then keeps its subject."""
     history: list[Exchange] = []
     for question, answer in turns:
-        standalone = rewrite_follow_up(question, history[-1].standalone) if is_follow_up(question, history) else question
+        standalone = rewrite_against(question, history) if is_follow_up(question, history) else question
         history.append(Exchange(question=question, standalone=standalone, answer=answer))
     return history
 

@@ -28,6 +28,7 @@ from services.chat.turn import Turn, elapsed_ms
 from shared.broker import EventPublisher
 from shared.caller import Caller
 from shared.errors import ServiceError
+from shared.json_types import is_blank
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +156,7 @@ class ChatPipeline:
 
     async def _load_history(self, turn: Turn) -> None:
         if turn.request.conversation_id is None:
-            # Small talk is left out, as a stored conversation leaves it out: "thanks" is no subject to follow up on.
-            given = [(t.question, t.answer) for t in turn.request.history or [] if small_talk_reply(t.question) is None]
+            given = [(t.question, t.answer) for t in turn.request.history or [] if _has_subject(t.question)]
             turn.history = resolve_history(given)
             return
         if self.conversations is None:
@@ -229,3 +229,9 @@ class ChatPipeline:
             await self.conversations.append(conversation_id=turn.conversation_id, user_id=turn.owner, exchange=exchange)
         except Exception:  # the answer stands; only the next follow-up loses this turn
             log.warning("conversation turn not kept", extra={"conversation_id": turn.conversation_id}, exc_info=True)
+
+
+def _has_subject(past_question: str) -> bool:
+    """Small talk and blank questions are left out of a client's history, as a stored conversation never holds
+    them: neither "thanks" nor a question of zero-width spaces is a subject to follow up on."""
+    return not is_blank(past_question) and small_talk_reply(past_question) is None

@@ -8,7 +8,7 @@ import re
 from typing import Literal
 
 from services.chat.errors import LLMUnavailable
-from services.chat.followups import is_follow_up, rewrite_follow_up
+from services.chat.followups import is_follow_up, rewrite_against
 from services.chat.models import MAX_QUERY_CHARS
 from services.chat.ports import Exchange, Generator, Reformulator
 from services.chat.prompts import fenced, read_template
@@ -33,7 +33,7 @@ class HeuristicReformulator:
     async def reformulate(self, *, query: str, history: list[Exchange], model: str) -> str:
         if not is_follow_up(query, history):
             return query
-        rewritten = rewrite_follow_up(query, history[-1].standalone)
+        rewritten = rewrite_against(query, history)
         # Retrieval refuses a longer query: the question as typed beats a failed search.
         return rewritten if len(rewritten) <= MAX_QUERY_CHARS else query
 

@@ -136,3 +136,34 @@ async def test_small_talk_in_a_given_history_is_left_out_as_a_stored_conversatio
     given = await chat.answer(request=ChatRequest(query="Can it be changed?", history=history), caller=ANN)
     assert stored.metadata.reformulated_query == "Can login sessions be changed?"
     assert given.metadata.reformulated_query == stored.metadata.reformulated_query
+
+
+async def test_a_request_for_more_keeps_the_action_of_the_question_before_it():
+    chat = pipeline()
+    stored = None
+    for question in ("How do I add a user?", "tell me more", "Can I do it in bulk?"):
+        stored = await chat.answer(
+            request=ChatRequest(query=question, conversation_id=stored.conversation_id if stored else None), caller=ANN
+        )
+    history = [{"question": "How do I add a user?", "answer": "Run cairn user add [1]."},
+               {"question": "tell me more", "answer": "It takes a role [1]."}]
+    given = await chat.answer(request=ChatRequest(query="Can I do it in bulk?", history=history), caller=ANN)
+    assert stored.metadata.reformulated_query == "Can I add a user in bulk?"
+    assert given.metadata.reformulated_query == stored.metadata.reformulated_query
+
+
+class HistoryRecordingReformulator(HeuristicReformulator):
+    async def reformulate(self, *, query, history, model):
+        self.seen = [turn.standalone for turn in history]
+        return await super().reformulate(query=query, history=history, model=model)
+
+
+@pytest.mark.parametrize("blank", ["   ", "\u200b", "\u2060\ufeff", "\u00ad "])
+async def test_a_blank_past_question_in_a_given_history_is_left_out(blank):
+    chat = pipeline()
+    chat.reformulator = HistoryRecordingReformulator()
+    history = [{"question": "What is hybrid search?", "answer": "Keyword and vector search fused [1]."},
+               {"question": blank, "answer": "Ask a question about the documents."}]
+    given = await chat.answer(request=ChatRequest(query="Can it be tuned?", history=history), caller=ANN)
+    assert chat.reformulator.seen == ["What is hybrid search?"]
+    assert given.metadata.reformulated_query == "Can hybrid search be tuned?"

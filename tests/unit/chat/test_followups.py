@@ -1,7 +1,14 @@
 """The offline follow-up rules on realistic pairs of questions."""
 import pytest
 
-from services.chat.followups import is_follow_up, resolve_history, rewrite_follow_up, subject_of, topic_of
+from services.chat.followups import (
+    is_follow_up,
+    resolve_history,
+    rewrite_against,
+    rewrite_follow_up,
+    subject_of,
+    topic_of,
+)
 from services.chat.ports import Exchange
 
 pytestmark = pytest.mark.unit
@@ -103,3 +110,14 @@ def test_a_request_for_more_keeps_the_subject_for_the_next_follow_up():
     )
     assert history[-1].standalone == "Can you say more (add a user)"
     assert rewrite_follow_up("Why?", history[-1].standalone) == "Why? (add a user)"
+
+
+def test_a_bracketed_rewrite_leans_on_the_question_its_topic_came_from():
+    history = resolve_history([("How do I add a user?", "Run cairn user add [1]."), ("Why?", "Roles [1].")])
+    assert history[-1].standalone == "Why? (add a user)"
+    assert rewrite_against("Can I do it in bulk?", history) == "Can I add a user in bulk?"
+
+
+def test_a_bracketed_topic_whose_question_was_dropped_is_carried_as_it_is():
+    history = resolve_history([("What is hybrid search?", "Fusion [1]."), ("Why? (add a user)", "Roles [1].")])
+    assert rewrite_against("Can I do it in bulk?", history) == "Can I do it in bulk? (add a user)"
