@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,29 @@ def test_every_documented_default_is_the_codes(defaults: dict[str, dict[str, obj
             if name in values and (service, name) not in DIFFERENT_DEFAULTS and not same(text, values[name]):
                 wrong.append(f"{name}: documented {cell}, {service} has {values[name]!r}")
     assert wrong == [], "\n".join(wrong)
+
+
+def table_rows() -> dict[str, str]:
+    """Each variable of the table with its whole row."""
+    section = DOC.read_text().split("\n## Environment variables\n", 1)[1].split("\n## ", 1)[0]
+    return {
+        name: line
+        for line in section.splitlines() if line.startswith("| `")
+        for name in re.findall(r"`([A-Z0-9_]+)`", line.split("|")[1])
+    }
+
+
+def choices(annotation: object) -> list[object]:
+    """The values a setting typed with Literal[...] (possibly inside Annotated or Optional) accepts."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    return [choice for inner in typing.get_args(annotation) for choice in choices(inner)]
+
+
+def test_every_value_a_setting_accepts_from_a_fixed_set_is_named_in_its_row() -> None:
+    rows, unnamed = table_rows(), []
+    for settings in SETTINGS.values():
+        for field in settings.model_fields.values():
+            for variable in getattr(field.validation_alias, "choices", []):
+                unnamed += [f"{variable}: `{c}`" for c in choices(field.annotation) if f"`{c}`" not in rows[variable]]
+    assert sorted(set(unnamed)) == [], "values the code accepts but docs/configuration.md does not name"
