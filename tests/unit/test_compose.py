@@ -251,6 +251,15 @@ def test_tracing_settings_reach_every_cairn_service(tmp_path: Path, rendered: di
         assert otlp_endpoint_configured(environment)
 
 
+def test_contextual_chunking_can_be_turned_on_from_the_shell(tmp_path: Path, rendered: dict[str, Any]) -> None:
+    assert not RetrievalSettings(**_environment(rendered["services"]["retrieval"])).contextual_chunks
+    model = {"LLM_BASE_URL": "http://llm.internal:8080/v1", "LLM_MODEL": "m", "LLM_API_KEY": "k"}
+    result = _config(tmp_path, CAIRN_SERVICE_TOKEN="t", CONTEXTUAL_CHUNKS="true", **model)
+    assert result.returncode == 0, result.stderr
+    retrieval = RetrievalSettings(**_environment(yaml.safe_load(result.stdout)["services"]["retrieval"]))
+    assert retrieval.contextual_chunks and (str(retrieval.llm_base_url), retrieval.llm_model) == (model["LLM_BASE_URL"], "m")
+
+
 def test_the_chroma_client_is_pinned_to_the_chroma_servers_minor_release() -> None:
     # The HTTP client and the server change their API together from one minor release to the next.
     server = Version(yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["chroma"]["image"].split(":")[1])
