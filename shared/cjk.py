@@ -11,8 +11,9 @@ character stays one term. Korean separates words by spaces but glues particles t
 from __future__ import annotations
 
 import re
+import unicodedata
 
-__all__ = ["CJK_RUN", "has_cjk", "pairs", "split_cjk"]
+__all__ = ["CJK_RUN", "folded", "has_cjk", "pairs", "split_cjk"]
 
 _CHARACTERS = (
     "\u1100-\u11ff"  # Hangul Jamo
@@ -39,6 +40,13 @@ def pairs(run: str) -> list[str]:
     if len(run) < 2:
         return [run] if run else []
     return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def folded(text: str) -> str:
+    """`text` as the keyword index and the grounding check compare it: NFKC, then lower-cased. NFKC first: a
+    decomposed accent (e + U+0301, as macOS and many PDFs write it) is no word character, so "résumé" would
+    split into "re" and "sume"; full-width letters become the usual ones."""
+    return unicodedata.normalize("NFKC", text).lower()
 
 
 def split_cjk(text: str) -> tuple[str, list[str]]:

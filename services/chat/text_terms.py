@@ -9,10 +9,9 @@ chat carries no stemming library, and both users need only "the same word in ano
 from __future__ import annotations
 
 import re
-import unicodedata
 from functools import lru_cache
 
-from shared.cjk import split_cjk
+from shared.cjk import folded, split_cjk
 
 STOPWORDS = frozenset(
     """a about above after again all also am an and any are as at be because been before being below between
@@ -53,7 +52,5 @@ def _drop_final_e(word: str) -> str:
 def terms_of(text: str) -> list[str]:
     """Stemmed content terms of `text`, in order (repeats kept); Chinese, Japanese and Korean runs give
     pairs of adjacent characters instead (shared/cjk.py), after the other words."""
-    # NFKC first, as retrieval's keyword index does: a decomposed accent (e + U+0301) is no word character,
-    # so an answer's "café" would not match a passage's "cafe\u0301", nor full-width letters plain ones.
-    rest, cjk_terms = split_cjk(unicodedata.normalize("NFKC", text).lower())
+    rest, cjk_terms = split_cjk(folded(text))
     return [stem(w) for w in _WORD.findall(rest) if w not in STOPWORDS] + cjk_terms

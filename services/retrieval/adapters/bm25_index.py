@@ -16,7 +16,6 @@ import asyncio
 import re
 import threading
 import time
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ from services.retrieval.adapters.top_rows import best_rows
 from shared.filters import Filter, matches
 from services.retrieval.keyword_sync import KeywordSync, SyncedStore
 from services.retrieval.ports import KeywordHit, MetadataValue, StoredChunk, VectorStore, indexed_text
-from shared.cjk import split_cjk
+from shared.cjk import folded, split_cjk
 from shared.errors import DependencyUnavailable
 
 __all__ = ["Bm25Index", "keyword_indexed", "tokenize"]
@@ -48,9 +47,7 @@ def tokenize(text: str) -> list[str]:
     stemmer = getattr(_local, "stemmer", None)
     if stemmer is None:
         stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    # NFKC first: a decomposed accent (e + U+0301) is not a word character, so "résumé" typed on a Mac or
-    # extracted from many PDFs would split into "re" and "sume"; full-width letters become plain ones.
-    rest, cjk_terms = split_cjk(unicodedata.normalize("NFKC", text).lower())
+    rest, cjk_terms = split_cjk(folded(text))
     return stemmer.stemWords([w for w in _WORD.findall(rest) if w not in _STOPWORDS]) + cjk_terms
 
 
