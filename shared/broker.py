@@ -172,7 +172,8 @@ class RabbitEventPublisher:
         self._send_soon()  # lingering events go now
         if self._task:
             try:
-                await asyncio.wait_for(self._idle.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._idle.wait()
             except TimeoutError:
                 log.warning("closing with unpublished events", extra={"backlog": self.backlog})
             self._task.cancel()
@@ -321,7 +322,8 @@ class RabbitEventPublisher:
         self._exchanges = {}
         if connection:
             try:
-                await asyncio.wait_for(connection.close(), 2)
+                async with asyncio.timeout(2):
+                    await connection.close()
             except Exception:  # already broken; nothing left to release
                 pass
 

@@ -239,7 +239,8 @@ def _parse(body: bytes) -> Event | Verdict:
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
     try:
-        await asyncio.wait_for(stop.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await stop.wait()
     except TimeoutError:
         pass
 

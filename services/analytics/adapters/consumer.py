@@ -136,7 +136,8 @@ class EventConsumer:
         connection closes, where the idempotent insert makes the second delivery change nothing."""
         self._stop.set()
         try:
-            await asyncio.wait_for(self._cancel_deliveries(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._cancel_deliveries()
         except Exception as exc:  # the broker is gone: unacked messages return to the queue anyway
             log.warning("closing the consumer failed", extra={"error": repr(exc)})
         await self._requeue_waiting()
@@ -148,7 +149,8 @@ class EventConsumer:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._connection is not None:
             try:
-                await asyncio.wait_for(self._connection.close(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._connection.close()
             except Exception as exc:
                 log.warning("closing the broker connection failed", extra={"error": repr(exc)})
 
@@ -164,7 +166,8 @@ class EventConsumer:
                 log.warning("broker unavailable, retrying", extra={"error": repr(exc), "retry_in_s": delay})
                 await self._disconnect()
                 try:
-                    await asyncio.wait_for(self._stop.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._stop.wait()
                 except TimeoutError:
                     pass
                 delay = min(delay * 2, self._max_backoff_s)
@@ -203,7 +206,8 @@ class EventConsumer:
                 if remaining <= 0:
                     break
                 try:
-                    message = await asyncio.wait_for(self._inbox.get(), remaining)
+                    async with asyncio.timeout(remaining):
+                        message = await self._inbox.get()
                 except TimeoutError:
                     break
             if message is None:  # stopping: finish what is in hand
@@ -261,7 +265,8 @@ class EventConsumer:
         connection, self._connection = self._connection, None
         if connection is not None:
             try:
-                await asyncio.wait_for(connection.close(), 2)
+                async with asyncio.timeout(2):
+                    await connection.close()
             except Exception:  # already broken; nothing left to release
                 pass
 

@@ -115,9 +115,8 @@ class RedisConversationStore:
 
     async def _call(self, operation: Awaitable[T]) -> T:
         try:
-            if self._timeout_s is None:
+            async with asyncio.timeout(self._timeout_s):  # None: no limit
                 return await operation
-            return await asyncio.wait_for(operation, self._timeout_s)
         except (RedisError, OSError, TimeoutError) as exc:
             raise DependencyUnavailable(DEPENDENCY, "the conversation store (Redis) is unavailable") from exc
 

@@ -18,7 +18,8 @@ T = TypeVar("T")
 async def fail_closed(operation: Awaitable[T], *, timeout_s: float) -> T:
     """Await a Redis call; a failure or a slow answer becomes 503 session_store_unavailable."""
     try:
-        return await asyncio.wait_for(operation, timeout_s)
+        async with asyncio.timeout(timeout_s):
+            return await operation
     except (RedisError, OSError, TimeoutError) as exc:
         raise DependencyUnavailable("session_store", "the session store (Redis) is unavailable") from exc
 

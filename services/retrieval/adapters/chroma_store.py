@@ -275,7 +275,8 @@ class ChromaStore:
         context = contextvars.copy_context()  # as asyncio.to_thread does: logs keep the request id
         running = asyncio.get_running_loop().run_in_executor(self._threads, context.run, call)
         try:
-            result = await asyncio.wait_for(running, timeout_s or self._timeout_s)
+            async with asyncio.timeout(timeout_s or self._timeout_s):
+                result = await running
         except EmbeddingModelMismatch as exc:
             if at_start:
                 raise
@@ -364,7 +365,8 @@ class ChromaStore:
             # A deadline of its own: a query queued behind a batch that waits for a silent server would
             # otherwise wait for that batch and then for its own call, twice the timeout.
             query = _Query(embedding, top_k, to_where(where))
-            found = await asyncio.wait_for(self._queries.submit(query), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                found = await self._queries.submit(query)
         except TimeoutError as exc:
             raise DependencyUnavailable("chroma") from exc
         if isinstance(found, Exception):
