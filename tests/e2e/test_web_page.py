@@ -7,6 +7,7 @@ import email.utils
 import itertools
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -271,7 +272,9 @@ class FakeGateway:
     {"answer": text}, {"status": 401} (or {"status": 404, "code": code}; a "retry_after" value is sent as its
     Retry-After header), {"error": code} (an error event; a "fields" dict adds to or replaces its data),
     {"hang": text} (the stream stays open after that text until the page closes it) or {"break": text} (the
-    connection breaks after that text); an answer with "then_break" set loses its connection after `done`."""
+    connection breaks after that text); an answer with "then_break" set loses its connection after `done`, and
+    one with "pause_after" sends that start of it, then waits for `resume` before the rest. `rating_status`
+    answers the ratings."""
 
     def __init__(self) -> None:
         self.plans: list[dict] = []
@@ -279,6 +282,8 @@ class FakeGateway:
         self.closed: list[str] = []  # questions whose stream the page closed before its end
         self.ratings: list[dict] = []
         self.rating_delay = 0.0
+        self.rating_status = 204
+        self.resume = threading.Event()
         self.citations = CITATIONS
         self.ids = itertools.count(1)
 
@@ -299,8 +304,10 @@ class FakeGateway:
         @app.post("/api/feedback")
         async def feedback(request: Request) -> Response:
             await asyncio.sleep(self.rating_delay)
+            if self.rating_status == 401:
+                return JSONResponse({"error": "unauthorized", "message": "Not this time."}, status_code=401)
             self.ratings.append(await request.json())
-            return Response(status_code=204)
+            return Response(status_code=self.rating_status)
 
         @app.post("/api/chat/stream")
         async def stream(request: Request) -> Response:
@@ -335,7 +342,16 @@ class FakeGateway:
                     await asyncio.sleep(0.05)
             finally:
                 self.closed.append(body["query"])
-        yield event("token", {"text": plan["answer"]})
+        start = plan.get("pause_after", "")
+        if start:
+            yield event("token", {"text": start})
+            try:
+                while not self.resume.is_set():
+                    await asyncio.sleep(0.05)
+            except BaseException:
+                self.closed.append(body["query"])
+                raise
+        yield event("token", {"text": plan["answer"].removeprefix(start)})
         n = next(self.ids)
         yield event("done", {
             "query": body["query"], "answer": plan["answer"], "conversation_id": body.get("conversation_id", f"conv-{n}"),
@@ -612,6 +628,51 @@ def test_an_ended_session_keeps_the_question_and_the_conversation_for_the_same_u
     log_in_as(page, "someone-else")  # another user gets none of it
     expect(page.locator(".turn")).to_have_count(0)
     expect(box).to_have_value("")
+    assert "conversation_id" not in ask(page, "hello")
+    assert problems == [], problems
+
+
+def test_a_rating_refused_for_an_ended_session_lets_the_answer_being_written_finish(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]."},
+                     {"answer": "Roles are given with --role [2].", "pause_after": "Roles are given with"},
+                     {"answer": "Yes [1]."},
+                     {"answer": "Use a file [1].", "pause_after": "Use a"}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    first, second = page.locator(".turn").nth(0), page.locator(".turn").nth(1)
+    box = page.get_by_label("Your question")
+    box.fill("And roles?")
+    box.press("Enter")
+    expect(second.locator(".answer-text")).to_have_text("Roles are given with")
+
+    gateway.rating_status = 401
+    first.get_by_role("button", name="Good answer").click()
+    expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
+    expect(page.locator("#login-message")).to_contain_text("session has ended")
+    page.wait_for_timeout(300)
+    assert gateway.closed == [], "the answer asked with a valid session goes on"
+    gateway.resume.set()
+    expect(second).to_have_class(re.compile(r"\bdone\b"))
+
+    log_in_as(page, "demo")
+    expect(second).not_to_have_class(re.compile(r"\bstopped\b"))
+    expect(second.locator(".answer-text")).to_have_text("Roles are given with --role 2.")
+    expect(first.locator(".feedback-status")).to_have_text("Feedback could not be sent.")
+    assert ask(page, "Can I add many?")["conversation_id"] == gateway.asked[1]["conversation_id"]
+
+    # Another user logging in instead gets none of it: the answer being written is stopped with the rest.
+    gateway.resume.clear()
+    box.fill("From a file?")
+    box.press("Enter")
+    expect(page.locator(".turn").last.locator(".answer-text")).to_have_text("Use a")
+    first.get_by_role("button", name="Good answer").click()
+    expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
+    log_in_as(page, "someone-else")
+    expect(page.locator(".turn")).to_have_count(0)
+    expect(page.get_by_role("button", name="Ask")).to_be_visible()
+    wait_until(lambda: gateway.closed == ["From a file?"], timeout=10, what="the page to close the stream")
     assert "conversation_id" not in ask(page, "hello")
     assert problems == [], problems
 

@@ -80,9 +80,9 @@ function streamError(data) {
 }
 
 // --- views ---------------------------------------------------------------------------------------
-/** The log-in form; `keep`: the session ended on its own, so the conversation waits for its user. */
+/** The log-in form; `keep`: the session ended on its own, so the conversation waits for its user, and an
+ * answer being written goes on (its request was let in: only a side call such as a rating found the session over). */
 function showLogin(message = "", kind = "notice", { keep = false } = {}) {
-  stopAnswer();
   state.token = null;
   sessionStorage.removeItem(TOKEN_KEY);
   sessionStorage.removeItem(USER_KEY);
@@ -104,6 +104,7 @@ function sessionEnded() {
 }
 
 function forgetConversation() {
+  stopAnswer();
   state.conversationId = null;
   state.turns = [];
   saved.clear();
@@ -216,7 +217,6 @@ view.logout.addEventListener("click", async () => {
 });
 
 view.newConversation.addEventListener("click", () => {
-  stopAnswer();
   const draft = view.question.value; // typed, or put back after a failure: it is asked in the new conversation
   forgetConversation();
   setQuestion(draft);
