@@ -132,6 +132,11 @@ class EventStore(Protocol):
         """True when the database answers; never raises."""
         ...
 
+    @property
+    def writable(self) -> bool:
+        """False from a write the database refused until one commits (it may answer ping all the while)."""
+        ...
+
     def close(self) -> None: ...
 
 

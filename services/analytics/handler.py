@@ -72,7 +72,7 @@ async def handle(body: bytes, *, store: EventStore) -> Verdict:
         try:
             new = await asyncio.to_thread(store.add, to_record(parsed))
         except DependencyUnavailable:
-            log.warning("database unavailable, event held for retry", extra=fields)
+            log.debug("database unavailable, event held for retry", extra=fields)
             return Verdict(Outcome.RETRY)
         except Exception as exc:
             log.exception("storing event failed", extra=fields)
@@ -183,14 +183,15 @@ async def settle_batch(
 async def _add_held(
     store: EventStore, records: list[EventRecord], *, stop: asyncio.Event, delay: float, max_delay: float
 ) -> list[bool] | None:
-    """store.add_many(records), retried with backoff while the database is down; None when `stop` came first."""
+    """store.add_many(records), retried with backoff while the database is down; None when `stop` came first.
+    The store says once why it refuses writes; each retry is only a debug line."""
     while True:
         try:
             return await asyncio.to_thread(store.add_many, records)
         except DependencyUnavailable:
             if stop.is_set():
                 return None
-            log.warning("database unavailable, events held for retry", extra={"events": len(records)})
+            log.debug("database unavailable, events held for retry", extra={"events": len(records)})
             await _pause(stop, delay)
             delay = min(delay * 2, max_delay)
 

@@ -59,18 +59,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         library = getattr(app.state, "library", None)
         return {
             "database": store is not None and await asyncio.to_thread(store.ping),
+            "database_writes": store is not None and store.writable,
             "broker": consumer is not None and consumer.connected,
             **(await library.readiness() if library is not None else {}),
         }
 
     # Retrieval is reported, not needed: only the never-cited report asks it, and answers its failure with a
     # 503 naming it. Retrieval refusing this replica's service token is needed: that report fails here alone.
+    # Writes refused are needed, as the broker is: events are no longer stored, whatever SELECT 1 says.
     app = create_service_app(
         service="analytics",
         title="Cairn analytics",
         lifespan=lifespan,
         readiness=readiness,
-        needed={"database", "broker", "retrieval_service_token"},
+        needed={"database", "database_writes", "broker", "retrieval_service_token"},
         service_token=settings.service_token,
     )
     app.state.settings = settings

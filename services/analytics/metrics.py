@@ -28,6 +28,10 @@ QUEUE_MESSAGES = Gauge(
     "dead_letters",
     ["queue"],
 )
+DATABASE_WRITABLE = Gauge(
+    "cairn_analytics_database_writable",
+    "0 from a write of events the database refused (down, read-only, out of disk, ...) until one commits, else 1",
+)
 EVENT_AGE = Gauge(
     "cairn_analytics_event_age_seconds",
     "Seconds from occurred_at (to the second) to consumption, for the newest event of the last batch",

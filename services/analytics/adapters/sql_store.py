@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from services.analytics import metrics
 from services.analytics.adapters import migrations
 from services.analytics.adapters.event_rows import insert_records
 from services.analytics.domain import EventRecord
@@ -78,6 +79,8 @@ class SqlEventStore:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._schema_ready = False
+        self._write_refusal: str | None = None  # why the last write failed, until one commits
+        metrics.DATABASE_WRITABLE.set(1)
 
     @classmethod
     def from_url(
@@ -93,9 +96,15 @@ class SqlEventStore:
     def dialect(self) -> str:
         return self._engine.dialect.name
 
-    def create_schema(self) -> None:
+    @property
+    def writable(self) -> bool:
+        """False from a write the database refused (down, read-only, out of disk, ...) until one commits: a
+        database can answer SELECT 1 and still refuse every insert."""
+        return self._write_refusal is None
+
+    def create_schema(self, *, quiet: bool = False) -> None:
         """Upgrade the schema to the latest migration (see adapters/migrations.py)."""
-        with self._unavailable_as_503():
+        with self._unavailable_as_503(quiet=quiet):
             migrations.upgrade(self._engine)
         self._schema_ready = True
 
@@ -105,9 +114,17 @@ class SqlEventStore:
     def add_many(self, records: Sequence[EventRecord]) -> list[bool]:
         if not records:
             return []
-        self._ensure_schema()
-        with self._unavailable_as_503(), self._engine.begin() as conn:
-            return insert_records(conn, records)
+        try:
+            self._ensure_schema(quiet=True)
+            with self._unavailable_as_503(quiet=True), self._engine.begin() as conn:
+                new = insert_records(conn, records)
+        except DatabaseBusy:  # up, and taking writes: the reports hold every connection for now
+            raise
+        except DependencyUnavailable as exc:
+            self._writes_refused(exc)
+            raise
+        self._writes_taken()
+        return new
 
     def read(self, report: Callable[..., T], /, **arguments: Any) -> T:
         """report(conn, **arguments) on a read connection."""
@@ -140,13 +157,29 @@ class SqlEventStore:
     def close(self) -> None:
         self._engine.dispose()
 
-    def _ensure_schema(self) -> None:
+    def _ensure_schema(self, *, quiet: bool = False) -> None:
         # The database may have been down at start-up; migrate on first use instead.
         if not self._schema_ready:
-            self.create_schema()
+            self.create_schema(quiet=quiet)
+
+    def _writes_refused(self, exc: DependencyUnavailable) -> None:
+        # Said once per cause, not at each retry of the held events: the consumer retries for as long as it lasts.
+        reason = _error_text(exc.__cause__ or exc)
+        if reason != self._write_refusal:
+            log.error("database refuses writes, events stay in the queue until it takes them",
+                      extra={"error": reason})
+        self._write_refusal = reason
+        metrics.DATABASE_WRITABLE.set(0)
+
+    def _writes_taken(self) -> None:
+        if self._write_refusal is not None:
+            log.warning("database takes writes again")
+        self._write_refusal = None
+        metrics.DATABASE_WRITABLE.set(1)
 
     @contextmanager
-    def _unavailable_as_503(self) -> Iterator[None]:
+    def _unavailable_as_503(self, *, quiet: bool = False) -> Iterator[None]:
+        """`quiet` leaves saying why to the caller (add_many says it once per cause)."""
         try:
             yield
         except PoolTimeout as exc:
@@ -154,7 +187,8 @@ class SqlEventStore:
             raise DatabaseBusy() from exc
         except DBAPIError as exc:
             if _database_unavailable(exc):
-                log.warning("database error", extra={"error": str(exc.orig or exc)[:300]})
+                if not quiet:
+                    log.warning("database error", extra={"error": _error_text(exc)})
                 raise DependencyUnavailable("database") from exc
             raise
 
@@ -185,6 +219,10 @@ class StreamedRows:
 # shutdown or operator intervention (57), system errors (58). psycopg raises some of these as
 # InternalError or NotSupportedError, not OperationalError: held and retried, not dead-lettered.
 _UNAVAILABLE_SQLSTATE_CLASSES = frozenset({"08", "25", "40", "53", "55", "57", "58"})
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", None) or exc)[:300]
 
 
 def _database_unavailable(exc: DBAPIError) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import time
 import uuid
@@ -188,6 +189,67 @@ async def test_two_replicas_store_each_event_once(
         assert all(c.outcomes[Outcome.ACK] > 0 for c in consumers), [c.outcomes for c in consumers]
         assert not any(c.outcomes[Outcome.DEAD_LETTER] for c in consumers)
     assert await queue_depth(amqp_url, names["queue"]) == 0
+
+
+def _set_read_only(database_url: str, on: bool) -> None:
+    """Make the database refuse writes (or take them again) while it still answers SELECT 1, as a hot
+    standby or default_transaction_read_only does, and end its sessions so that the pool reconnects."""
+    url = make_url(database_url)
+    admin = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        conn.execute(f'ALTER DATABASE "{url.database}" SET default_transaction_read_only = {"on" if on else "off"}')
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (url.database,),
+        )
+
+
+async def test_a_database_that_refuses_writes_makes_analytics_not_ready_and_loses_no_event(
+    tmp_path: Path, amqp_url: str, names: dict, fresh_postgres: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(settings_for(tmp_path, amqp_url, names, db_url=fresh_postgres))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://analytics"
+    ) as client:
+
+        async def checks() -> tuple[int, dict]:
+            response = await client.get("/readyz")
+            return response.status_code, response.json()["checks"]
+
+        async def writable_metric() -> str:
+            lines = (await client.get("/metrics")).text.splitlines()
+            return next(line for line in lines if line.startswith("cairn_analytics_database_writable "))
+
+        await eventually(lambda: app.state.consumer.connected, what="the consumer to subscribe")
+        _set_read_only(fresh_postgres, True)
+        events = [submitted(request_id=f"read-only-{i}") for i in range(20)]
+        await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events], window=5, pause_s=0.1)
+
+        async def refused() -> bool:
+            return await checks() == (503, {"database": True, "database_writes": False, "broker": True,
+                                            "retrieval": False, "retrieval_service_token": True})
+
+        await eventually(refused, what="readiness to say that writes are refused")
+        assert await writable_metric() == "cairn_analytics_database_writable 0.0"
+        await asyncio.sleep(2)  # a few retries of the held batch
+        assert stored_events(fresh_postgres) == []
+        assert not app.state.consumer.outcomes[Outcome.DEAD_LETTER]
+        said = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("services.analytics")]
+        assert [r.getMessage() for r in said] == [
+            "database refuses writes, events stay in the queue until it takes them"
+        ], "once, not per message or per retry"
+        assert "read-only transaction" in said[0].error
+
+        _set_read_only(fresh_postgres, False)
+        await eventually(rows_are(fresh_postgres, len(events)), timeout=40, what="the held events to be stored")
+        await eventually(lambda: _ready(client), what="readiness to come back")
+        assert await writable_metric() == "cairn_analytics_database_writable 1.0"
+    assert await queue_depth(amqp_url, names["queue"]) == 0
+
+
+async def _ready(client: httpx.AsyncClient) -> bool:
+    return (await client.get("/readyz")).status_code == 200
 
 
 class GatedStore(FakeEventStore):

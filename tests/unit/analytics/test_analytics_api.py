@@ -259,9 +259,9 @@ async def test_database_down_is_503_naming_it_on_every_report(tmp_path) -> None:
             response = await client.get(f"/analytics/{report}", headers=AUTH)
             assert (response.status_code, response.json()["error"]) == (503, "database_unavailable"), report
         ready = await client.get("/readyz")
-        assert (ready.status_code, ready.json()["checks"]) == (503, {"database": False, "broker": False})
+        assert (ready.status_code, ready.json()["checks"]) == (503, {"database": False, "database_writes": True, "broker": False})
 
 
 async def test_readiness_reports_database_and_broker(client: httpx.AsyncClient) -> None:
     response = await client.get("/readyz")
-    assert (response.status_code, response.json()["checks"]) == (200, {"database": True, "broker": True})
+    assert (response.status_code, response.json()["checks"]) == (200, {"database": True, "database_writes": True, "broker": True})
