@@ -219,6 +219,9 @@ class StreamedRows:
 # shutdown or operator intervention (57), system errors (58). psycopg raises some of these as
 # InternalError or NotSupportedError, not OperationalError: held and retried, not dead-lettered.
 _UNAVAILABLE_SQLSTATE_CLASSES = frozenset({"08", "25", "40", "53", "55", "57", "58"})
+# And from class 42 only insufficient_privilege (INSERT revoked from analytics' role): an administrator's
+# mistake refuses every event alike, while the rest of class 42 (a missing column, ...) is a real schema error.
+_UNAVAILABLE_SQLSTATES = frozenset({"42501"})
 
 
 def _error_text(exc: BaseException) -> str:
@@ -229,4 +232,6 @@ def _database_unavailable(exc: DBAPIError) -> bool:
     if isinstance(exc, OperationalError) or exc.connection_invalidated:
         return True
     sqlstate = getattr(exc.orig, "sqlstate", None)
-    return isinstance(sqlstate, str) and sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+    if not isinstance(sqlstate, str):
+        return False
+    return sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES or sqlstate in _UNAVAILABLE_SQLSTATES

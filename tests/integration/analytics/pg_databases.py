@@ -37,3 +37,24 @@ def fresh_store(server_url: str) -> Iterator[SqlEventStore]:
             yield store
         finally:
             store.close()
+
+
+@contextmanager
+def database_of_its_own_role(server_url: str) -> Iterator[str]:
+    """The URL of a new, empty database owned by a new login role that is not a superuser, connecting as
+    that role: unlike the superuser, whom permissions never stop, it can have a privilege revoked. The
+    database and the role are dropped afterwards."""
+    server = make_url(server_url)
+    role = f"cairn_role_{uuid.uuid4().hex[:10]}"
+    password = uuid.uuid4().hex  # trust auth ignores it; a server that asks for one gets it
+    admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}'")
+    try:
+        with fresh_database(server_url) as url:
+            with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+                conn.execute(f'ALTER DATABASE "{make_url(url).database}" OWNER TO "{role}"')
+            yield make_url(url).set(username=role, password=password).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')

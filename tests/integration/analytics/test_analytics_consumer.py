@@ -33,6 +33,7 @@ from tests.integration.analytics.event_stream import (
     queue_depth,
     stored_events,
 )
+from tests.integration.analytics.pg_databases import database_of_its_own_role
 from tests.integration.analytics.tcp_proxy import TcpProxy
 from tests.unit.analytics.analytics_events import responded, submitted
 from tests.unit.analytics.analytics_fakes import FakeEventStore
@@ -245,6 +246,57 @@ async def test_a_database_that_refuses_writes_makes_analytics_not_ready_and_lose
         await eventually(rows_are(fresh_postgres, len(events)), timeout=40, what="the held events to be stored")
         await eventually(lambda: _ready(client), what="readiness to come back")
         assert await writable_metric() == "cairn_analytics_database_writable 1.0"
+    assert await queue_depth(amqp_url, names["queue"]) == 0
+
+
+@pytest.fixture
+def own_role_postgres(postgres_server_url: str) -> Iterator[str]:
+    """An empty PostgreSQL database that analytics reaches as a role of its own, not the superuser."""
+    with database_of_its_own_role(postgres_server_url) as url:
+        yield url
+
+
+def _set_insert_privilege(database_url: str, server_url: str, *, granted: bool) -> None:
+    """Revoke (or grant again) the INSERT privilege of the role of `database_url` on the events table, as an
+    administrator's mistake would: the database still takes connections, reads and its other writes."""
+    url = make_url(database_url)
+    admin = make_url(server_url).set(drivername="postgresql", database=url.database)
+    change = "GRANT INSERT ON events TO" if granted else "REVOKE INSERT ON events FROM"
+    with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'{change} "{url.username}"')
+
+
+async def test_a_revoked_insert_privilege_holds_events_for_retry_instead_of_dead_lettering_them(
+    tmp_path: Path, amqp_url: str, names: dict, postgres_server_url: str, own_role_postgres: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = create_app(settings_for(tmp_path, amqp_url, names, db_url=own_role_postgres))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://analytics"
+    ) as client:
+
+        async def writes_refused() -> bool:
+            response = await client.get("/readyz")
+            return response.status_code == 503 and response.json()["checks"]["database_writes"] is False
+
+        await eventually(lambda: app.state.consumer.connected, what="the consumer to subscribe")
+        _set_insert_privilege(own_role_postgres, postgres_server_url, granted=False)
+        events = [submitted(request_id=f"no-insert-{i}") for i in range(20)]
+        await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events], window=5, pause_s=0.1)
+
+        await eventually(writes_refused, what="readiness to say that writes are refused")
+        await asyncio.sleep(2)  # a few retries of the held batch, more deliveries than the dead-letter limit
+        assert stored_events(own_role_postgres) == []
+        assert not app.state.consumer.outcomes[Outcome.DEAD_LETTER]
+        said = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("services.analytics")]
+        assert [r.getMessage() for r in said] == [
+            "database refuses writes, events stay in the queue until it takes them"
+        ], "once, not per message or per retry"
+        assert "permission denied" in said[0].error
+
+        _set_insert_privilege(own_role_postgres, postgres_server_url, granted=True)
+        await eventually(rows_are(own_role_postgres, len(events)), timeout=40, what="the held events to be stored")
+        await eventually(lambda: _ready(client), what="readiness to come back")
     assert await queue_depth(amqp_url, names["queue"]) == 0
 
 

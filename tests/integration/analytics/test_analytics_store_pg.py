@@ -4,6 +4,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ProgrammingError
 
 from services.analytics.adapters.schema import cited_documents, events
 from services.analytics.adapters.sql_store import SqlEventStore
@@ -75,3 +76,20 @@ async def test_a_read_only_database_holds_events_for_retry_instead_of_dead_lette
             assert writable.add(to_record(submitted())) is True
         finally:
             writable.close()
+
+
+def test_a_schema_error_is_not_taken_for_an_unavailable_database(postgres_server_url: str) -> None:
+    """Only insufficient_privilege (42501) of SQLSTATE class 42 means the database refuses every event; the rest
+    of the class, such as a column missing from the table (42703), stays an error of its own."""
+    with fresh_database(postgres_server_url) as url:
+        store = SqlEventStore.from_url(url)
+        try:
+            store.create_schema()
+            with store.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE events DROP COLUMN model CASCADE"))  # and the views that read it
+            with pytest.raises(ProgrammingError) as raised:
+                store.add(to_record(submitted()))
+            assert raised.value.orig.sqlstate == "42703"
+            assert store.writable is True
+        finally:
+            store.close()
