@@ -1,5 +1,5 @@
 """Citation post-processing: read the markers the model wrote ([n], [n, m], [n-m], [n–m], [Citation n],
-[Source n], 【n】, [Title > Section]), keep those that point at a passage, merge passages of the same document page,
+[Source n], 【n】, ［n］, [Title > Section]), keep those that point at a passage, merge passages of the same document page,
 renumber in order of first use, rewrite every marker to the plain [n] form and describe each cited passage."""
 from __future__ import annotations
 
@@ -11,20 +11,24 @@ from services.chat.chunks import RetrievedChunk
 
 SNIPPET_CHARS = 200
 # Any bracketed text not followed by "(" (a Markdown link); its content decides whether it is a citation.
-# Models trained on Chinese text also write the full-width 【1】.
-_BRACKET = re.compile(r"(?:\[([^\[\]\n]{1,200})\]|【([^【】\n]{1,200})】)(?!\()")
-# Code, where brackets are the code's own: fenced blocks (to their end, or the answer's) and inline spans.
-_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.DOTALL)
+# Models trained on Chinese text also write the full-width 【1】 and ［１］.
+_BRACKET = re.compile(r"(?:\[([^\[\]\n]{1,200})\]|【([^【】\n]{1,200})】|［([^［］\n]{1,200})］)(?!\()")
+# Code, where brackets are the code's own: fenced blocks (to their end, or the answer's) and inline spans,
+# a span opened by two backticks (``a`b[1]``) holding until two close it.
+_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|``(?!`)[^\n]*?``|`[^`\n]*`)", re.DOTALL)
 _MAX_PASSAGE_NUMBER = 999  # [2019] is a year, left as written; no prompt holds a thousand passages
-# A number may carry the word models put before it ("Citation 2", "Source: 2", "Doc 2", "Passage 2"), and a
-# range may be written with an en or em dash, as typesetting models do ("1–3").
-_LABEL = r"(?:(?:citation|source|doc|document|passage)\s*:?\s*)?"
+# A number may carry the word models put before it ("Citation 2", "Source: 2", "Doc 2", "Passage 2", "Sources
+# 1, 2"), a range may be written with an en or em dash, as typesetting models do ("1–3"), and a list with the
+# full-width comma of Chinese text ("1，2").
+_LABEL = r"(?:(?:citation|source|doc|document|passage)s?\s*:?\s*)?"
 _DASH = r"[-–—]"
+_COMMA = r"[,，]"
 _NUMBER_LIST = re.compile(
-    rf"\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?(?:\s*,\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?)*\s*", re.I
+    rf"\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?(?:\s*{_COMMA}\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?)*\s*", re.I
 )
 _NUMBER_ITEM = re.compile(rf"(\d+)(?:\s*{_DASH}\s*(\d+))?")
-_INTERVAL = re.compile(rf"\s*0\s*(?:,|{_DASH})\s*\d+\s*")  # "[0, 1]", "[0-100]": passages count from 1, so a range of values
+# "[0, 1]", "[0-100]": passages count from 1, so a range of values
+_INTERVAL = re.compile(rf"\s*[0０]\s*(?:{_COMMA}|{_DASH})\s*\d+\s*")
 _MAX_RANGE = 50  # a wider "range" is a typo or a year span, not a citation
 _DICE_THRESHOLD = 0.5
 _DROPPED = "\x00"
@@ -197,7 +201,7 @@ def _without_dropped(text: str) -> str:
 
 def _content(marker: re.Match[str]) -> str:
     """What a `_BRACKET` match holds between its brackets, square or full-width."""
-    return marker.group(1) if marker.group(1) is not None else marker.group(2)
+    return next(group for group in marker.groups() if group is not None)
 
 
 def _glued(marker: re.Match[str]) -> bool:

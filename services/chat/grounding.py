@@ -60,7 +60,9 @@ _TERM_SHARE = 0.8
 _MISSING_NUMBER_FACTOR = 0.5
 _CREDIT: dict[Verdict, float] = {"supported": 1.0, "weak": 0.5, "unsupported": 0.0}
 
-_MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
+# The plain [n] / [n, m] that resolve_citations writes. Passages count from 1, and a bracket before "(" is a
+# link: "[0, 1]" and "[1](url)", which it leaves as written, are no citation.
+_MARKER = re.compile(r"\[([1-9]\d*(?:\s*,\s*[1-9]\d*)*)\](?!\()")
 # A sentence ends at . ! or ? with the markers written after it ("Run it. [1]"), before whitespace
 # that is not followed by a lower-case letter (so "e.g. the flag" stays one sentence), or at the end;
 # or at a full-width 。！？ (Chinese, Japanese), which no space follows.

@@ -233,6 +233,9 @@ RENDER_IN_BROWSER = """async (text) => {
          "<p>1. Start it:</p><pre><code>cairn up [1]\n  --verbose</code></pre>"
          '<p>2. Log in <span class="cites"><button>1</button></span>.</p>'),
         ("````md\n```\ninner\n```\n````", "<pre><code>```\ninner\n```</code></pre>"),  # a longer fence holds ```
+        # What chat leaves as written is no citation: a range of values, a link.
+        ("Scores lie in [0, 1] [1].", '<p>Scores lie in [0, 1] <span class="cites"><button>1</button></span>.</p>'),
+        ("Read [1](https://example.com) first.", "<p>Read [1](https://example.com) first.</p>"),
     ],
 )
 def test_answer_text_renders_code_headings_and_citations_as_written(browser, text, html):

@@ -1,7 +1,9 @@
 // The answer's text as DOM nodes, never as HTML: paragraphs, ```code blocks```, `code`, **bold**,
 // # headings, and citation markers [n] / [n, m] turned into buttons by the caller's makeCitation(n).
 
-const MARKER = /\[(\d+(?:\s*,\s*\d+)*)\]/g;
+// As chat writes them: passages count from 1, and a bracket before "(" is a link ("[0, 1]" and "[1](url)",
+// which chat leaves as written, are no citation).
+const MARKER = /\[([1-9]\d*(?:\s*,\s*[1-9]\d*)*)\](?!\()/g;
 
 function appendMarkers(parent, text, makeCitation) {
   let last = 0;

@@ -111,7 +111,7 @@ def test_a_rewrite_after_an_empty_reasoning_block_is_what_is_searched(chat_url, 
     assert script.calls[1].body["messages"][1]["content"] == "Can the lifetime of a login session be changed?"
 
 
-@pytest.mark.parametrize("marker", ["【1】", "[Source 1]", "[Doc 1]"])
+@pytest.mark.parametrize("marker", ["【1】", "［１］", "[Source 1]", "[Doc 1]"])
 def test_an_answer_cited_in_another_style_is_shown_not_rejected(chat_url, script, marker):
     script.reset(text=f"A login session expires after 24 hours without use {marker}.")
     body = ask(chat_url, "How long does a login session last?")

@@ -100,6 +100,8 @@ def test_citation_word_form_is_rewritten_to_plain_number():
     ("Per [Source 3] and [source: 1].", "Per [1] and [2].", ["chunk-3", "chunk-1"]),
     ("Per [Doc 2], [Document 4] and [Passage 1, Passage 3].", "Per [1], [2] and [3, 4].",
      ["chunk-2", "chunk-4", "chunk-1", "chunk-3"]),
+    ("Per ［３］ and ［１，２］.", "Per [1] and [2, 3].", ["chunk-3", "chunk-1", "chunk-2"]),  # full-width square, digits
+    ("Per [Sources 3, 1] and [Citations: 2].", "Per [1, 2] and [3].", ["chunk-3", "chunk-1", "chunk-2"]),
 ])
 def test_the_other_ways_models_write_markers_are_rewritten_to_plain_numbers(answer, rewritten, cited):
     result = resolve_citations(answer, CHUNKS)
@@ -255,6 +257,8 @@ def test_every_citation_carries_its_whole_passage_not_only_the_sources_entry_of_
     # Brackets inside code are the code's own, never citations.
     ("Read the first session with `sessions[1]` and pass it on.", "Read the first session with `sessions[1]` and pass it on.", []),
     ("```python\nx = items[2]\n```\nThat prints it [3].", "```python\nx = items[2]\n```\nThat prints it [1].", [1]),
+    # A span opened by two backticks holds until two close it.
+    ("Read it with ``items[2]`` at once [3].", "Read it with ``items[2]`` at once [1].", [1]),
     # An index glued to a word that names no passage stays; a citation glued to a word still counts.
     ("Use sessions[0] for the first one [2].", "Use sessions[0] for the first one [1].", [1]),
     ("They live in Redis[2].", "They live in Redis[1].", [1]),

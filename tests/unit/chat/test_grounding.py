@@ -224,6 +224,21 @@ def test_brackets_in_code_are_not_citations_to_check(answer):
     assert report.citations[1].verdict == "supported"
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # Brackets that resolve_citations leaves as written: a range of values, a link, code in double backticks.
+        "Cairn never stores a password [2]. Argon2 costs are tuned in [0, 1] steps.",
+        "Cairn never stores a password [2]. Read [1](https://example.com/argon2) on tuning it.",
+        "Cairn never stores a password [2]. Tune it with ``argon2[1]`` in the settings.",
+    ],
+)
+def test_brackets_left_as_written_are_not_checked_as_citations(answer):
+    report = grounded(answer)
+    assert [s.numbers for s in report.sentences] == [(1,)]
+    assert report.citations[1].verdict == "supported"
+
+
 def test_terms_every_passage_shares_weigh_least():
     weights = term_weights([frozenset({"cairn", "token"}), frozenset({"cairn", "hash"}), frozenset({"cairn", "user"})])
     assert weights["cairn"] == 1.0
