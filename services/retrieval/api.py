@@ -45,10 +45,12 @@ class DocumentIdConvertor(PathConvertor):
     """A doc_id in a path: may hold slashes, but does not end in /similar, which names GET .../similar.
 
     Without it DELETE /documents/a/similar would delete a document "a/similar", and which route a
-    GET took would depend on the order they were registered in.
+    GET took would depend on the order they were registered in. Ingestion refuses such doc_ids
+    (models.names_similar_documents). The lookbehind also sees the "/" before the doc_id, hence the
+    doc_id "similar" on its own.
     """
 
-    regex = ".*(?<!/similar)"
+    regex = "similar|.*(?<!/similar)"
 
 
 register_url_convertor("doc_id", DocumentIdConvertor())

@@ -5,11 +5,11 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from services.retrieval.document_metadata import MAX_FIELDS, MAX_TEXT_CHARS, RESERVED_KEYS, own_fields, user_metadata
 from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, checked_filter, filter_schema
-from services.retrieval.ingestion import MAX_DOC_ID_CHARS
+from services.retrieval.ingestion import MAX_DOC_ID_CHARS, doc_id_of_path
 from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared import json_body
@@ -48,8 +48,11 @@ def _checked_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
 # What _without_line_break checks, said in the schema for clients and schema-driven tests: "no line break"
 # rather than a pattern anchored with $, which in Python also matches before a final line break.
 OneLine = Annotated[str, Field(json_schema_extra={"not": {"pattern": "\n"}})]
-# A doc_id: on one line, and without the '.' and '..' segments _without_dot_segments refuses.
-DocId = Annotated[str, Field(json_schema_extra={"not": {"pattern": "\n|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)"}})]
+# A doc_id: on one line, without the '.' and '..' segments _without_dot_segments refuses, and not ending in
+# /similar (_not_naming_similar_documents).
+DocId = Annotated[
+    str, Field(json_schema_extra={"not": {"pattern": "\n|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)|[/\\]similar$"}})
+]
 
 
 def _without_line_break(value: str | None) -> str | None:
@@ -68,6 +71,35 @@ def _without_dot_segments(value: str | None) -> str | None:
     if value is not None and {".", ".."} & set(value.replace("\\", "/").split("/")):
         raise ValueError("must not hold a '.' or '..' segment (as in a/../b.md): clients resolve those in a URL, so "
                          "the document could be neither read nor deleted")
+    return value
+
+
+def names_similar_documents(doc_id: str) -> bool:
+    """Whether a URL of `doc_id` would ask for the documents similar to another: GET /documents/{doc_id}/similar
+    takes every path ending in /similar, so a document under such an id could be neither read nor deleted. A
+    backslash counts as '/', as browsers read it in a URL's path."""
+    return doc_id.replace("\\", "/").endswith("/similar")
+
+
+_SIMILAR_REFUSAL = (
+    "must not end in '/similar': a URL ending so asks for the documents similar to another one, so the document "
+    "could be neither read nor deleted"
+)
+
+
+def _not_naming_similar_documents(value: str | None) -> str | None:
+    if value is not None and names_similar_documents(value):
+        raise ValueError(_SIMILAR_REFUSAL)
+    return value
+
+
+def _source_giving_an_addressable_id(value: str | None, info: ValidationInfo) -> str | None:
+    """A source that would give the doc_id (none given) a URL cannot name is refused, as such a doc_id would be."""
+    if value is None or "doc_id" not in info.data or info.data["doc_id"] is not None:
+        return value
+    derived = doc_id_of_path(value)
+    if names_similar_documents(derived):
+        raise ValueError(f"gives the doc_id {derived!r}, which {_SIMILAR_REFUSAL}; send a doc_id of your own")
     return value
 
 
@@ -96,6 +128,8 @@ class DocumentIn(RequestModel):
     _valid_metadata = field_validator("metadata")(_checked_metadata)
     _valid_ids = field_validator("doc_id", "source")(_without_line_break)
     _addressable_id = field_validator("doc_id")(_without_dot_segments)
+    _not_similar_route = field_validator("doc_id")(_not_naming_similar_documents)
+    _addressable_derived_id = field_validator("source")(_source_giving_an_addressable_id)
 
     @field_validator("text")
     @classmethod
@@ -128,6 +162,7 @@ class UploadFields(RequestModel):
 
     _valid_ids = field_validator("doc_id", "source")(_without_line_break)
     _addressable_id = field_validator("doc_id")(_without_dot_segments)
+    _not_similar_route = field_validator("doc_id")(_not_naming_similar_documents)
 
 
 class DocumentSummary(BaseModel):

@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from services.retrieval import ingestion, parsing
 from services.retrieval.errors import PayloadTooLarge, UnsupportedMediaType
-from services.retrieval.models import DocumentIn, UploadFields
+from services.retrieval.models import DocumentIn, UploadFields, names_similar_documents
 from shared import json_body
 from shared.errors import BadRequest
 
@@ -105,9 +105,25 @@ async def multipart_upload(request: Request, body: bytes) -> Upload:
 
 
 def refuse_content_type(kind: str) -> UnsupportedMediaType:
+    # Naming no route: users reach this one through the gateway, at another path.
     return UnsupportedMediaType(
-        f"POST /documents takes application/json or multipart/form-data with a 'file' part, not {kind or 'no content type'}"
+        "send a document as application/json, or as multipart/form-data with a 'file' part; "
+        f"not {kind or 'no content type'}"
     )
+
+
+def doc_id_of_upload(upload: Upload) -> str | None:
+    """The doc_id given, else the one the file name gives; 422 for a file name giving one no URL can name."""
+    if upload.fields.doc_id:
+        return upload.fields.doc_id
+    derived = ingestion.doc_id_of_path(upload.filename)
+    if names_similar_documents(derived):
+        message = (
+            f"the file name {upload.filename!r} gives the doc_id {derived!r}, which must not end in '/similar': a URL "
+            "ending so asks for the documents similar to another one; send a doc_id field"
+        )
+        raise RequestValidationError([{"loc": ("file",), "msg": message, "type": "value_error"}])
+    return derived or None
 
 
 async def document_from_request(request: Request, *, limit: int) -> ingestion.NewDocument:
@@ -122,9 +138,10 @@ async def document_from_request(request: Request, *, limit: int) -> ingestion.Ne
     body = await read_body(request, limit=limit)
     if kind == "multipart/form-data":
         upload = await multipart_upload(request, body)
+        doc_id = doc_id_of_upload(upload)
         parsed = await asyncio.to_thread(parsing.parse, upload.filename, upload.data, media_type=upload.media_type)
         fields = upload.fields.model_dump()
-        fields["doc_id"] = fields["doc_id"] or ingestion.doc_id_of_path(upload.filename) or None
+        fields["doc_id"] = doc_id
         fields["source"] = fields["source"] or upload.filename
         fields["metadata"] = fields["metadata"] or {}
         return ingestion.from_parsed(parsed, **fields)

@@ -205,8 +205,8 @@ def test_openapi_offers_json_and_multipart_bodies(client: TestClient) -> None:
     # A form field is a string; an unfilled one ("") is taken as absent.
     assert form["schema"]["properties"]["doc_id"] == {
         "type": "string", "maxLength": 512, "title": "Doc Id", "description": "Default: the file name.",
-        # One line, no '.' or '..' segment: a doc_id with either could be neither read nor deleted.
-        "not": {"pattern": "\n|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)"},
+        # One line, no '.' or '..' segment, no /similar at the end: such a doc_id could be neither read nor deleted.
+        "not": {"pattern": "\n|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)|[/\\]similar$"},
     }
     assert {"400", "413", "415", "422"} <= set(post["responses"])
 
@@ -368,3 +368,50 @@ def test_dots_within_a_doc_ids_names_are_kept(client: TestClient) -> None:
     for doc_id in ("v1.2/..notes", "a.../b.md", ".config/x"):
         assert client.post("/documents", json={"doc_id": doc_id, "text": "Some text."}, headers=AUTH).status_code == 200
         assert client.get(f"/documents/{doc_id}", headers=AUTH).json()["doc_id"] == doc_id
+
+
+@pytest.mark.parametrize("doc_id", ["guides/similar", "a.md/similar", "guides\\similar"])
+def test_a_given_doc_id_ending_in_similar_which_the_similar_route_takes_is_refused(
+    client: TestClient, store: FakeStore, doc_id: str
+) -> None:
+    # GET /documents/guides/similar lists the documents like "guides": a document "guides/similar" was stored,
+    # but could be neither read nor deleted.
+    for refused in (
+        client.post("/documents", json={"doc_id": doc_id, "text": "Some text."}, headers=AUTH),
+        upload(client, "notes.md", b"# Notes\n\ntext", doc_id=doc_id),
+    ):
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["message"]
+        assert message.startswith("doc_id: must not end in '/similar'") and "similar to" in message, message
+    assert not store.chunks
+
+
+def test_a_source_or_file_name_that_would_give_a_doc_id_ending_in_similar_is_refused_unless_a_doc_id_is_given(
+    client: TestClient, store: FakeStore
+) -> None:
+    sent = client.post("/documents", json={"text": "Some text.", "source": "notes/similar"}, headers=AUTH)
+    assert sent.status_code == 422, sent.text
+    assert sent.json()["message"].startswith("source: gives the doc_id 'notes/similar', which must not end in '/similar'")
+    uploaded = upload(client, "notes/similar", b"# Notes\n\ntext", "text/markdown")
+    assert uploaded.status_code == 422, uploaded.text
+    assert uploaded.json()["message"].startswith("file: the file name 'notes/similar' gives the doc_id 'notes/similar'")
+    assert not store.chunks
+    named = upload(client, "notes/similar", b"# Notes\n\ntext", "text/markdown", doc_id="notes/similar-notes")
+    assert named.status_code == 200, named.text
+    assert client.get("/documents/notes/similar-notes", headers=AUTH).json()["source"] == "notes/similar"
+
+
+def test_similar_elsewhere_in_a_doc_id_is_kept_and_addressable(client: TestClient) -> None:
+    for doc_id in ("similar", "similar/a.md", "guides/similar.md", "guides/dissimilar"):
+        assert client.post("/documents", json={"doc_id": doc_id, "text": "Some text."}, headers=AUTH).status_code == 200
+        assert client.get(f"/documents/{doc_id}", headers=AUTH).json()["doc_id"] == doc_id
+        assert client.delete(f"/documents/{doc_id}", headers=AUTH).json()["doc_id"] == doc_id
+
+
+def test_a_body_of_another_content_type_is_415_without_naming_an_internal_path(client: TestClient) -> None:
+    # Users reach this route as POST /api/documents through the gateway, which passes the message on.
+    response = client.post("/documents", content=b"# plain", headers=AUTH | {"Content-Type": "text/markdown"})
+    assert response.status_code == 415
+    assert response.json()["message"] == (
+        "send a document as application/json, or as multipart/form-data with a 'file' part; not text/markdown"
+    )
