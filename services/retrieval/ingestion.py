@@ -124,7 +124,9 @@ def from_parsed(parsed: parsing.ParsedDocument, **fields: Any) -> NewDocument:
 
 def from_text(*, text: str, source: str | None = None, **fields: Any) -> NewDocument:
     """A NewDocument from text sent as JSON: HTML (by the source's suffix) is converted, anything else kept as is
-    but for its ligatures, written out as the parsers write them."""
+    but for its ligatures, written out as the parsers write them. A leading byte-order mark is dropped, as the
+    parsers drop a file's: left in, it hid a first `# Title` and made the text differ from the same file uploaded."""
+    text = text.removeprefix("\ufeff")
     if source and parsing.format_of(source) == "html":
         return from_parsed(parsing.parse(source, text.encode("utf-8")), source=source, **fields)
     return NewDocument(text=written_out(text), source=source, **fields)

@@ -257,3 +257,13 @@ async def test_ligatures_in_text_sent_as_json_are_written_out(embedder, store) -
     chunk = store.chunks["notes.md#0"]
     assert chunk.content == "# Notes\n\nThe file flows."
     assert chunk.content[chunk.metadata["char_start"] :] == chunk.content
+
+
+async def test_a_byte_order_mark_before_json_text_is_dropped_as_it_is_from_an_uploaded_file(embedder, store) -> None:
+    # A client that reads a file written with a BOM (Python's "utf-8", Node's "utf8") sends the BOM on in JSON.
+    text = "\ufeff# Guide\n\nSome text."
+    sent = await ingest(from_text(text=text, doc_id="guide.md"), embedder, store)
+    assert sent.title == "Guide", "the title heading is found behind the mark"
+    assert store.chunks["guide.md#0"].content == "# Guide\n\nSome text."
+    uploaded = await ingest(from_parsed(parse("guide.md", text.encode()), doc_id="guide.md"), embedder, store)
+    assert uploaded.status == "unchanged", "the same document whether sent as JSON or as a file"
