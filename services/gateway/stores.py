@@ -14,8 +14,20 @@ from services.gateway.domain import Session, User
 class UserStore(Protocol):
     async def get(self, username: str) -> User | None: ...
 
-    async def save(self, user: User) -> None:
-        """Create or replace the user under its username."""
+    async def create(self, user: User) -> str | None:
+        """Store a new user, in one step, unless a user's name equals its name in any case: then the name of
+        that user, and nothing is stored (two adds at once never both succeed, nor overwrite each other)."""
+
+    async def update(
+        self,
+        username: str,
+        *,
+        password_hash: str | None = None,
+        roles: tuple[str, ...] | None = None,
+        disabled: bool | None = None,
+    ) -> User | None:
+        """Set the fields given and no other, in one step, so that commands changing one user at once all
+        keep their change; the user as it now is, or None when there is no such user (nothing stored)."""
 
     async def list(self) -> list[User]: ...
 

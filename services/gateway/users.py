@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from services.gateway.domain import User
@@ -62,11 +62,17 @@ async def check_new_username(*, users: UserStore, username: str) -> None:
     if not _USERNAME.fullmatch(username):
         raise UserError("username: 1-64 ASCII letters, digits or . _ @ -")
     if await users.get(username):
-        raise UserError(f"user {username!r} already exists")
+        raise UserError(_taken(username, username))
     # Names are kept as typed, but "Admin" beside "admin" would pass for one user to people reading them
     # (and failed logins are counted per name without case, so one would lock the other out).
     if alike := [u.username for u in await users.list() if u.username.casefold() == username.casefold()]:
-        raise UserError(f"user {alike[0]!r} already exists; names that differ only in case are not allowed")
+        raise UserError(_taken(alike[0], username))
+
+
+def _taken(existing: str, username: str) -> str:
+    if existing == username:
+        return f"user {username!r} already exists"
+    return f"user {existing!r} already exists; names that differ only in case are not allowed"
 
 
 async def add_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:
@@ -79,48 +85,50 @@ async def add_user(*, users: UserStore, username: str, password: str, roles: lis
         roles=_checked_roles(roles),
         created_at=datetime.now(UTC),
     )
-    await users.save(user)
+    # Checked again in the same step as the store: another add may have taken the name meanwhile.
+    if taken := await users.create(user):
+        raise UserError(_taken(taken, username))
+    return user
+
+
+async def _updated(users: UserStore, username: str, **changes) -> User:
+    # Only the changed fields are written: a command changing another field at once keeps its change.
+    user = await users.update(username, **changes)
+    if user is None:
+        raise UserError(f"no user {username!r}")
     return user
 
 
 async def set_password(*, users: UserStore, username: str, password: str) -> User:
-    user = await _existing(users, username)
     _check_password(password)
-    updated = replace(user, password_hash=hash_password(password))
-    await users.save(updated)
-    return updated
+    return await _updated(users, username, password_hash=hash_password(password))
 
 
-async def _save_then_end_sessions(users: UserStore, sessions: SessionStore, updated: User) -> UserChange:
-    # Save first, end sessions second: a login racing this re-reads the user after storing its
+async def _change_then_end_sessions(users: UserStore, sessions: SessionStore, username: str, **changes) -> UserChange:
+    # Change first, end sessions second: a login racing this re-reads the user after storing its
     # session (see auth.login), so no session opened under the old record survives.
-    await users.save(updated)
+    updated = await _updated(users, username, **changes)
     return UserChange(updated, await sessions.delete_all_for_user(updated.id))
 
 
 async def reset_password(*, users: UserStore, sessions: SessionStore, username: str, password: str) -> UserChange:
-    user = await _existing(users, username)
+    await _existing(users, username)  # an unknown name is the error to give, not a short password
     _check_password(password)
-    return await _save_then_end_sessions(users, sessions, replace(user, password_hash=hash_password(password)))
+    return await _change_then_end_sessions(users, sessions, username, password_hash=hash_password(password))
 
 
 async def disable_user(*, users: UserStore, sessions: SessionStore, username: str) -> UserChange:
     """Refuse the user's logins and end its sessions; running it again ends any session left over."""
-    user = await _existing(users, username)
-    return await _save_then_end_sessions(users, sessions, replace(user, disabled=True))
+    return await _change_then_end_sessions(users, sessions, username, disabled=True)
 
 
 async def enable_user(*, users: UserStore, username: str) -> User:
-    user = await _existing(users, username)
-    updated = replace(user, disabled=False)
-    await users.save(updated)
-    return updated
+    return await _updated(users, username, disabled=False)
 
 
 async def set_roles(*, users: UserStore, sessions: SessionStore, username: str, roles: list[str]) -> UserChange:
     """Replace the user's roles and end its sessions, which still carry the old ones."""
-    user = await _existing(users, username)
-    return await _save_then_end_sessions(users, sessions, replace(user, roles=_checked_roles(roles)))
+    return await _change_then_end_sessions(users, sessions, username, roles=_checked_roles(roles))
 
 
 async def ensure_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:

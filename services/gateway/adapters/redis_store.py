@@ -35,7 +35,40 @@ def connect(url: str, *, timeout_s: float) -> Redis:
     )
 
 
+# KEYS: the set of usernames, the new user's hash. ARGV[1]: the username; then field, value pairs.
+# Returns the name of a user whose name equals it in any case (nothing stored), or nil once stored.
+# Usernames are ASCII, so string.lower compares them as str.casefold does.
+_CREATE_USER = """
+local folded = string.lower(ARGV[1])
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if string.lower(name) == folded then
+    return name
+  end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return ARGV[1]
+end
+redis.call('HSET', KEYS[2], unpack(ARGV, 2))
+redis.call('SADD', KEYS[1], ARGV[1])
+return false
+"""
+# KEYS[1]: the user's hash. ARGV: field, value pairs. Returns the user's fields after the change, or nil
+# (nothing stored) when there is no such user.
+_UPDATE_USER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return redis.call('HGETALL', KEYS[1])
+"""
+
+
 class RedisUserStore(RedisAdapter):
+    def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
+        super().__init__(redis, prefix=prefix, timeout_s=timeout_s)
+        self._create = redis.register_script(_CREATE_USER)
+        self._update = redis.register_script(_UPDATE_USER)
+
     def _key(self, username: str) -> str:
         return f"{self._prefix}:user:{username}"
 
@@ -45,11 +78,24 @@ class RedisUserStore(RedisAdapter):
         return _user_from(fields) if fields else None
 
     @bounded
-    async def save(self, user: User) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._key(user.username), mapping=_user_fields(user))
-            pipe.sadd(f"{self._prefix}:users", user.username)
-            await pipe.execute()
+    async def create(self, user: User) -> str | None:
+        keys = [f"{self._prefix}:users", self._key(user.username)]
+        return await self._create(keys=keys, args=[user.username, *_flat(_user_fields(user))])
+
+    @bounded
+    async def update(
+        self,
+        username: str,
+        *,
+        password_hash: str | None = None,
+        roles: tuple[str, ...] | None = None,
+        disabled: bool | None = None,
+    ) -> User | None:
+        changes = _changed_fields(password_hash=password_hash, roles=roles, disabled=disabled)
+        if not changes:
+            raise ValueError("update: no field to change")
+        reply = await self._update(keys=[self._key(username)], args=_flat(changes))
+        return _user_from(dict(zip(reply[::2], reply[1::2], strict=True))) if reply else None
 
     @bounded
     async def list(self) -> list[User]:
@@ -147,11 +193,24 @@ def _user_fields(user: User) -> dict[str, str]:
     return {
         "id": user.id,
         "username": user.username,
-        "password_hash": user.password_hash,
-        "roles": ",".join(user.roles),
-        "disabled": "1" if user.disabled else "0",
+        **_changed_fields(password_hash=user.password_hash, roles=user.roles, disabled=user.disabled),
         "created_at": (user.created_at or datetime.now(UTC)).isoformat(),
     }
+
+
+def _changed_fields(*, password_hash: str | None, roles: tuple[str, ...] | None, disabled: bool | None) -> dict[str, str]:
+    changes = {}
+    if password_hash is not None:
+        changes["password_hash"] = password_hash
+    if roles is not None:
+        changes["roles"] = ",".join(roles)
+    if disabled is not None:
+        changes["disabled"] = "1" if disabled else "0"
+    return changes
+
+
+def _flat(fields: dict[str, str]) -> list[str]:
+    return [item for pair in fields.items() for item in pair]
 
 
 def _user_from(fields: dict[str, str]) -> User:

@@ -229,3 +229,52 @@ def test_a_user_command_that_must_fail_says_so_before_the_password_is_typed(
     monkeypatch.setattr(getpass, "getpass", lambda prompt="": prompts.append(prompt) or PASSWORD)
     assert cairn_user(*args) == (2, "", expected)
     assert prompts == []
+
+
+def _run_while_hashing(monkeypatch, *commands: list[str], stdin: str = "") -> list[int]:
+    """Runs each `cairn user` command, in a thread, while the command under way hashes its new password:
+    between its reading the user and its storing the change, as a second administrator's would."""
+    import threading
+
+    from services.gateway import users
+
+    codes: list[int] = []
+    real_hash = users.hash_password
+
+    def hash_while_others_run(password: str) -> str:
+        monkeypatch.setattr(users, "hash_password", real_hash)  # the racing commands hash as usual
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        for command in commands:
+            thread = threading.Thread(target=lambda c=command: codes.append(cli.main(["user", *c])))
+            thread.start()
+            thread.join()
+        return real_hash(password)
+
+    monkeypatch.setattr(users, "hash_password", hash_while_others_run)
+    return codes
+
+
+def test_user_commands_run_at_once_each_keep_their_change(cairn_user, redis_url, unique, monkeypatch):
+    """A password reset racing `set-role` and `disable` must not write the old roles and `disabled` back."""
+    assert cairn_user("add", "ann", "--role", "admin", "--password-stdin", stdin=f"{PASSWORD}\n")[0] == 0
+    racing = _run_while_hashing(monkeypatch, ["set-role", "ann", "--role", "user"], ["disable", "ann"])
+    assert cairn_user("reset-password", "ann", "--password-stdin", stdin="a brand new password\n")[0] == 0
+    assert racing == [0, 0]
+    assert cairn_user("list")[1] == "ann                      user  (disabled)\n"
+    with pytest.raises(Unauthorized):
+        _login(redis_url, unique, "a brand new password")
+    assert cairn_user("enable", "ann")[0] == 0
+    with pytest.raises(Unauthorized):
+        _login(redis_url, unique)
+    assert _login(redis_url, unique, "a brand new password")[1] == ("user",)
+
+
+@pytest.mark.parametrize("second", ["ann", "Ann"])
+def test_of_two_adds_of_one_name_at_once_only_one_succeeds(cairn_user, redis_url, unique, monkeypatch, second):
+    """The later add used to overwrite the first user (another id, so the first one's sessions outlived a
+    `cairn user disable`), or to add a second user differing only in case."""
+    racing = _run_while_hashing(monkeypatch, ["add", second, "--role", "admin", "--password-stdin"], stdin="another password\n")
+    code, out, err = cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\n")
+    assert racing == [0]
+    assert code == 2 and out == f"added {second} (admin)\n" and err.startswith(f"error: user '{second}' already exists")
+    assert cairn_user("list")[1] == f"{second:<24} admin\n"

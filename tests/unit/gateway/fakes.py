@@ -14,8 +14,17 @@ class FakeUserStore:
     async def get(self, username: str) -> User | None:
         return self.users.get(username)
 
-    async def save(self, user: User) -> None:
+    async def create(self, user: User) -> str | None:
+        if alike := [name for name in self.users if name.casefold() == user.username.casefold()]:
+            return alike[0]
         self.users[user.username] = user
+        return None
+
+    async def update(self, username: str, **changes) -> User | None:
+        if username not in self.users:
+            return None
+        self.users[username] = replace(self.users[username], **{k: v for k, v in changes.items() if v is not None})
+        return self.users[username]
 
     async def list(self) -> list[User]:
         return sorted(self.users.values(), key=lambda u: u.username)
