@@ -136,5 +136,10 @@ async def ensure_user(*, users: UserStore, username: str, password: str, roles: 
     one is left as its administrators made it: disabled, with other roles or another password."""
     existing = await users.get(username)
     if existing is None:
-        return await add_user(users=users, username=username, password=password, roles=roles)
+        try:
+            return await add_user(users=users, username=username, password=password, roles=roles)
+        except UserError:
+            # Another `cairn up` created it meanwhile: that user is the one to keep.
+            if (existing := await users.get(username)) is None:
+                raise
     return existing

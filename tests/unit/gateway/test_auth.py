@@ -193,3 +193,17 @@ async def test_user_management_rules():
     assert demo == changed, "an existing user is left as it is"
     created = await ensure_user(users=users, username="dog", password="long enough", roles=["admin"])
     assert created.roles == ("admin",) and await users.get("dog") == created
+
+
+async def test_a_demo_user_created_by_another_start_meanwhile_is_kept() -> None:
+    """Two `cairn up` at once both find no demo user; the one whose create comes second keeps the first's."""
+    users = FakeUserStore()
+    first = await add_user(users=users, username="demo", password="first password", roles=["admin"])
+    looks = users.get
+
+    async def not_there_yet(username: str):
+        users.get = looks  # the next look finds it
+        return None
+
+    users.get = not_there_yet
+    assert await ensure_user(users=users, username="demo", password="other password", roles=["admin"]) == first
