@@ -82,6 +82,6 @@ class DependencyUnavailable(ServiceError):
 class UpstreamTimeout(ServiceError):
     status_code = 504
 
-    def __init__(self, dependency: str) -> None:
-        super().__init__(f"{dependency} did not answer in time", code=f"{dependency}_timeout")
+    def __init__(self, dependency: str, message: str | None = None) -> None:
+        super().__init__(message or f"{dependency} did not answer in time", code=f"{dependency}_timeout")
         self.dependency = dependency

@@ -31,7 +31,7 @@ from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
 from services.gateway.routing import QuestionRoute
 from services.gateway.settings import Settings
 from shared.context import set_user_id
-from shared.errors import DependencyUnavailable
+from shared.errors import DependencyUnavailable, UpstreamTimeout
 from shared.json_body import StrictJsonRoute
 from shared.web import internal_headers
 
@@ -98,9 +98,17 @@ def headers_for(request: Request, session: Session, settings: Settings) -> dict[
 
 
 async def _forward(
-    upstream: Upstream, request: Request, session: Session, settings: Settings, *, path: str, stream: bool = False
+    upstream: Upstream,
+    request: Request,
+    session: Session,
+    settings: Settings,
+    *,
+    path: str,
+    stream: bool = False,
+    timeout_s: float | None = None,
 ) -> Response:
-    """The request passed on with its query string; `stream` relays the answer as it arrives instead of whole."""
+    """The request passed on with its query string; `stream` relays the answer as it arrives instead of whole.
+    `timeout_s` replaces UPSTREAM_TIMEOUT_S for a whole answer."""
     headers = headers_for(request, session, settings)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH") else None
     params = list(request.query_params.multi_items())
@@ -109,11 +117,22 @@ async def _forward(
         return await upstream.forward_stream(
             route=route, method=request.method, path=path, headers=headers, body=body, params=params
         )
-    return await upstream.forward(method=request.method, path=path, headers=headers, body=body, params=params)
+    return await upstream.forward(
+        method=request.method, path=path, headers=headers, body=body, params=params, timeout_s=timeout_s
+    )
 
 
 _CHAT = {404: "conversation_id names no conversation of the caller (conversation_not_found)"}
-_UPLOAD = {415: "An unsupported file or content type"}
+# Retrieval goes on ingesting after the gateway stops waiting: the document may yet be added.
+_INGEST_GOES_ON = (
+    "the ingest may still complete: GET /api/documents/{doc_id} answers 200 once the document is in; "
+    "send it again only if that stays 404"
+)
+_UPLOAD = {
+    415: "An unsupported file or content type",
+    504: "The retrieval service did not answer within INGEST_UPSTREAM_TIMEOUT_S (retrieval_timeout), "
+    f"but {_INGEST_GOES_ON}",
+}
 _DOCUMENT = {404: "No document has this id (not_found)"}
 _REPORT = {
     404: "No such report (not_found)",
@@ -170,7 +189,13 @@ async def list_documents(
 async def add_document(
     request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
 ) -> Response:
-    return await _forward(retrieval, request, session, settings, path="/documents")
+    try:
+        return await _forward(
+            retrieval, request, session, settings, path="/documents", timeout_s=settings.ingest_upstream_timeout_s
+        )
+    except UpstreamTimeout as exc:
+        waited = f"{exc.dependency} did not answer within {settings.ingest_upstream_timeout_s:g} s"
+        raise UpstreamTimeout(exc.dependency, f"{waited}, but {_INGEST_GOES_ON}") from exc
 
 
 # GET covers /documents/{id}/similar too: the suffix travels inside the path parameter.

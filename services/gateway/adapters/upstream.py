@@ -104,9 +104,12 @@ class Upstream:
         headers: dict[str, str],
         body: bytes | None = None,
         params: list[tuple[str, str]] | None = None,
+        timeout_s: float | None = None,
     ) -> Response:
-        """Send and pass the answer on whole."""
-        upstream = await self.open_stream(method=method, path=path, headers=headers, body=body, params=params)
+        """Send and pass the answer on whole; `timeout_s`, when given, replaces the session's timeout."""
+        upstream = await self.open_stream(
+            method=method, path=path, headers=headers, body=body, params=params, timeout_s=timeout_s
+        )
         return await self.read_whole(upstream)
 
     async def forward_stream(
@@ -143,9 +146,11 @@ class Upstream:
         headers: dict[str, str],
         body: bytes | None = None,
         params: list[tuple[str, str]] | None = None,
+        timeout_s: float | None = None,
     ) -> UpstreamStream:
         """Send and return the response with its body unread; the caller must aclose() it."""
-        return UpstreamStream(name=self.name, response=await self._send(method, path, headers, body, params))
+        response = await self._send(method, path, headers, body, params, timeout_s)
+        return UpstreamStream(name=self.name, response=response)
 
     async def read_whole(self, upstream: UpstreamStream) -> Response:
         """The response passed on whole (an answer, or the error that came instead of a stream), and closed."""
@@ -190,16 +195,23 @@ class Upstream:
             await upstream.aclose()
 
     async def _send(
-        self, method: str, path: str, headers: dict[str, str], body: bytes | None, params: list[tuple[str, str]] | None
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        params: list[tuple[str, str]] | None,
+        timeout_s: float | None = None,
     ) -> aiohttp.ClientResponse:
         """The response (body unread) of the next replica; a refused connection tries one other replica."""
         query = f"?{urlencode(params)}" if params else ""
+        timeout = {} if timeout_s is None else {"timeout": client_timeout(timeout_s)}
 
         async def send(url: str) -> aiohttp.ClientResponse:
             target = URL(f"{url}{path}{query}", encoded=True)  # the path is quoted already; yarl would requote
             with client_span(f"{self.name} {method}", headers, {"server.address": url, "url.path": path}):
                 return await self._session.request(
-                    method, target, data=body, headers=headers, skip_auto_headers=_NO_GUESSED_TYPE
+                    method, target, data=body, headers=headers, skip_auto_headers=_NO_GUESSED_TYPE, **timeout
                 )
 
         try:
@@ -225,9 +237,14 @@ def _passed(upstream: UpstreamStream) -> dict[str, str]:
     }
 
 
+def client_timeout(timeout_s: float) -> aiohttp.ClientTimeout:
+    """`timeout_s` bounds the wait for a connection and each wait for bytes, not the whole exchange, so a long
+    answer streams for as long as it keeps sending; connecting to a replica has its own CONNECT_TIMEOUT_S."""
+    return aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=CONNECT_TIMEOUT_S, sock_read=timeout_s)
+
+
 def open_session(*, timeout_s: float, reuse_connections: bool = True) -> aiohttp.ClientSession:
-    """A session for upstreams; `timeout_s` bounds each wait for bytes, not the whole exchange, so a long
-    answer streams for as long as it keeps sending.
+    """A session for upstreams, each request bounded by client_timeout(`timeout_s`) unless it brings its own.
 
     Without `reuse_connections`, every request opens its own connection: a request to a replica that has
     just died is then refused and goes to another replica, where on a kept-alive connection it would fail
@@ -239,5 +256,5 @@ def open_session(*, timeout_s: float, reuse_connections: bool = True) -> aiohttp
     kept = {"keepalive_timeout": CLIENT_KEEP_ALIVE_S} if reuse_connections else {"force_close": True}
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, **kept),
-        timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=CONNECT_TIMEOUT_S, sock_read=timeout_s),
+        timeout=client_timeout(timeout_s),
     )
