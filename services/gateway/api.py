@@ -216,7 +216,11 @@ async def read_document(
 async def delete_document(
     doc_id: str, request: Request, session: AdminSession, settings: SettingsDep, retrieval: RetrievalUpstream
 ) -> Response:
-    return await _forward(retrieval, request, session, settings, path=f"/documents/{quote(doc_id)}")
+    # Retrieval holds a delete until an ingest of the same document under way is done: as long as that may take.
+    return await _forward(
+        retrieval, request, session, settings, path=f"/documents/{quote(doc_id)}",
+        timeout_s=settings.ingest_upstream_timeout_s,
+    )
 
 
 @api_router.get(

@@ -29,6 +29,11 @@ def _slow_retrieval() -> FastAPI:
         await asyncio.sleep(INGEST_S)
         return {"doc_id": "big.md", "title": "Big", "chunks": 3000, "status": "added"}
 
+    @app.delete("/documents/{doc_id}")
+    async def delete_document(doc_id: str) -> dict:
+        await asyncio.sleep(INGEST_S)  # held until an ingest of that document under way is done
+        return {"doc_id": doc_id, "deleted_chunks": 3000}
+
     @app.post("/search")
     async def search() -> dict:
         await asyncio.sleep(INGEST_S)
@@ -65,6 +70,14 @@ def test_an_ingest_longer_than_the_upstream_timeout_is_answered(admin_client):
         response = _upload(client)
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "added"
+
+
+def test_a_delete_held_for_an_ingest_of_its_document_is_answered(admin_client):
+    with admin_client(upstream_timeout_s=INGEST_S / 4, ingest_upstream_timeout_s=INGEST_S * 10) as client:
+        token = client.post("/auth/login", json={"username": "ada", "password": PASSWORD}).json()["token"]
+        response = client.delete("/api/documents/big.md", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.text
+    assert response.json()["deleted_chunks"] == 3000
 
 
 def test_the_upstream_timeout_still_bounds_the_other_retrieval_routes(admin_client):
