@@ -8,7 +8,10 @@ A question is a follow-up only when the conversation has an earlier turn, and th
    question; impersonal "it" ("is it possible to ...", "how long does it take to ...") does not count;
 4. uses "this", "that", "these", "those" or a locative "there", names at most two things of its own and
    has no antecedent ("a user that is disabled" and "is there a limit" are not references);
-5. names nothing of its own ("Why?", "Any examples?", "What's the default?", "Can you say more?").
+5. uses "one" or "ones" for a thing ("remove one", "the second one?", "which one is faster?"), names at most
+   two things of its own and has no antecedent before its noun phrase ("one PDF", "one of the keys" and
+   "can one ..." are not references);
+6. names nothing of its own ("Why?", "Any examples?", "What's the default?", "Can you say more?").
 Words that "name" something are those that are neither function words nor generic ones (example,
 default, limit, explain, tell, ...). An antecedent is a word after "the"/"a"/"an", or a capitalised name,
 before the pronoun.
@@ -58,6 +61,7 @@ ARTICLES = frozenset({"the", "a", "an"})
 CONJUNCTIONS = frozenset({"and", "also", "then", "so", "but", "or", "plus", "ok", "okay"})
 PERSONAL = frozenset({"it", "its", "they", "them", "their", "theirs", "he", "him", "his", "she", "her"})
 DEMONSTRATIVE = frozenset({"this", "that", "these", "those"})
+PROP_ONE = frozenset({"one", "ones"})
 POSSESSIVE = frozenset({"its", "their", "his", "her"})
 BE = frozenset({"is", "are", "was", "were"})
 MODALS = frozenset({"do", "does", "did", "can", "could", "should", "would", "will", "may", "must"})
@@ -95,7 +99,27 @@ def is_follow_up(query: str, history: Sequence[Exchange]) -> bool:
         pointing = base in PERSONAL or (base in DEMONSTRATIVE | {"there"} and len(own) <= MAX_OWN_TERMS_FOR_REFERENCE)
         if pointing and not _has_antecedent(words[:i]):
             return True
+        if _stands_for_a_thing(bases, i) and len(own) <= MAX_OWN_TERMS_FOR_REFERENCE:
+            if not _has_antecedent(words[: _noun_phrase_start(bases, i)]):
+                return True
     return False
+
+
+def _stands_for_a_thing(bases: list[str], i: int) -> bool:
+    """Whether "one"/"ones" heads its own noun phrase ("remove one", "the old ones are"), not "one PDF", "one of the
+    keys" or the person of "one can"."""
+    if bases[i] not in PROP_ONE:
+        return False
+    after = bases[i + 1] if i + 1 < len(bases) else None
+    return after is None or (after in FUNCTION_WORDS and after != "of" and after not in MODALS)
+
+
+def _noun_phrase_start(bases: list[str], i: int) -> int:
+    """Where the noun phrase ending at bases[i] starts: "the second one" is one phrase, not an antecedent."""
+    start = i
+    while start and bases[start - 1] not in FUNCTION_WORDS:
+        start -= 1
+    return start - 1 if start and bases[start - 1] in ARTICLES else start
 
 
 def rewrite_follow_up(query: str, previous_standalone: str) -> str:

@@ -21,8 +21,14 @@ CONVERSATION_SLOT = "{conversation}"
 CONVERSATION_TAG = "conversation"
 ANSWER_CHARS = 300  # enough of an answer to name what it was about
 MIN_REWRITE_LIMIT = 300  # a rewrite longer than this and than twice the question is the model rambling
-LABEL = re.compile(r"^(?:standalone|rewritten|reformulated)?\s*(?:question|query)?\s*:\s*", re.IGNORECASE)
+# Also in bold, as Markdown models write it: "**Rewritten query:**", "**Rewritten query**:".
+LABEL = re.compile(
+    r"^(\*\*)?(?:standalone|rewritten|reformulated)?\s*(?:question|query)?\s*(?(1)(?:\*\*)?)\s*:\s*(?(1)(?:\*\*)?)\s*",
+    re.IGNORECASE,
+)
+BULLET = re.compile(r"^[-*>]+(?:\s+|$)")
 QUOTES = "\"'`“”‘’«»"
+BOLD = "**"
 
 Mode = Literal["followups", "always"]
 
@@ -107,12 +113,23 @@ def usable_rewrite(rewritten: str, *, query: str) -> bool:
 
 def first_line(text: str) -> str:
     """The model's first non-empty line that is not a lead-in ("Here is the rewritten question:"), without
-    a "Standalone question:" label or quotes around it."""
+    a "Standalone question:" label (bold or not) or quotes or bold around it."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     line = next((line for line in lines if not line.endswith(":")), "")
-    line = LABEL.sub("", line.lstrip("-*> ")).strip()
+    unwrapped = None
+    while unwrapped != line:  # the wrappings come in any order: "**Query:** “…”", "“Query: …”"
+        unwrapped = line
+        line = _unwrapped(LABEL.sub("", BULLET.sub("", line)).strip())
+    return line
+
+
+def _unwrapped(line: str) -> str:
+    """`line` without one pair of quotes or of Markdown bold around all of it."""
     if len(line) >= 2 and line[0] in QUOTES and line[-1] in QUOTES:
-        line = line[1:-1].strip()
+        return line[1:-1].strip()
+    inner = line[len(BOLD) : -len(BOLD)]
+    if line.startswith(BOLD) and line.endswith(BOLD) and inner and BOLD not in inner:
+        return inner.strip()
     return line
 
 

@@ -121,3 +121,33 @@ def test_a_bracketed_rewrite_leans_on_the_question_its_topic_came_from():
 def test_a_bracketed_topic_whose_question_was_dropped_is_carried_as_it_is():
     history = resolve_history([("What is hybrid search?", "Fusion [1]."), ("Why? (add a user)", "Roles [1].")])
     assert rewrite_against("Can I do it in bulk?", history) == "Can I do it in bulk? (add a user)"
+
+
+@pytest.mark.parametrize(
+    ("follow_up", "standalone"),
+    [
+        ("remove one", "Remove one (list the API keys)"),
+        ("the second one?", "The second one? (list the API keys)"),
+        ("Which one is the oldest?", "Which one is the oldest? (list the API keys)"),
+        ("How do I revoke the old ones?", "How do I revoke the old ones? (list the API keys)"),
+    ],
+)
+def test_one_standing_for_a_thing_of_the_previous_question_is_a_follow_up(follow_up, standalone):
+    assert is_follow_up(follow_up, turn("How do I list the API keys?"))
+    assert rewrite_follow_up(follow_up, "How do I list the API keys?") == standalone
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["How can one rotate the API key?", "Can I upload one PDF twice?", "How do I remove one of the API keys?"],
+)
+def test_one_as_a_number_or_a_person_is_no_reference(question):
+    assert not is_follow_up(question, turn("How do I list the API keys?"))
+
+
+def test_a_follow_up_with_one_keeps_the_subject_for_the_next_follow_up():
+    history = resolve_history(
+        [("How do I add a user?", "Run cairn user add [1]."), ("remove one", "Run cairn user rm [1].")]
+    )
+    assert history[-1].standalone == "Remove one (add a user)"
+    assert rewrite_against("Can I do it in bulk?", history) == "Can I add a user in bulk?"

@@ -112,6 +112,12 @@ def test_bad_arguments_are_refused_at_once():
         ("", ""),
         ("Sure! Here is the rewritten question:\n\nWhat is X?", "What is X?"),
         ("Here is the standalone question:", ""),
+        ("**Rewritten query:** How do I remove a user?", "How do I remove a user?"),
+        ("**Standalone question**: What is X?", "What is X?"),
+        ('"Rewritten query: What is X?"', "What is X?"),
+        ("Rewritten query: **What is X?**", "What is X?"),
+        ("**What does the ttl setting mean?**", "What does the ttl setting mean?"),
+        ("What does __init__ do?", "What does __init__ do?"),
     ],
 )
 def test_first_line_strips_labels_and_surrounding_quotes(raw, line):
