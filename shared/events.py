@@ -129,7 +129,8 @@ class _Envelope(BaseModel):
 class QuerySubmitted(_Envelope):
     """Published by chat when it receives a question. A question chat refused after receiving it (a 4xx
     QueryFailed, such as conversation_not_found) may be sent again with the same request_id, which publishes
-    another: a request_id is one question, as its latest QuerySubmitted asks it, with its latest outcome."""
+    another: a request_id is one question, as its latest QuerySubmitted asks it, with the latest outcome of that
+    last try (pending until it has one)."""
 
     event_type: Literal["QuerySubmitted"] = "QuerySubmitted"
     data: QuerySubmittedData

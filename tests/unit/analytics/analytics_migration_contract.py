@@ -21,7 +21,7 @@ from services.analytics.reports.summary import summary
 from tests.unit.analytics.analytics_events import feedback, responded, submitted
 
 TABLES = {"alembic_version", "cited_documents", "events"}
-HEAD = "0003"
+HEAD = "0004"
 
 # The events table as Cairn created it with metadata.create_all before there were migrations.
 _before_migrations = MetaData()

@@ -324,6 +324,23 @@ class ReportsContract:
             ("again", "2025-03-01T12:00:05Z", "answered")
         ]
 
+    def test_a_request_sent_again_is_pending_until_its_last_try_has_an_outcome(self, store: SqlEventStore) -> None:
+        # The refusal belongs to the first try: the question as last asked is still in flight.
+        store.add_many([to_record(event) for event in (
+            submitted(request_id="again"),
+            failed(at=T0 + timedelta(seconds=1), request_id="again", stage="conversation",
+                   error="conversation_not_found", total_ms=5.0),
+            submitted(at=T0 + timedelta(seconds=5), request_id="again"),
+        )])
+        body = store.read(summary, scope=Scope())
+        assert (body.queries, body.completed, body.failed, body.failures_by_stage) == (1, 0, 0, {})
+        assert (body.failure_rate, body.mean_latency_ms) == (None, None)
+        assert store.read(models, scope=Scope(), limit=5).items == []
+        rows = list(csv.DictReader(io.StringIO("".join(export.csv_chunks(store.stream(export.statement(Scope())))))))
+        assert [(r["submitted_at"], r["outcome"], r["completed_at"], r["latency_ms"]) for r in rows] == [
+            ("2025-03-01T12:00:05Z", "pending", "", "")
+        ]
+
     @pytest.mark.parametrize(
         "latencies",
         [[42.0], [10.0, 30.0], [7.0, 7.0, 7.0], [5.0, 5.0, 5.0, 10.0], [3.5, 1.0, 8.25, 1.0, 99.0, 8.25, 0.5],
