@@ -85,6 +85,18 @@ def test_a_chinese_word_inside_an_unspaced_sentence_is_found_by_keywords(client:
     assert ranked(client, "恢复备份")[0]["doc_id"] == "zh/backups.md"
 
 
+def test_dense_search_reads_a_query_up_to_the_models_limit_and_keywords_read_all_of_it(client: TestClient) -> None:
+    """As docs/documents.md says: 1000 characters of Chinese are over the model's 254 tokens; the rest is cut
+    off without an error, so the words after the cut change nothing in dense search."""
+    head = "恢复备份时请先停止服务然后检查日志" * 20  # 340 characters, a token or more each
+    dense = ranked(client, head + " I forgot my password, how do I reset it?", mode="dense")
+    assert [(r["chunk_id"], r["score"]) for r in dense] == [
+        (r["chunk_id"], pytest.approx(r["score"], abs=1e-5)) for r in ranked(client, head, mode="dense")
+    ]
+    keyword = ranked(client, head + " password", mode="keyword")
+    assert "account/password-policy.md" in [r["doc_id"] for r in keyword]
+
+
 def test_a_documents_own_date_field_filters_every_mode_and_shows_in_results(client: TestClient) -> None:
     for doc_id, published in (("news/2023.md", "2023-06-01"), ("news/2024.md", "2024-06-01")):
         epoch = int(datetime.fromisoformat(published).replace(tzinfo=UTC).timestamp())

@@ -140,3 +140,18 @@ async def test_another_replicas_writes_reach_the_scan_with_their_vectors() -> No
     assert [cid for cid, _ in found] == ["e#0"]
     assert second_store.inner.nearest_calls == 0
     assert second.held(["e#0"])["e#0"].embedding == pytest.approx(bag_of_words("cherry jam tarts"))
+
+
+def test_duplicate_chunks_score_alike_whether_a_query_is_alone_or_batched() -> None:
+    """A matrix product rounds each row by its position and by how many queries share it: copies of one
+    paragraph scored 1e-8 apart, so their order flipped between a lone query and a batched one."""
+    vectors = unit_rows(7, dimensions=384, seed=5)
+    vectors[[2, 4, 6]] = vectors[5]  # copies among other rows, at odd and even positions
+    dense = ExactDense([f"c{i}" for i in range(len(vectors))], vectors)
+    queries = unit_rows(50, dimensions=384, seed=6)
+    batched = dense.nearest(queries, 7)
+    for query, in_batch in zip(queries, batched):
+        (alone,) = dense.nearest(query[None, :], 7)
+        copies = [d for cid, d in alone if cid in ("c2", "c4", "c5", "c6")]
+        assert len(set(copies)) == 1, "copies of one vector score alike"
+        assert [cid for cid, _ in alone] == [cid for cid, _ in in_batch], "copies keep their row order, alone or batched"
