@@ -6,6 +6,7 @@ filter withheld it, finish_reason "content_filter"), and a cited answer.
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -25,6 +26,9 @@ from shared.reasoning import without_reasoning
 NO_INFORMATION = "I couldn't find relevant information in the documents to answer that."
 CONTENT_FILTERED = "The language model's content filter withheld its answer to that question, so there is none to show."
 CONTENT_FILTER = "content_filter"  # the finish_reason of OpenAI and Azure OpenAI for a withheld answer
+CUT_OFF = "(This answer is incomplete: the language model stopped at its length limit.)"
+LENGTH = "length"  # the finish_reason of an answer the model stopped at max_tokens (LLM_MAX_TOKENS)
+_FENCE_LINE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,24 @@ def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: flo
         withheld = generation.finish_reason == CONTENT_FILTER  # not that the documents lack the information
         answer = CONTENT_FILTERED if withheld else NO_INFORMATION
         return _Outcome("no_information", CitedAnswer(answer, []), confidence, grounding)
+    if generation.finish_reason == LENGTH:  # else a cut-off answer reads as complete
+        cited = CitedAnswer(f"{_with_fences_closed(cited.answer)}\n\n{CUT_OFF}", cited.citations)
     return _Outcome("answer", cited, confidence, grounding)
+
+
+def _with_fences_closed(text: str) -> str:
+    """`text` with a code block it leaves open closed, so that what is appended is not shown as code."""
+    opening = None
+    for line in text.splitlines():
+        if not (fence := _FENCE_LINE.fullmatch(line)):
+            continue
+        run, rest = fence.groups()
+        if opening is None:
+            if not (run[0] == "`" and "`" in rest):  # a backtick in the info string makes it no fence
+                opening = run
+        elif run[0] == opening[0] and len(run) >= len(opening) and not rest.strip():
+            opening = None
+    return f"{text}\n{opening}" if opening else text
 
 
 def _relevances_behind(cited: CitedAnswer, used: list[RetrievedChunk]) -> list[float]:

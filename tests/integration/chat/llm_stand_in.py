@@ -87,6 +87,7 @@ class Script:
 
     mode: Mode = "answer"
     text: str = ANSWER
+    finish_reason: str = "stop"  # answer/stream: why the model stopped, such as "length" for a cut-off answer
     replies: list[str] = field(default_factory=list)  # answer/stream: the texts of the next calls, before `text`
     failures: int = 1_000_000  # "always" until a test says how many
     retry_after: str = "1"
@@ -169,9 +170,12 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
         return _sse(_broken_events(text, body))
     if body.get("stream"):
         if mode == "stream":
-            return _sse(_events(text, body, delay_s=script.chunk_delay_s, first_delay_s=script.first_delay_s))
-        return _sse(_events(text, body, delay_s=0.0))
-    return JSONResponse(_completion(text, body))
+            return _sse(_events(
+                text, body, delay_s=script.chunk_delay_s, first_delay_s=script.first_delay_s,
+                finish_reason=script.finish_reason,
+            ))
+        return _sse(_events(text, body, delay_s=0.0, finish_reason=script.finish_reason))
+    return JSONResponse(_completion(text, body, finish_reason=script.finish_reason))
 
 
 async def _wait_or_disconnect(request: Request, seconds: float) -> None:
@@ -225,13 +229,15 @@ def words_of(text: str) -> list[str]:
     return [first, *(" " + word for word in rest)]
 
 
-async def _events(text: str, body: dict[str, Any], *, delay_s: float, first_delay_s: float = 0.0) -> AsyncIterator[str]:
+async def _events(
+    text: str, body: dict[str, Any], *, delay_s: float, first_delay_s: float = 0.0, finish_reason: str = "stop"
+) -> AsyncIterator[str]:
     await asyncio.sleep(first_delay_s)
     yield _chunk(body, _delta({"role": "assistant", "content": ""}))
     for word in words_of(text):
         await asyncio.sleep(delay_s)
         yield _chunk(body, _delta({"content": word}))
-    yield _chunk(body, _delta({}, "stop"))
+    yield _chunk(body, _delta({}, finish_reason))
     if (body.get("stream_options") or {}).get("include_usage"):
         yield _chunk(body, [], usage=_usage(text))
     yield "data: [DONE]\n\n"

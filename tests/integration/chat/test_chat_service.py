@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.chat.answering import CONTENT_FILTERED
+from services.chat.answering import CONTENT_FILTERED, CUT_OFF
 from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
@@ -151,6 +151,21 @@ def test_an_answer_the_content_filter_withheld_says_so(chat, script):
     events = sse_events(r)
     assert [name for name, _ in events] == ["sources", "token", "done"]
     assert events[1][1]["text"] == events[2][1]["answer"] == CONTENT_FILTERED
+
+
+def test_an_answer_cut_off_at_the_token_limit_says_so_streamed_or_not(chat, script):
+    # Shown as if complete before, even mid-sentence inside a code block, with a High confidence.
+    cut = "Run this to add a user [1]:\n\n```\ncairn user add NAME --ro"
+    script.reset(text=cut, finish_reason="length")
+    body = ask(chat[0]).json()
+    assert body["answer"] == f"{cut}\n```\n\n{CUT_OFF}"  # the open code block closed before the note
+    assert (body["metadata"]["kind"], body["metadata"]["finish_reason"]) == ("answer", "length")
+    assert [c["n"] for c in body["citations"]] == [1]
+    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
+        r.read()
+    events = sse_events(r)
+    assert "".join(data["text"] for name, data in events if name == "token") == cut
+    assert events[-1][0] == "done" and events[-1][1]["answer"] == body["answer"]
 
 
 def test_a_prompt_the_content_filter_refused_gives_422_llm_content_filtered(chat, script):
