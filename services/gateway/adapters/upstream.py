@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 from fastapi import Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.sse import format_sse_event
 from httpx_sse import EventSource, ServerSentEvent
 from starlette.background import BackgroundTask
@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 _DROPPED = {
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     "proxy-authenticate", "proxy-authorization", "content-length", "content-encoding", "server", "date",
+}
+# The codes of Cairn's own errors (shared.web), for a client error a service answered outside Cairn's shape.
+_CLIENT_ERROR_CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+    413: "payload_too_large", 415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
 }
 # A body goes on with the caller's Content-Type or none: aiohttp would otherwise call it application/octet-stream.
 _NO_GUESSED_TYPE = ("Content-Type",)
@@ -163,21 +168,28 @@ class Upstream:
             # that its own bearer token is bad, and the web page would sign the user out.
             log.error("upstream refused the service token; CAIRN_SERVICE_TOKEN differs", extra={"upstream": self.name})
             raise DependencyUnavailable(self.name, f"{self.name} refused the gateway's service token")
-        if upstream.status_code >= 500 and not is_json_type(upstream.headers.get("Content-Type", "")):
-            # Not a Cairn service's error (a proxy's HTML page, say): the client gets an error naming the service.
-            snippet = content[:200].decode("utf-8", "replace")
-            log.warning(
-                "upstream answered an error that is not JSON",
-                extra={"upstream": self.name, "status": upstream.status_code, "body": snippet},
-            )
-            if upstream.status_code == 504:
-                raise UpstreamTimeout(self.name)
+        if upstream.status_code >= 400 and not _is_cairn_error(upstream, content):
+            return self._own_error(upstream, content)
+        return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
+
+    def _own_error(self, upstream: UpstreamStream, content: bytes) -> Response:
+        """An error not in Cairn's shape (a proxy's HTML page, a framework's default body with a traceback)
+        replaced by one naming the service: its body may hold internal addresses, paths or tracebacks."""
+        status = upstream.status_code
+        snippet = content[:200].decode("utf-8", "replace")
+        log.warning("upstream answered an error not in Cairn's shape",
+                    extra={"upstream": self.name, "status": status, "body": snippet})
+        if status == 504:
+            raise UpstreamTimeout(self.name)
+        if status >= 500:
             raise DependencyUnavailable(
                 self.name,
-                f"{self.name} is unavailable: it answered {upstream.status_code}",
+                f"{self.name} is unavailable: it answered {status}",
                 retry_after=upstream.headers.get("Retry-After"),
             )
-        return Response(content=content, status_code=upstream.status_code, headers=_passed(upstream))
+        body = {"error": _CLIENT_ERROR_CODES.get(status, "http_error"), "message": f"{self.name} answered {status}"}
+        headers = {k: v for k, v in _passed(upstream).items() if k.lower() != "content-type"}
+        return JSONResponse(body, status_code=status, headers=headers)
 
     async def _relay(self, upstream: UpstreamStream, *, route: str) -> AsyncIterator[bytes]:
         # The service's own `error` events pass through uncounted here: the service counts them.
@@ -224,6 +236,17 @@ class Upstream:
     async def health(self, *, service_token: str) -> ReplicasHealth:
         """Which replicas answer /healthz, and which of them refuse `service_token`."""
         return await probe_replicas(self._session, self.replicas, timeout_s=2, service_token=service_token)
+
+
+def _is_cairn_error(upstream: UpstreamStream, content: bytes) -> bool:
+    """Whether an error answer is a Cairn service's own: a JSON object with a string `error` and `message`."""
+    if not is_json_type(upstream.headers.get("Content-Type", "")):
+        return False
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), str) and isinstance(body.get("message"), str)
 
 
 def _is_event_stream(upstream: UpstreamStream) -> bool:

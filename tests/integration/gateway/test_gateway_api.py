@@ -192,6 +192,12 @@ def test_upstream_down_is_503_naming_it(redis_url, unique):
     assert response.status_code == 503 and response.json()["error"] == "chat_unavailable"
 
 
+_INTERNALS = (
+    'Traceback (most recent call last):\n  File "/srv/cairn/services/chat/api.py", line 1\n'
+    "ConnectionError: http://10.1.2.3:6379 cairn:session:abc SELECT * FROM events"
+)
+
+
 def _misbehaving_upstream() -> FastAPI:
     """A chat whose answer the query picks: an error page in front of it (a proxy's), or hop-by-hop headers."""
     app = FastAPI()
@@ -200,6 +206,11 @@ def _misbehaving_upstream() -> FastAPI:
         "text-500": PlainTextResponse("Internal Server Error", status_code=500),
         "html-504": HTMLResponse("<html><body>504 Gateway Time-out</body></html>", status_code=504),
         "json-500": JSONResponse({"error": "internal_error", "message": "chat's own"}, status_code=500),
+        # Errors not in Cairn's shape, such as a framework's default or a proxy's page, carrying internals.
+        "detail-500": JSONResponse({"detail": _INTERNALS}, status_code=500),
+        "text-400": PlainTextResponse(_INTERNALS, status_code=400),
+        "html-404": HTMLResponse(f"<html><body>404 Not Found: {_INTERNALS}</body></html>", status_code=404),
+        "json-list-422": JSONResponse([{"loc": ["body"], "msg": _INTERNALS}], status_code=422),
         "hop-by-hop": JSONResponse(
             {"answer": "a"},
             headers={"Upgrade": "h2c", "Trailer": "X-Checksum", "Proxy-Authenticate": "Basic", "X-Cairn-Hop": "1",
@@ -242,6 +253,29 @@ def test_an_error_page_that_is_not_json_becomes_an_error_naming_the_service(
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     assert response.json()["error"] == error  # chat's own JSON error is passed on as it came
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/chat/stream"])
+@pytest.mark.parametrize(
+    ("page", "status", "error", "message"),
+    [("detail-500", 503, "chat_unavailable", "chat is unavailable: it answered 500"),
+     ("text-400", 400, "bad_request", "chat answered 400"),
+     ("html-404", 404, "not_found", "chat answered 404"),
+     ("json-list-422", 422, "invalid_request", "chat answered 422")],
+)
+def test_an_error_not_in_cairns_shape_keeps_its_status_but_none_of_its_body(
+    redis_url, unique, misbehaving_url, path, page, status, error, message
+):
+    asyncio.run(_seed_users(redis_url, unique))
+    settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=misbehaving_url)
+    with TestClient(create_app(settings)) as client:
+        auth = {"Authorization": f"Bearer {_login(client)['token']}"}
+        response = client.post(path, json={"query": page}, headers=auth)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"error": error, "message": message}
+    for internal in ("Traceback", "/srv/", "10.1.2.3", "cairn:session", "SELECT"):
+        assert internal not in response.text
 
 
 def test_hop_by_hop_headers_of_the_service_are_not_passed_on(redis_url, unique, misbehaving_url):
