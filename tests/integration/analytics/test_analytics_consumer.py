@@ -33,7 +33,7 @@ from tests.integration.analytics.event_stream import (
     queue_depth,
     stored_events,
 )
-from tests.integration.analytics.pg_databases import database_of_its_own_role
+from tests.integration.analytics.pg_databases import database_of_its_own_role, fresh_database
 from tests.integration.analytics.tcp_proxy import TcpProxy
 from tests.unit.analytics.analytics_events import responded, submitted
 from tests.unit.analytics.analytics_fakes import FakeEventStore
@@ -192,112 +192,84 @@ async def test_two_replicas_store_each_event_once(
     assert await queue_depth(amqp_url, names["queue"]) == 0
 
 
-def _set_read_only(database_url: str, on: bool) -> None:
+def _set_read_only(database_url: str, server_url: str, *, refused: bool) -> None:
     """Make the database refuse writes (or take them again) while it still answers SELECT 1, as a hot
     standby or default_transaction_read_only does, and end its sessions so that the pool reconnects."""
     url = make_url(database_url)
     admin = url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
         conn.execute("SET default_transaction_read_only = off")
-        conn.execute(f'ALTER DATABASE "{url.database}" SET default_transaction_read_only = {"on" if on else "off"}')
+        conn.execute(f'ALTER DATABASE "{url.database}" SET default_transaction_read_only = {"on" if refused else "off"}')
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
             (url.database,),
         )
 
 
-async def test_a_database_that_refuses_writes_makes_analytics_not_ready_and_loses_no_event(
-    tmp_path: Path, amqp_url: str, names: dict, fresh_postgres: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    app = create_app(settings_for(tmp_path, amqp_url, names, db_url=fresh_postgres))
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://analytics"
-    ) as client:
-
-        async def checks() -> tuple[int, dict]:
-            response = await client.get("/readyz")
-            return response.status_code, response.json()["checks"]
-
-        async def writable_metric() -> str:
-            lines = (await client.get("/metrics")).text.splitlines()
-            return next(line for line in lines if line.startswith("cairn_analytics_database_writable "))
-
-        await eventually(lambda: app.state.consumer.connected, what="the consumer to subscribe")
-        _set_read_only(fresh_postgres, True)
-        events = [submitted(request_id=f"read-only-{i}") for i in range(20)]
-        await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events], window=5, pause_s=0.1)
-
-        async def refused() -> bool:
-            return await checks() == (503, {"database": True, "database_writes": False, "broker": True,
-                                            "retrieval": False, "retrieval_service_token": True})
-
-        await eventually(refused, what="readiness to say that writes are refused")
-        assert await writable_metric() == "cairn_analytics_database_writable 0.0"
-        await asyncio.sleep(2)  # a few retries of the held batch
-        assert stored_events(fresh_postgres) == []
-        assert not app.state.consumer.outcomes[Outcome.DEAD_LETTER]
-        said = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("services.analytics")]
-        assert [r.getMessage() for r in said] == [
-            "database refuses writes, events stay in the queue until it takes them"
-        ], "once, not per message or per retry"
-        assert "read-only transaction" in said[0].error
-
-        _set_read_only(fresh_postgres, False)
-        await eventually(rows_are(fresh_postgres, len(events)), timeout=40, what="the held events to be stored")
-        await eventually(lambda: _ready(client), what="readiness to come back")
-        assert await writable_metric() == "cairn_analytics_database_writable 1.0"
-    assert await queue_depth(amqp_url, names["queue"]) == 0
-
-
-@pytest.fixture
-def own_role_postgres(postgres_server_url: str) -> Iterator[str]:
-    """An empty PostgreSQL database that analytics reaches as a role of its own, not the superuser."""
-    with database_of_its_own_role(postgres_server_url) as url:
-        yield url
-
-
-def _set_insert_privilege(database_url: str, server_url: str, *, granted: bool) -> None:
+def _revoke_insert(database_url: str, server_url: str, *, refused: bool) -> None:
     """Revoke (or grant again) the INSERT privilege of the role of `database_url` on the events table, as an
     administrator's mistake would: the database still takes connections, reads and its other writes."""
     url = make_url(database_url)
     admin = make_url(server_url).set(drivername="postgresql", database=url.database)
-    change = "GRANT INSERT ON events TO" if granted else "REVOKE INSERT ON events FROM"
+    change = "REVOKE INSERT ON events FROM" if refused else "GRANT INSERT ON events TO"
     with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'{change} "{url.username}"')
 
 
-async def test_a_revoked_insert_privilege_holds_events_for_retry_instead_of_dead_lettering_them(
-    tmp_path: Path, amqp_url: str, names: dict, postgres_server_url: str, own_role_postgres: str,
+# How the database refuses writes, the database it does so with, and what its error says.
+REFUSALS = {
+    "read-only": (_set_read_only, fresh_database, "read-only transaction"),
+    # As a role of its own: the superuser the tests connect as has every privilege.
+    "insert-revoked": (_revoke_insert, database_of_its_own_role, "permission denied"),
+}
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+async def test_a_database_that_refuses_writes_makes_analytics_not_ready_and_loses_no_event(
+    refusal: str, tmp_path: Path, amqp_url: str, names: dict, postgres_server_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    app = create_app(settings_for(tmp_path, amqp_url, names, db_url=own_role_postgres))
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://analytics"
-    ) as client:
+    """A read-only or full database still answers SELECT 1; a revoked privilege refuses every event alike.
+    Either way the events are held, not dead-lettered, and readiness says why."""
+    refuse, database, error = REFUSALS[refusal]
+    with database(postgres_server_url) as database_url:
+        app = create_app(settings_for(tmp_path, amqp_url, names, db_url=database_url))
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://analytics"
+        ) as client:
 
-        async def writes_refused() -> bool:
-            response = await client.get("/readyz")
-            return response.status_code == 503 and response.json()["checks"]["database_writes"] is False
+            async def writes_refused() -> bool:
+                response = await client.get("/readyz")
+                return response.status_code == 503 and response.json()["checks"] == {
+                    "database": True, "database_writes": False, "broker": True,
+                    "retrieval": False, "retrieval_service_token": True,
+                }
 
-        await eventually(lambda: app.state.consumer.connected, what="the consumer to subscribe")
-        _set_insert_privilege(own_role_postgres, postgres_server_url, granted=False)
-        events = [submitted(request_id=f"no-insert-{i}") for i in range(20)]
-        await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events], window=5, pause_s=0.1)
+            async def writable_metric() -> str:
+                lines = (await client.get("/metrics")).text.splitlines()
+                return next(line for line in lines if line.startswith("cairn_analytics_database_writable "))
 
-        await eventually(writes_refused, what="readiness to say that writes are refused")
-        await asyncio.sleep(2)  # a few retries of the held batch, more deliveries than the dead-letter limit
-        assert stored_events(own_role_postgres) == []
-        assert not app.state.consumer.outcomes[Outcome.DEAD_LETTER]
-        said = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("services.analytics")]
-        assert [r.getMessage() for r in said] == [
-            "database refuses writes, events stay in the queue until it takes them"
-        ], "once, not per message or per retry"
-        assert "permission denied" in said[0].error
+            await eventually(lambda: app.state.consumer.connected, what="the consumer to subscribe")
+            refuse(database_url, postgres_server_url, refused=True)
+            events = [submitted(request_id=f"{refusal}-{i}") for i in range(20)]
+            await publish_raw(amqp_url, **names, messages=[as_message(e) for e in events], window=5, pause_s=0.1)
 
-        _set_insert_privilege(own_role_postgres, postgres_server_url, granted=True)
-        await eventually(rows_are(own_role_postgres, len(events)), timeout=40, what="the held events to be stored")
-        await eventually(lambda: _ready(client), what="readiness to come back")
-    assert await queue_depth(amqp_url, names["queue"]) == 0
+            await eventually(writes_refused, what="readiness to say that writes are refused")
+            assert await writable_metric() == "cairn_analytics_database_writable 0.0"
+            await asyncio.sleep(2)  # a few retries of the held batch, more deliveries than the dead-letter limit
+            assert stored_events(database_url) == []
+            assert not app.state.consumer.outcomes[Outcome.DEAD_LETTER]
+            said = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("services.analytics")]
+            assert [r.getMessage() for r in said] == [
+                "database refuses writes, events stay in the queue until it takes them"
+            ], "once, not per message or per retry"
+            assert error in said[0].error
+
+            refuse(database_url, postgres_server_url, refused=False)
+            await eventually(rows_are(database_url, len(events)), timeout=40, what="the held events to be stored")
+            await eventually(lambda: _ready(client), what="readiness to come back")
+            assert await writable_metric() == "cairn_analytics_database_writable 1.0"
+        assert await queue_depth(amqp_url, names["queue"]) == 0
 
 
 async def _ready(client: httpx.AsyncClient) -> bool:
