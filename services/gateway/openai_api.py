@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -23,6 +25,9 @@ from shared.errors import DependencyUnavailable, NotFound, ServiceError
 from shared.metrics import count_stream_failure
 from shared.sse import KEEPALIVE_COMMENT, with_keepalive
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 router = APIRouter(route_class=OpenAIRoute, prefix="/v1", tags=["openai-compatible"])
 
 _INVALID = {400: "Malformed JSON, or an invalid request: no question, a field of the wrong type, n over 1, "
@@ -39,7 +44,7 @@ async def models(request: Request, session: UserSession, settings: SettingsDep, 
     answer = await chat.forward(method="GET", path="/models", headers=headers_for(request, session, settings))
     if answer.status_code != 200:
         return answer
-    return JSONResponse(openai_compat.models_list(json.loads(answer.body)["models"]))
+    return JSONResponse(_from_chat(answer.body, lambda listed: openai_compat.models_list(listed["models"])))
 
 
 @router.get("/models/{model:path}", responses=in_openai_shape(forwarded("chat", _NO_MODEL)))
@@ -50,7 +55,7 @@ async def one_model(
     answer = await chat.forward(method="GET", path="/models", headers=headers_for(request, session, settings))
     if answer.status_code != 200:
         return answer
-    for listed in openai_compat.models_list(json.loads(answer.body)["models"])["data"]:
+    for listed in _from_chat(answer.body, lambda offer: openai_compat.models_list(offer["models"]))["data"]:
         if listed["id"] == model:
             return JSONResponse(listed)
     raise NotFound(f"there is no model {model!r}; GET /v1/models lists them", code="model_not_found")
@@ -81,8 +86,9 @@ async def chat_completions(
         answer = await chat.forward(method="GET", path="/models", headers=internal)
         if answer.status_code != 200:
             raise DependencyUnavailable("chat", f"chat's model list answered {answer.status_code}")
-        listed = json.loads(answer.body)
-        return ModelOffer(default=listed["default"], models=tuple(listed["models"]))
+        return _from_chat(
+            answer.body, lambda offer: ModelOffer(default=offer["default"], models=tuple(offer["models"]))
+        )
 
     offer = await offered.get(fetch_offer)
     model = offer.used(body.model)
@@ -91,10 +97,22 @@ async def chat_completions(
         answer = await chat.forward(method="POST", path="/chat", headers=headers, body=payload)
         if answer.status_code != 200:
             return answer
-        return JSONResponse(openai_compat.completion(json.loads(answer.body), model=model))
+        return JSONResponse(_from_chat(answer.body, lambda whole: openai_compat.completion(whole, model=model)))
     usage_apart = bool(body.stream_options and body.stream_options.include_usage)
     writer = ChunkWriter(model=model, request_id=request_id_var.get(), usage_apart=usage_apart)
     return await _streamed(chat, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s)
+
+
+def _from_chat(content: bytes | str, read: Callable[[Any], T]) -> T:
+    """`read` applied to chat's JSON. A body chat answered with 200 that is not JSON, or not of the shape
+    `read` expects, is chat failing (a proxy's page, a chat of another version): 503 chat_unavailable, which
+    clients retry, not the gateway's own 500."""
+    try:
+        return read(json.loads(content))
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        log.warning("chat answered 200 with a body that could not be read",
+                    extra={"upstream": "chat", "error": repr(exc), "body": str(content[:200])})
+        raise DependencyUnavailable("chat", "chat is unavailable: its answer could not be read") from exc
 
 
 async def _streamed(
@@ -125,24 +143,32 @@ async def _streamed(
     )
 
 
-async def _first_answer_event(events: AsyncIterator[ServerSentEvent], writer: ChunkWriter) -> ServerSentEvent | None:
-    """Chat's first `token`, `done` or `error` event (its `sources` go to `writer`); None if the stream ends first."""
+class _Answering(NamedTuple):
+    """Chat's first `token`, `done` or `error` event, read, and the chunk it makes."""
+
+    event: str
+    data: dict
+    chunk: str
+
+
+async def _first_answer_event(events: AsyncIterator[ServerSentEvent], writer: ChunkWriter) -> _Answering | None:
+    """Chat's first `token`, `done` or `error` event (its `sources` go to `writer`); None if the stream ends first.
+    Read here, so that an event chat garbled fails the request with its status before the stream has begun."""
     async for event in events:
-        if event.event == "sources":
-            writer.sources(json.loads(event.data))
-        elif event.event in ("token", "done", "error"):
-            return event
+        data, chunk = _read(event, writer)
+        if chunk is not None:
+            return _Answering(event.event, data, chunk)
     return None
 
 
-def _raise_refusal(first: asyncio.Future[ServerSentEvent | None]) -> None:
+def _raise_refusal(first: asyncio.Future[_Answering | None]) -> None:
     """Raise the error that came before the model's first word: chat's `error` event, chat going away
     (ServiceError) or chat ending its stream with nothing."""
-    event = first.result()  # raises the ServiceError of a chat that went away or went silent
-    if event is None:
+    answering = first.result()  # raises the ServiceError of a chat that went away, went silent or garbled
+    if answering is None:
         raise DependencyUnavailable("chat", _CUT_OFF["message"])
-    if event.event == "error":
-        raise _RelayedError(json.loads(event.data))
+    if answering.event == "error":
+        raise _RelayedError(answering.data)
 
 
 class _RelayedError(ServiceError):
@@ -157,7 +183,7 @@ class _RelayedError(ServiceError):
 
 
 async def _chunks(
-    first: asyncio.Future[ServerSentEvent | None],
+    first: asyncio.Future[_Answering | None],
     events: AsyncIterator[ServerSentEvent],
     upstream: UpstreamStream,
     writer: ChunkWriter,
@@ -167,14 +193,14 @@ async def _chunks(
     ended = False  # by chat's `done` or `error` event
     try:
         yield writer.first()
-        if (event := await first) is not None:
-            yield _chunk_for(event.event, json.loads(event.data), writer)
-            ended = event.event in ("done", "error")
+        if (answering := await first) is not None:
+            yield answering.chunk
+            ended = answering.event in ("done", "error")
             async for event in events:
-                if chunk := _chunk_for(event.event, json.loads(event.data), writer):
+                if chunk := _read(event, writer)[1]:
                     yield chunk
                 ended = ended or event.event in ("done", "error")
-    except ServiceError as exc:  # chat went away (chat_unavailable) or silent (chat_timeout) mid-stream
+    except ServiceError as exc:  # chat went away or garbled (chat_unavailable) or silent (chat_timeout) mid-stream
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=exc.code)
         yield writer.error(exc.body())
         ended = True
@@ -184,6 +210,11 @@ async def _chunks(
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=_CUT_OFF["error"])
         yield writer.error(_CUT_OFF)
     yield openai_compat.DONE
+
+
+def _read(event: ServerSentEvent, writer: ChunkWriter) -> tuple[dict, str | None]:
+    """A chat event's data and the chunk it makes, if any."""
+    return _from_chat(event.data, lambda data: (data, _chunk_for(event.event, data, writer)))
 
 
 def _chunk_for(event: str, data: dict, writer: ChunkWriter) -> str | None:

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from services.gateway.main import create_app
 from tests.integration.gateway.chat_stand_in import gateway_settings, login
@@ -379,3 +379,53 @@ def test_content_of_the_wrong_shape_is_refused_naming_the_content_field(gateway,
             client.chat.completions.create(model="cairn", messages=[{"role": "user", "content": content}])
         assert (refused.value.code, refused.value.param) == ("invalid_request", "messages.0.content"), content
         assert "messages.0.content: must be a string or a list of content parts" in refused.value.message, content
+
+
+def garbled_chat(body: str, *, models_too: bool) -> FastAPI:
+    """A chat that answers 200 with `body`: its answer, each event of its stream and, `models_too`, its model list."""
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/models")
+    async def models() -> Response:
+        listed = json.dumps({"default": "stand-in-llm", "models": ["stand-in-llm"]})
+        return Response(body if models_too else listed, media_type="application/json")
+
+    @app.post("/chat")
+    async def chat() -> Response:
+        return Response(body, media_type="application/json")
+
+    @app.post("/chat/stream")
+    async def chat_stream() -> StreamingResponse:
+        async def events():
+            yield f"event: token\ndata: {body}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+def _v1_answers(redis_url: str, unique: str, chat: FastAPI) -> list[httpx.Response]:
+    with serve_in_thread(chat) as chat_url:
+        settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=chat_url)
+        with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+            headers = login(http)
+            return [
+                http.get("/v1/models", headers=headers),
+                http.get("/v1/models/cairn", headers=headers),
+                *(http.post("/v1/chat/completions", headers=headers, json={"messages": QUESTION, "stream": stream})
+                  for stream in (False, True)),
+            ]
+
+
+@pytest.mark.parametrize("body", ["<html>Bad gateway</html>", '{"unexpected": "shape"}', "[]", '"text"'])
+def test_a_chat_answering_garbage_with_200_is_chat_unavailable_not_an_internal_error(redis_url, unique, body):
+    models_garbled = _v1_answers(redis_url, unique, garbled_chat(body, models_too=True))
+    answer_garbled = _v1_answers(redis_url, f"{unique}-answer", garbled_chat(body, models_too=False))
+    for answer in [*models_garbled, *answer_garbled[2:]]:
+        assert answer.status_code == 503, (answer.request.url, answer.text)
+        assert answer.json()["error"]["code"] == "chat_unavailable" and answer.headers["Retry-After"] == "5"
+        assert "chat is unavailable: its answer could not be read" in answer.json()["error"]["message"]
