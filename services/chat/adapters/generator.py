@@ -30,6 +30,7 @@ from shared.tracing import client_span, inject, start_span
 OFFLINE_BASE_URL = "http://offline-llm/v1"
 COMPLETION = "a chat completion"
 STREAM = "a stream of chat completion chunks"
+ERROR_MESSAGE_CHARS = 200  # of an endpoint's own error message: enough to act on, not a quoted prompt
 
 
 class OpenAIGenerator:
@@ -63,7 +64,7 @@ class OpenAIGenerator:
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model did not answer within {self._deadline_s:g} s") from exc
             except openai.OpenAIError as exc:
-                raise _unavailable(exc) from exc
+                raise _unavailable(exc, self._client.api_key) from exc
             if not completion.choices:
                 raise LLMUnavailable("the model returned no choices")
             choice = completion.choices[0]
@@ -99,7 +100,7 @@ class OpenAIGenerator:
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
             except openai.OpenAIError as exc:
-                raise _unavailable(exc) from exc
+                raise _unavailable(exc, self._client.api_key) from exc
             tally = _Tally(model=model)
             try:  # closing the response is what tells the server that the reader went away
                 for chunk in head:
@@ -162,6 +163,8 @@ class OpenAIGenerator:
         except ValueError as exc:  # a JSON content type, and a body that is not JSON
             raise _not_a(COMPLETION, response.http_response) from exc
         if not is_completion(completion):  # the SDK returns any other body as text, any JSON object unchecked
+            if (error := _error_object(response.http_response)) is not None:  # as the SDK raises it in a stream
+                raise openai.APIError(_error_message(error), response.http_response.request, body=error)
             raise _not_a(COMPLETION, response.http_response)
         return completion
 
@@ -292,9 +295,37 @@ def _record_on(span: Span, generation: Generation) -> None:
         span.set_attribute("gen_ai.response.finish_reasons", [generation.finish_reason])
 
 
-def _unavailable(exc: Exception) -> LLMUnavailable:
+def _error_object(response: httpx2.Response) -> dict | None:
+    """The `error` object of a 200 body such as `{"error": {"message": ...}}`, if it is one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else None
+
+
+def _error_message(error: dict) -> str:
+    message = error.get("message")
+    return message if isinstance(message, str) and message else "no message"
+
+
+def _answered_error(exc: openai.APIError, api_key: str | None) -> LLMUnavailable:
+    """An error object the endpoint answered with 200, whole or in its stream: its own message, cut short
+    and without the API key, which some servers quote."""
+    message = exc.message if isinstance(exc.message, str) else "no message"
+    if api_key and len(api_key) >= 8:
+        message = message.replace(api_key, "***")
+    if len(message) > ERROR_MESSAGE_CHARS:
+        message = message[:ERROR_MESSAGE_CHARS] + "..."
+    return LLMUnavailable(f"the model endpoint answered an error: {message}")
+
+
+def _unavailable(exc: Exception, api_key: str | None = None) -> LLMUnavailable:
     if isinstance(exc, openai.APIStatusError):
         return status_failure(exc)
+    if type(exc) is openai.APIError and isinstance(exc.body, dict):  # an error object in a 200 answer
+        return _answered_error(exc, api_key)
     if isinstance(exc, openai.APIConnectionError) and (failure := _connect_failure(exc)):
         return LLMUnavailable(f"the model endpoint {failure}: check LLM_BASE_URL")
     if isinstance(exc, openai.APITimeoutError):

@@ -22,7 +22,7 @@ NO_CITATIONS = "Users are added from the command line."
 Mode = Literal[
     "answer", "stream", "rate_limit", "error", "bad_request", "hang", "no_citations", "slow_stream", "broken_stream",
     "html", "wrong_json", "broken_json", "wrong_chunks", "small_context", "unauthorized", "content_filter",
-    "prompt_filtered", "no_message", "overloaded",
+    "prompt_filtered", "no_message", "overloaded", "error_in_200",
 ]
 # What a misconfigured LLM_BASE_URL answers, streamed or not: 200 with a body that is no completion.
 HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body>Open WebUI</body></html>"
@@ -39,6 +39,12 @@ CONTEXT_OVERFLOW = {
     "type": "BadRequestError",
     "param": None,
     "code": 400,
+}
+
+# An error some servers (LiteLLM, vLLM in a stream) answer with 200; the message quotes the API key.
+ERROR_IN_200 = {
+    "message": "upstream model overloaded for key sk-test-secret-key; " + "try later " * 40,
+    "type": "server_error", "param": None, "code": 503,
 }
 
 # Azure OpenAI's answer to a prompt its content filter refuses.
@@ -83,6 +89,7 @@ class Script:
                   (streamed: no text, then that finish_reason)
     prompt_filtered Azure OpenAI's 400 "content_filter", to a prompt its filter refused
     no_message    200 with a choice whose message is null
+    error_in_200  200 with `{"error": ERROR_IN_200}`, as the whole body or as a stream's only event
     """
 
     mode: Mode = "answer"
@@ -163,6 +170,8 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
         return Response(content, media_type=media_type)
     if mode == "wrong_chunks":
         return _sse(_wrong_chunk_events())
+    if mode == "error_in_200":
+        return _sse(_error_events()) if body.get("stream") else JSONResponse({"error": ERROR_IN_200})
     text = NO_CITATIONS if mode == "no_citations" else script.replies.pop(0) if script.replies else script.text
     if mode == "slow_stream":
         return _sse(_slow_events(script, body))
@@ -274,6 +283,10 @@ async def _wrong_chunk_events() -> AsyncIterator[str]:
     for event in ({"foo": 1}, {"choices": "x"}):
         yield f"data: {json.dumps(event)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+async def _error_events() -> AsyncIterator[str]:
+    yield f"data: {json.dumps({'error': ERROR_IN_200})}\n\n"
 
 
 def _sse(events: AsyncIterator[str]) -> StreamingResponse:

@@ -208,6 +208,21 @@ async def test_a_stream_that_is_not_chunks_is_llm_unavailable_before_any_delta(m
     assert items == [] and len(script.calls) == 1
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_error_answered_with_200_is_named_with_its_own_message(model, script, stream):
+    script.reset(mode="error_in_200")
+    async with generator_for(model, llm_api_key="sk-test-secret-key") as generator:
+        with pytest.raises(LLMUnavailable) as caught:
+            if stream:
+                async for _ in streamed(generator):
+                    pass
+            else:
+                await generate(generator)
+    message = caught.value.message
+    assert message.startswith("the model endpoint answered an error: upstream model overloaded for key ***; try later")
+    assert "sk-test-secret-key" not in message and message.endswith("...") and len(message) < 260
+
+
 async def test_a_stream_broken_after_its_first_deltas_fails_without_a_retry(model, script):
     script.reset(mode="broken_stream")
     items = []
