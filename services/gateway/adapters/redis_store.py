@@ -7,7 +7,8 @@ Keys, under the configured prefix:
   {prefix}:session:{token sha256}   hash: public_id, user_id, username, roles, created_at, last_seen;
                                     expires with the session
   {prefix}:user-sessions:{user_id}  set: the token digests of the user's sessions; expires with the
-                                    longest-lived of them, members of expired sessions are removed lazily
+                                    longest-lived of them, members of expired sessions are removed at the
+                                    user's next login or listing of their sessions
 """
 from __future__ import annotations
 
@@ -116,6 +117,9 @@ class RedisSessionStore(RedisAdapter):
 
     @bounded
     async def create(self, session: Session, *, ttl_s: int) -> None:
+        # Each login extends the set's expiry, so a user who logs in often and never lists their sessions
+        # would otherwise keep every session id ever issued to them.
+        await self._live_for_user(session.user_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(session.id), mapping=_session_fields(session))
             pipe.expire(self._key(session.id), ttl_s)
@@ -146,12 +150,7 @@ class RedisSessionStore(RedisAdapter):
 
     @bounded
     async def list_for_user(self, user_id: str) -> list[Session]:
-        ids = sorted(await self._redis.smembers(self._user_key(user_id)))
-        found = await self._fetch(ids)
-        if gone := [sid for sid, session in zip(ids, found, strict=True) if session is None]:
-            await self._redis.srem(self._user_key(user_id), *gone)
-        live = [s for s in found if s is not None and s.user_id == user_id]
-        return sorted(live, key=lambda s: s.created_at)
+        return await self._live_for_user(user_id)
 
     @bounded
     async def delete_all_for_user(self, user_id: str) -> int:
@@ -163,6 +162,15 @@ class RedisSessionStore(RedisAdapter):
             pipe.srem(self._user_key(user_id), *ids)  # not DEL: a session added meanwhile stays listed
             ended, _ = await pipe.execute()
         return ended
+
+    async def _live_for_user(self, user_id: str) -> list[Session]:
+        """The user's live sessions, oldest first; removes the ids of the others from the user's set."""
+        ids = sorted(await self._redis.smembers(self._user_key(user_id)))
+        found = await self._fetch(ids)
+        if gone := [sid for sid, session in zip(ids, found, strict=True) if session is None]:
+            await self._redis.srem(self._user_key(user_id), *gone)
+        live = [s for s in found if s is not None and s.user_id == user_id]
+        return sorted(live, key=lambda s: s.created_at)
 
     async def _fetch(self, session_ids: list[str]) -> list[Session | None]:
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -95,3 +95,20 @@ async def test_all_of_a_users_sessions_end_at_once(store_and_expire):
     assert [await store.get(s.id) for s in mine] == [None, None, None]
     assert await store.list_for_user("u1") == [] and await store.delete_all_for_user("u1") == 0
     assert await store.get(other.id) is not None
+
+
+async def test_a_login_forgets_the_lapsed_sessions_of_its_user(redis_url, unique):
+    """A user who logs in often but never lists their sessions (a script) must not keep every session
+    id ever issued in their set: each login extends the set's expiry, so it would never go away."""
+    redis = connect(redis_url, timeout_s=2)
+    store = RedisSessionStore(redis, prefix=unique, timeout_s=2)
+    try:
+        lapsed = [_session("u1") for _ in range(3)]
+        for session in lapsed:
+            await store.create(session, ttl_s=600)
+            await redis.delete(f"{unique}:session:{session.id}")  # as its TTL would
+        latest = _session("u1")
+        await store.create(latest, ttl_s=600)
+        assert await redis.smembers(f"{unique}:user-sessions:u1") == {latest.id}
+    finally:
+        await redis.aclose()
