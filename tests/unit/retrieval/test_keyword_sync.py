@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import pytest
 
 from services.retrieval.adapters.bm25_index import keyword_indexed
+from services.retrieval.adapters.chroma_changes import CHANGES_KEPT_S
 from services.retrieval.keyword_sync import KeywordSync
 from services.retrieval.ports import StoredChunk
 from shared.errors import DependencyUnavailable
@@ -149,3 +151,10 @@ async def test_own_writes_are_built_while_the_store_is_unreachable() -> None:
 def test_intervals_are_checked() -> None:
     with pytest.raises(ValueError):
         KeywordSync(store=FakeStore(), index=None, interval_s=0)
+
+
+def test_a_replica_reloads_its_whole_index_before_the_changes_it_missed_are_pruned() -> None:
+    """A replica that could not read the change feed for longer than its records are kept misses changes;
+    only the periodic full reload, sooner than that, brings them back."""
+    reload_s = inspect.signature(KeywordSync).parameters["full_reload_s"].default
+    assert 0 < reload_s < CHANGES_KEPT_S
