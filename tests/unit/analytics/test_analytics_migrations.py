@@ -50,3 +50,15 @@ def test_each_question_finds_its_rating_through_the_index_of_rated_requests(tmp_
     searches = {step.detail.split()[1]: step.detail for step in plan if step.detail.startswith("SEARCH")}
     assert "ix_events_rated_request_id (rated_request_id=? AND event_type=?)" in searches["r"], plan
     assert "ix_events_rated_request_id (rated_request_id=? AND event_type=?)" in searches["later"], plan
+
+
+def test_sqlite_finds_a_requests_outcomes_by_its_request_id(tmp_path: Path) -> None:
+    """Every report reads the request_outcomes view: an outcome looked up through the index on (event_type,
+    occurred_at) instead read every outcome for each request, 100 s for 20,000 requests instead of 0.5."""
+    engine = make_engine(f"sqlite:///{tmp_path}/plan.db")
+    migrations.upgrade(engine)
+    with engine.connect() as conn:
+        plan = [row[-1] for row in conn.execute(text("EXPLAIN QUERY PLAN SELECT * FROM request_outcomes"))]
+    engine.dispose()
+    outcome_lookup = [step for step in plan if step.startswith("SEARCH o ")]
+    assert outcome_lookup and all("ix_events_request_id" in step for step in outcome_lookup), plan

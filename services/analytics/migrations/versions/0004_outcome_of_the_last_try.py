@@ -22,7 +22,9 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-# As in 0003, with the outcome joined only when it is of the last try (see above).
+# As in 0003, with the outcome joined only when it is of the last try (see above). The test is written as a
+# CASE so that SQLite cannot answer it from the index on (event_type, occurred_at): it then chose that index over
+# the one on request_id and read every outcome for each request (100 s for 20,000 requests instead of 0.5).
 REQUEST_OUTCOMES = """
 CREATE VIEW request_outcomes AS
 SELECT
@@ -65,7 +67,7 @@ LEFT JOIN events o
         AND (newer.occurred_at > o.occurred_at
              OR (newer.occurred_at = o.occurred_at AND newer.event_id > o.event_id))
     )
-    AND o.occurred_at >= q.occurred_at
+    AND CASE WHEN o.occurred_at >= q.occurred_at THEN 1 ELSE 0 END = 1
 LEFT JOIN events r
     ON r.rated_request_id = q.request_id
     AND r.event_type = 'FeedbackReceived'
