@@ -3,12 +3,13 @@ import asyncio
 import getpass
 import io
 import re
+import threading
 
 import pytest
 from fastapi.testclient import TestClient
 
 from cairn import cli
-from services.gateway import auth
+from services.gateway import auth, users
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
@@ -234,10 +235,6 @@ def test_a_user_command_that_must_fail_says_so_before_the_password_is_typed(
 def _run_while_hashing(monkeypatch, *commands: list[str], stdin: str = "") -> list[int]:
     """Runs each `cairn user` command, in a thread, while the command under way hashes its new password:
     between its reading the user and its storing the change, as a second administrator's would."""
-    import threading
-
-    from services.gateway import users
-
     codes: list[int] = []
     real_hash = users.hash_password
 
