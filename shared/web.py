@@ -215,9 +215,12 @@ def _allowed_methods(routes: list[BaseRoute], scope: Scope) -> str:
     return ", ".join(allowed)
 
 
+# The codes of the errors the framework raises by status (routing, auth), as every service answers them.
+HTTP_ERROR_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
 def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    codes = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
-    code = codes.get(exc.status_code, "http_error")
+    code = HTTP_ERROR_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code
     headers = exc.headers
     if exc.status_code == 405 and (allowed := _allowed_methods(request.app.router.routes, request.scope)):

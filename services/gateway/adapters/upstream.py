@@ -27,7 +27,7 @@ from shared.metrics import count_stream_failure
 from shared.replica_calls import CONNECT_TIMEOUT_S, NoReplicaConnected, ReplicasHealth, on_a_replica, probe_replicas
 from shared.replicas import ReplicaPool
 from shared.tracing import client_span
-from shared.web import CLIENT_KEEP_ALIVE_S
+from shared.web import CLIENT_KEEP_ALIVE_S, HTTP_ERROR_CODES
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,9 @@ _DROPPED = {
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     "proxy-authenticate", "proxy-authorization", "content-length", "content-encoding", "server", "date",
 }
-# The codes of Cairn's own errors (shared.web), for a client error a service answered outside Cairn's shape.
+# The codes of Cairn's own errors, for a client error a service answered outside Cairn's shape.
 _CLIENT_ERROR_CODES = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-    413: "payload_too_large", 415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
+    **HTTP_ERROR_CODES, 400: "bad_request", 415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
 }
 # A body goes on with the caller's Content-Type or none: aiohttp would otherwise call it application/octet-stream.
 _NO_GUESSED_TYPE = ("Content-Type",)
