@@ -9,6 +9,10 @@ replica itself wrote since the last one (read your own writes); changes read fro
 built in the background while searches use the previous matrix (searches wait for the first build
 after a load: before it there is no matrix). Keeping the index equal to the
 store, across replicas too, is services.retrieval.keyword_sync's job.
+
+Terms get vocabulary ids as they are first seen. A build compacts the vocabulary once most of its terms
+belong to no chunk any more, so a replica serving documents that keep changing (new names, numbers,
+identifiers) does not grow without end.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import bm25s
 import numpy as np
@@ -39,6 +43,7 @@ __all__ = ["Bm25Index", "keyword_indexed", "tokenize"]
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 _STOPWORDS = frozenset(STOPWORDS_EN)
 _local = threading.local()  # a Stemmer object must not be shared between threads
+_VOCAB_SLACK = 4096  # vocabulary terms beyond twice the live ones before a build counts them
 
 
 def tokenize(text: str) -> list[str]:
@@ -65,7 +70,7 @@ class _Entry:
 class _Built:
     bm25: bm25s.BM25 | None
     rows: list[tuple[str, _Entry]]  # row of the score matrix -> chunk
-    vocab_size: int
+    vocab: dict[str, int]  # term -> column of the score matrix
     dense: ExactDense | None = None
 
 
@@ -83,12 +88,14 @@ class Bm25Index:
         self.exact_max_chunks = exact_max_chunks
         self._entries: dict[str, _Entry] = {}
         self._by_doc: dict[str, set[str]] = {}
-        self._vocab: dict[str, int] = {}
+        self._vocab: dict[str, int] = {}  # term -> id, ids in insertion order
+        self._vocab_epoch = 0  # bumped when a compaction renumbers the ids
+        self._live_terms = 0  # terms in use when the vocabulary was last counted
         self._touched: dict[str, int] = {}  # doc_id -> generation of its last local change
         self._generation = 0
         self._lock = threading.Lock()
         self._build_lock = threading.Lock()
-        self._built = _Built(None, [], 0)
+        self._built = _Built(None, [], {})
         self._dirty = False
         self._local_changes = False  # written through this replica since the last build
         self._building_local = False  # a build that includes this replica's writes is under way
@@ -109,15 +116,25 @@ class Bm25Index:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def vocabulary_size(self) -> int:
+        """Terms holding an id: every term of the chunks held, and those of chunks gone since the last compaction."""
+        return len(self._vocab)
+
     def add(self, chunks: Sequence[StoredChunk]) -> None:
         """A local upsert: index (or re-index) these chunks now."""
-        prepared = self._prepare(chunks, previous={})
-        with self._lock:
-            self._generation += 1
-            for chunk_id, entry in prepared:
-                self._put(chunk_id, entry)
-                self._touched[entry.doc_id] = self._generation
-            self._dirty = self._local_changes = True
+        while True:
+            epoch = self._vocab_epoch
+            prepared = self._prepare(chunks, previous={})
+            with self._lock:
+                if epoch != self._vocab_epoch:
+                    continue  # a compaction renumbered the terms meanwhile
+                self._generation += 1
+                for chunk_id, entry in prepared:
+                    self._put(chunk_id, entry)
+                    self._touched[entry.doc_id] = self._generation
+                self._dirty = self._local_changes = True
+                return
 
     def remove(self, doc_id: str, *, from_chunk_index: int = 0) -> None:
         """A local delete of a document's chunks with chunk_index >= from_chunk_index."""
@@ -135,21 +152,30 @@ class Bm25Index:
         Documents changed locally after generation `since` are left alone, since the read may predate
         that change; their ids are returned so the caller can read them again.
         """
-        with self._lock:
-            previous = dict(self._entries)
-        prepared = self._prepare(chunks, previous=previous)
-        with self._lock:
-            skipped = {doc for doc, generation in self._touched.items() if generation > since}
-            scope = set(self._by_doc) if doc_ids is None else set(doc_ids)
-            for doc_id in scope - skipped:
-                for chunk_id in list(self._by_doc.get(doc_id, ())):
-                    self._drop(chunk_id)
-            for chunk_id, entry in prepared:
-                if entry.doc_id not in skipped and (doc_ids is None or entry.doc_id in scope):
-                    self._put(chunk_id, entry)
-            self._touched = {doc: g for doc, g in self._touched.items() if g > since}
-            self._dirty = True
-            self.loaded = True
+        while True:
+            with self._lock:
+                previous, epoch = dict(self._entries), self._vocab_epoch
+            prepared = self._prepare(chunks, previous=previous)
+            with self._lock:
+                if epoch == self._vocab_epoch:
+                    return self._replace_loaded(prepared, doc_ids=doc_ids, since=since)
+            # a compaction renumbered the terms meanwhile: prepare again
+
+    def _replace_loaded(
+        self, prepared: list[tuple[str, _Entry]], *, doc_ids: Iterable[str] | None, since: int
+    ) -> set[str]:
+        """`load`'s update, under self._lock."""
+        skipped = {doc for doc, generation in self._touched.items() if generation > since}
+        scope = set(self._by_doc) if doc_ids is None else set(doc_ids)
+        for doc_id in scope - skipped:
+            for chunk_id in list(self._by_doc.get(doc_id, ())):
+                self._drop(chunk_id)
+        for chunk_id, entry in prepared:
+            if entry.doc_id not in skipped and (doc_ids is None or entry.doc_id in scope):
+                self._put(chunk_id, entry)
+        self._touched = {doc: g for doc, g in self._touched.items() if g > since}
+        self._dirty = True
+        self.loaded = True
         return skipped
 
     def _prepare(self, chunks: Sequence[StoredChunk], *, previous: dict[str, _Entry]) -> list[tuple[str, _Entry]]:
@@ -198,6 +224,25 @@ class Bm25Index:
         if not chunks:
             del self._by_doc[entry.doc_id]
 
+    def _compact_vocabulary(self) -> None:
+        """Under self._lock: count the terms chunks still use and, when they are at most half the
+        vocabulary, renumber them 0..n-1 and drop the rest. Counting runs once the vocabulary has doubled
+        since the last count, so its cost stays in proportion to the terms added."""
+        entries = self._entries
+        used = np.zeros(len(self._vocab), dtype=bool)
+        for entry in entries.values():
+            used[entry.terms] = True
+        live = np.flatnonzero(used)
+        self._live_terms = len(live)
+        if 2 * len(live) > len(self._vocab):
+            return
+        new_ids = np.full(len(self._vocab), -1, dtype=np.int32)
+        new_ids[live] = np.arange(len(live), dtype=np.int32)
+        terms = list(self._vocab)  # ids are insertion order
+        self._vocab = {terms[old]: new for new, old in enumerate(live.tolist())}
+        self._entries = {chunk_id: replace(e, terms=new_ids[e.terms]) for chunk_id, e in entries.items()}
+        self._vocab_epoch += 1
+
     # -- building and searching ----------------------------------------------------------------
 
     def build(self) -> None:
@@ -206,6 +251,8 @@ class Bm25Index:
             with self._lock:
                 if not self._dirty:
                     return
+                if len(self._vocab) > 2 * self._live_terms + _VOCAB_SLACK:
+                    self._compact_vocabulary()
                 rows = sorted(self._entries.items())
                 vocab = dict(self._vocab)
                 self._building_local = self._local_changes
@@ -220,7 +267,7 @@ class Bm25Index:
                 dense = None
                 if len(rows) <= self.exact_max_chunks:
                     dense = ExactDense.of([chunk_id for chunk_id, _ in rows], [entry.vector for _, entry in rows])
-                self._built = _Built(bm25, rows, len(vocab), dense)
+                self._built = _Built(bm25, rows, vocab, dense)
             finally:
                 self._building_local = False
             release_free_memory()  # the old index and the build's scratch: see heap.py
@@ -238,8 +285,7 @@ class Bm25Index:
         if self._local_changes or self._building_local or first_build:
             self.build()  # also waits for a build under way, by another search or in the background
         built = self._built
-        vocab = self._vocab  # read-only here; CPython dict lookups are safe beside inserts
-        ids = sorted({vocab[t] for t in tokenize(query) if t in vocab and vocab[t] < built.vocab_size})
+        ids = sorted({built.vocab[t] for t in tokenize(query) if t in built.vocab})
         if built.bm25 is None or not ids:
             return []
         scores = built.bm25.get_scores_from_ids(ids)

@@ -8,6 +8,7 @@ import bm25s
 import numpy as np
 import pytest
 
+from services.retrieval.adapters import bm25_index
 from services.retrieval.adapters.bm25_index import Bm25Index, tokenize
 from shared.filters import parse_filter
 from services.retrieval.ports import CONTEXT_KEY, StoredChunk
@@ -216,3 +217,49 @@ def test_a_full_reload_keeps_the_entries_of_unchanged_chunks_and_replaces_change
     index.build()
     dense = index.exact_dense()
     assert dense is not None and [hit[0] for hit in dense.nearest(np.array([[0.8, 0.6]], dtype=np.float32), 1)[0]] == ["b#0"]
+
+
+def test_terms_of_documents_gone_leave_the_vocabulary_and_live_terms_stay_searchable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Documents that keep changing (tickets, logs, news) bring new names and numbers each time.
+    monkeypatch.setattr(bm25_index, "_VOCAB_SLACK", 8)
+    index = loaded(chunk("stable", 0, "Vitamin supplements for older adults."))
+    for day in range(30):
+        index.add([chunk("news", 0, " ".join(f"day{day}item{i}" for i in range(50)))])
+        assert ids(index.search_now(query=f"day{day}item7", top_k=3)) == ["news#0"]
+        index.remove("news")
+    assert ids(index.search_now(query="vitamin adults", top_k=3)) == ["stable#0"]
+    assert index.search_now(query="day29item7 day3item7", top_k=3) == []
+    assert index.vocabulary_size < 300  # 1,504 terms were seen
+    index.add([chunk("news", 0, "day3item7 returns")])
+    assert ids(index.search_now(query="day3item7", top_k=3)) == ["news#0"]
+
+
+@pytest.mark.parametrize("write", ["add", "load"])
+def test_a_write_prepared_while_the_vocabulary_is_compacted_is_prepared_again(
+    monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    monkeypatch.setattr(bm25_index, "_VOCAB_SLACK", 0)
+    index = loaded(chunk("stable", 0, "Vitamin supplements for older adults."))
+    index.add([chunk("old", 0, " ".join(f"obsolete{i} archived{i}" for i in range(20)))])
+    index.remove("old")  # its 40 terms are now unused
+    term_ids = index._term_ids
+
+    def compacting_after_the_first_terms(tokens: list[str]) -> np.ndarray:
+        found = term_ids(tokens)
+        if index.dirty:
+            index.build()  # drops the terms of "old" and renumbers the rest
+        return found
+
+    monkeypatch.setattr(index, "_term_ids", compacting_after_the_first_terms)
+    fresh = chunk("fresh", 0, "Zebrafish regenerate heart tissue.")
+    if write == "add":
+        index.add([fresh])
+    else:
+        index.load([fresh], doc_ids=["fresh"], since=index.generation)
+        index.build()  # what the keyword sync does after a load
+    assert ids(index.search_now(query="zebrafish heart", top_k=3)) == ["fresh#0"]
+    assert ids(index.search_now(query="vitamin", top_k=3)) == ["stable#0"]
+    assert index.search_now(query="obsolete1 archived2", top_k=3) == []
+    assert index.vocabulary_size < 40
