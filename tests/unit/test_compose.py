@@ -283,6 +283,14 @@ def test_every_variable_a_service_gets_is_a_setting_it_reads(rendered: dict[str,
     assert unread == set(), f"{name} is given variables no setting reads (misspelt or renamed?): {unread}"
 
 
+@pytest.mark.parametrize("name", CAIRN_SERVICES)
+def test_every_service_starts_with_the_values_it_is_given(rendered: dict[str, Any], name: str, tmp_path: Path) -> None:
+    # A known variable with a value the service refuses (QUERY_REFORMULATION=follow-ups, a default such as
+    # ${RELEVANCE_THRESHOLD:-high}) passes the name check above, and the container would then exit at start-up.
+    # /data is the image's folder of the `cairn` user, here a folder of the test.
+    SETTINGS[name](**_environment(rendered["services"][name]) | {"CAIRN_DATA_DIR": str(tmp_path)})
+
+
 def test_the_observability_profile_is_optional_and_local(rendered: dict[str, Any]) -> None:
     for name in OBSERVABILITY:
         svc = rendered["services"][name]

@@ -350,6 +350,16 @@ def test_analytics_reaches_postgres_with_any_password_set_in_one_place() -> None
     assert _secret_refs(postgres)["POSTGRES_PASSWORD"] == "POSTGRES_PASSWORD"
 
 
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_every_cairn_container_starts_with_the_values_its_manifests_give(name: str, tmp_path: Path) -> None:
+    # The name checks above pass a known variable with a value the service refuses (QUERY_REFORMULATION:
+    # follow-ups, a port that is no number): every pod of that service would then exit at start-up. The
+    # operator replaces the placeholder token; /data is the pod's writable emptyDir, here a folder of the test.
+    replaced = {"CAIRN_SERVICE_TOKEN": "a-real-service-token"}
+    environment = _environment(_container(name), SECRET | replaced) | {"CAIRN_DATA_DIR": str(tmp_path)}
+    SETTINGS[name](**environment)
+
+
 def test_tracing_is_off_until_the_config_map_names_an_endpoint() -> None:
     assert CONFIG["OTEL_EXPORTER_OTLP_ENDPOINT"] == ""
     assert not otlp_endpoint_configured(CONFIG)

@@ -1,9 +1,11 @@
 """deploy/grafana/cairn-dashboard.json and deploy/prometheus/prometheus.yml against the code: every query
 parses as PromQL and names only metrics, and labels, that the services register; every registered metric
-is on the dashboard; Prometheus scrapes each service on the port it listens on."""
+is on the dashboard and in the Operations guide, with the labels it has there; Prometheus scrapes each
+service on the port it listens on."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = json.loads((ROOT / "deploy/grafana/cairn-dashboard.json").read_text())
+OPERATIONS_GUIDE = (ROOT / "docs/operations.md").read_text()
 # Importing a module registers its metrics; these are all the modules that define Cairn's.
 METRIC_MODULES = (
     shared.web, shared.outbox, shared.replicas, services.chat.metrics, services.retrieval.metrics, services.analytics.metrics,
@@ -109,6 +112,26 @@ def test_every_dashboard_query_uses_only_registered_metrics_and_their_labels(tit
 def test_every_registered_metric_is_on_the_dashboard() -> None:
     on_dashboard = {family(s.name) for _, expr in queries(DASHBOARD) for s in selectors(parse(expr))}
     assert {family(name) for name in cairn_metrics()} - on_dashboard == set(), "metrics no panel shows"
+
+
+def documented_metrics(guide: str) -> list[tuple[str, set[str] | None]]:
+    """(metric, its labels) for every metric the guide names in code spans: `cairn_x{a,b}`, or `cairn_x` with
+    None for labels not stated there. `cairn_*`, the naming rule, is no metric."""
+    return [
+        (name, set(filter(None, labels.split(","))) if braces else None)
+        for name, braces, labels in re.findall(r"`(cairn_[a-z_]*[a-z])(\{([a-z_,]*)\})?`", guide)
+    ]
+
+
+def test_every_metric_the_operations_guide_names_is_registered_with_the_labels_it_lists() -> None:
+    families = {family(name): labels - {"le"} for name, labels in cairn_metrics().items()}
+    documented = documented_metrics(OPERATIONS_GUIDE)
+    assert documented, "the Operations guide names no metric"
+    for name, labels in documented:
+        assert name in families, f"docs/operations.md names {name}, which no service registers"
+        if labels is not None:
+            assert labels == families[name], f"docs/operations.md gives {name} the labels {labels}, the code {families[name]}"
+    assert set(families) - {name for name, _ in documented} == set(), "metrics the Operations guide does not describe"
 
 
 def family(series: str) -> str:
