@@ -19,7 +19,7 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from services.chat import metrics
 from services.chat.adapters.circuit_breaker import CircuitBreaker
 from services.chat.adapters.completion_shapes import is_chunk, is_completion, token_counts
-from services.chat.adapters.llm_errors import refuses_the_key, status_failure
+from services.chat.adapters.llm_errors import answered_failure, refuses_the_key, status_failure
 from services.chat.adapters.llm_retry import RetryPolicy, is_retryable
 from services.chat.errors import LLMRetryLater, LLMUnavailable
 from services.chat.ports import Generation
@@ -128,7 +128,8 @@ class OpenAIGenerator:
     @contextmanager
     def _watched(self) -> Iterator[None]:
         """Fail at once while the breaker is open; else tell it whether the endpoint failed the call (after
-        every retry: timeouts, connections, 429 and 5xx) or answered it (a 4xx is the request's fault)."""
+        every retry: timeouts, connections, 429 and 5xx, as a status or as an error object answered with 200
+        that names one) or answered it (a 4xx is the request's fault)."""
         if self._breaker is None:
             yield
             return
@@ -318,7 +319,7 @@ def _answered_error(exc: openai.APIError, api_key: str | None) -> LLMUnavailable
         message = message.replace(api_key, "***")
     if len(message) > ERROR_MESSAGE_CHARS:
         message = message[:ERROR_MESSAGE_CHARS] + "..."
-    return LLMUnavailable(f"the model endpoint answered an error: {message}")
+    return answered_failure(exc, f"the model endpoint answered an error: {message}")
 
 
 def _unavailable(exc: Exception, api_key: str | None = None) -> LLMUnavailable:

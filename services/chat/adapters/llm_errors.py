@@ -2,7 +2,8 @@
 
 Servers word their errors differently; these are the forms OpenAI, Azure OpenAI, vLLM, llama.cpp's
 server, TGI and other OpenAI-compatible servers send. Only the status, the error's code and type, and
-whether its message names the context window are read: the message itself may quote the prompt.
+whether its message names the context window are read: the message itself may quote the prompt. An
+error object answered with 200 (by proxies such as LiteLLM or OpenRouter) is read as the status it names.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 
 import openai
 
-from services.chat.adapters.llm_retry import retry_after_s
+from services.chat.adapters.llm_retry import failure_status, retry_after_s
 from services.chat.errors import LLMContentFiltered, LLMContextExceeded, LLMRetryLater, LLMUnavailable
 
 # OpenAI's and Azure's `code`; llama.cpp server's `type`.
@@ -35,8 +36,8 @@ CONTENT_FILTER_MESSAGE = (
 )
 
 
-def is_context_overflow(exc: openai.APIStatusError) -> bool:
-    if exc.status_code not in CONTEXT_STATUSES:
+def is_context_overflow(exc: openai.APIError) -> bool:
+    if failure_status(exc) not in CONTEXT_STATUSES:
         return False
     error = exc.body if isinstance(exc.body, dict) else {}
     if exc.code in CONTEXT_CODES or error.get("type") in CONTEXT_CODES:
@@ -48,10 +49,8 @@ def is_context_overflow(exc: openai.APIStatusError) -> bool:
 def status_failure(exc: openai.APIStatusError) -> LLMUnavailable:
     """The error a question fails with when the endpoint answered `exc` (after any retries)."""
     status = exc.status_code
-    if status == 400 and exc.code == CONTENT_FILTER_CODE:
-        return LLMContentFiltered(CONTENT_FILTER_MESSAGE)
-    if is_context_overflow(exc):
-        return LLMContextExceeded(CONTEXT_MESSAGE)
+    if refused := _refused_prompt(exc):
+        return refused
     asked = retry_after_s(exc.response.headers)
     wait = max(1, math.ceil(asked)) if asked is not None else None
     if status == 429:
@@ -65,6 +64,24 @@ def status_failure(exc: openai.APIStatusError) -> LLMUnavailable:
     if status == 404:
         return LLMUnavailable("the model endpoint answered 404: check LLM_BASE_URL and the model name (LLM_MODEL)")
     return LLMUnavailable(f"the model endpoint answered {status}")
+
+
+def answered_failure(exc: openai.APIError, message: str) -> LLMUnavailable:
+    """The error a question fails with when the endpoint answered the error object `exc.body` with 200 (after
+    any retries): `message`, which quotes the endpoint's own, mapped as the status the object names would be."""
+    if refused := _refused_prompt(exc):
+        return refused
+    if failure_status(exc) == 429:  # no Retry-After: a 200 carries none
+        return LLMRetryLater(message)
+    return LLMUnavailable(message)
+
+
+def _refused_prompt(exc: openai.APIError) -> LLMUnavailable | None:
+    if failure_status(exc) == 400 and exc.code == CONTENT_FILTER_CODE:
+        return LLMContentFiltered(CONTENT_FILTER_MESSAGE)
+    if is_context_overflow(exc):
+        return LLMContextExceeded(CONTEXT_MESSAGE)
+    return None
 
 
 def refuses_the_key(exc: openai.APIStatusError) -> bool:

@@ -25,11 +25,61 @@ T = TypeVar("T")
 JITTER = 0.25  # a computed backoff grows by 0-25 % so that clients that failed together retry apart
 
 
+# What an error object's `code`, `type` or `status` string says, when it names no status number: OpenAI's,
+# Anthropic's and Google's words as OpenAI-compatible proxies relay them, and vLLM's exception names.
+ERROR_KINDS = {
+    **dict.fromkeys(
+        ("rate_limit_exceeded", "rate_limit_error", "rate_limited", "too_many_requests", "resource_exhausted"), 429
+    ),
+    **dict.fromkeys(("server_error", "internal_server_error", "internalservererror", "api_error", "internal"), 500),
+    **dict.fromkeys(("overloaded", "overloaded_error", "service_unavailable", "unavailable"), 503),
+    **dict.fromkeys(
+        ("invalid_request_error", "badrequesterror", "invalid_argument", "context_length_exceeded",
+         "exceed_context_size_error", "content_filter"), 400
+    ),
+    **dict.fromkeys(("authentication_error", "invalid_api_key", "unauthenticated"), 401),
+    **dict.fromkeys(("permission_error", "permission_denied"), 403),
+    **dict.fromkeys(("not_found_error", "model_not_found", "not_found"), 404),
+}
+
+
 def is_retryable(exc: BaseException) -> bool:
-    """429 and 5xx answers, timeouts, refused or dropped connections; never another 4xx."""
+    """429 and 5xx answers (and error objects answered with 200 that stand for one), timeouts, refused or
+    dropped connections; never another 4xx, nor an error object that names no status."""
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError is one too
+        return True
+    status = failure_status(exc)
+    return status is not None and (status == 429 or status >= 500)
+
+
+def failure_status(exc: BaseException) -> int | None:
+    """The status an endpoint answered with; for an error object it answered with 200 (a plain APIError whose
+    body is the object, whole or as a stream's event), the status the object itself names; else None."""
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
-    return isinstance(exc, openai.APIConnectionError)  # APITimeoutError is one too
+        return exc.status_code
+    if type(exc) is openai.APIError and isinstance(exc.body, dict):
+        return answered_status(exc.body)
+    return None
+
+
+def answered_status(error: dict[str, Any]) -> int | None:
+    """The error status an error object names: its `code` or `status` as a number ("502" too, as LiteLLM
+    sends it), else a known word in its `code`, `type` or `status`; None when it names none."""
+    for field in ("code", "status"):
+        if (status := _error_status(error.get(field))) is not None:
+            return status
+    for field in ("code", "type", "status"):
+        if isinstance(word := error.get(field), str) and (status := ERROR_KINDS.get(word.lower())) is not None:
+            return status
+    return None
+
+
+def _error_status(value: object) -> int | None:
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+        return value
+    return None
 
 
 def retry_after_s(headers: Mapping[str, str], *, now: Callable[[], float] = time.time) -> float | None:

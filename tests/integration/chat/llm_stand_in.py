@@ -89,7 +89,8 @@ class Script:
                   (streamed: no text, then that finish_reason)
     prompt_filtered Azure OpenAI's 400 "content_filter", to a prompt its filter refused
     no_message    200 with a choice whose message is null
-    error_in_200  200 with `{"error": ERROR_IN_200}`, as the whole body or as a stream's only event
+    error_in_200  200 with `{"error": answered_error}` (ERROR_IN_200 unless told), as the whole body or as a
+                  stream's only event, `failures` times, then answers
     """
 
     mode: Mode = "answer"
@@ -103,6 +104,7 @@ class Script:
     hang_s: float = 5.0
     context_chars: int = 4000
     overflow: dict[str, Any] = field(default_factory=lambda: CONTEXT_OVERFLOW)
+    answered_error: dict[str, Any] = field(default_factory=lambda: ERROR_IN_200)
     slow_chunks: int = 200
     slow_delay_s: float = 0.05
     calls: list[Call] = field(default_factory=list)
@@ -170,8 +172,10 @@ async def _respond(script: Script, body: dict[str, Any], request: Request) -> Re
         return Response(content, media_type=media_type)
     if mode == "wrong_chunks":
         return _sse(_wrong_chunk_events())
-    if mode == "error_in_200":
-        return _sse(_error_events()) if body.get("stream") else JSONResponse({"error": ERROR_IN_200})
+    if mode == "error_in_200" and script.failures > 0:
+        script.failures -= 1
+        error = {"error": script.answered_error}
+        return _sse(_error_events(error)) if body.get("stream") else JSONResponse(error)
     text = NO_CITATIONS if mode == "no_citations" else script.replies.pop(0) if script.replies else script.text
     if mode == "slow_stream":
         return _sse(_slow_events(script, body))
@@ -285,8 +289,8 @@ async def _wrong_chunk_events() -> AsyncIterator[str]:
     yield "data: [DONE]\n\n"
 
 
-async def _error_events() -> AsyncIterator[str]:
-    yield f"data: {json.dumps({'error': ERROR_IN_200})}\n\n"
+async def _error_events(error: dict[str, Any]) -> AsyncIterator[str]:
+    yield f"data: {json.dumps(error)}\n\n"
 
 
 def _sse(events: AsyncIterator[str]) -> StreamingResponse:

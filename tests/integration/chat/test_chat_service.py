@@ -17,6 +17,7 @@ from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
 from services.retrieval.settings import Settings as RetrievalSettings
 from shared.logging import json_handler
+from tests.integration.chat.llm_stand_in import CONTEXT_OVERFLOW
 from tests.integration.chat.stand_ins import HEADERS, TOKEN
 from tests.support import free_port, serve_in_thread, wait_until
 from tests.unit.chat.fakes import ListPublisher
@@ -230,6 +231,18 @@ def test_a_prompt_that_never_fits_the_context_window_names_the_settings(chat, sc
     script.reset(mode="small_context", context_chars=10)
     streamed = httpx.post(f"{chat[0]}/chat/stream", json={"query": BOTH_DOCUMENTS}, headers=HEADERS, timeout=30)
     assert sse_events(streamed)[-1] == ("error", {**response.json(), "status": 500})  # the plain endpoint's body and status
+
+
+def test_a_context_overflow_answered_with_200_takes_the_path_of_its_400(chat, script):
+    # A proxy (LiteLLM, say) that relays vLLM's refusal as 200 {"error": ...}: asked again with fewer passages.
+    script.reset(mode="error_in_200", answered_error=CONTEXT_OVERFLOW)
+    response = ask(chat[0], BOTH_DOCUMENTS)
+    assert response.status_code == 500 and response.json()["error"] == "llm_context_exceeded", response.text
+    assert 2 <= len(script.calls) <= 3
+    script.reset(mode="error_in_200", answered_error=CONTEXT_OVERFLOW)
+    streamed = httpx.post(f"{chat[0]}/chat/stream", json={"query": BOTH_DOCUMENTS}, headers=HEADERS, timeout=30)
+    assert sse_events(streamed)[-1] == ("error", {**response.json(), "status": 500})
+    assert 2 <= len(script.calls) <= 3
 
 
 def test_a_hanging_model_times_out_within_the_bound(chat, script):

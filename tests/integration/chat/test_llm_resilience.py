@@ -9,14 +9,17 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from services.chat.adapters.generator import OpenAIGenerator, build_generator
-from services.chat.errors import LLMContentFiltered, LLMContextExceeded, LLMUnavailable
+from services.chat.errors import LLMContentFiltered, LLMContextExceeded, LLMRetryLater, LLMUnavailable
 from services.chat.ports import Exchange, Generation
 from services.chat.prompt import build_prompt
 from services.chat.reformulation import HeuristicReformulator, LLMReformulator
 from services.chat.settings import Settings
-from tests.integration.chat.llm_stand_in import ANSWER, NO_CITATIONS, words_of
+from tests.integration.chat.llm_stand_in import (
+    ANSWER, CONTEXT_OVERFLOW, ERROR_IN_200, NO_CITATIONS, words_of,
+)
 from tests.support import free_port
 from tests.unit.chat.fakes import GUIDE
 
@@ -221,6 +224,90 @@ async def test_an_error_answered_with_200_is_named_with_its_own_message(model, s
     message = caught.value.message
     assert message.startswith("the model endpoint answered an error: upstream model overloaded for key ***; try later")
     assert "sk-test-secret-key" not in message and message.endswith("...") and len(message) < 260
+
+
+# Errors that proxies (LiteLLM, OpenRouter, vLLM and Ollama gateways) answer with 200, whole or as a stream's
+# event, saying in their own fields that the endpoint, not the request, failed.
+TRANSIENT_IN_200 = {
+    "server_error": ERROR_IN_200,
+    "code_as_text": {"message": "upstream connection failed", "type": None, "param": None, "code": "502"},
+    "rate_limited": {"message": "Rate limit exceeded: free-models-per-min", "code": 429, "metadata": {}},
+    "type_only": {"message": "the model is overloaded", "type": "overloaded_error"},
+}
+# ... and errors that say the request is at fault, or say neither: the same request would fail again.
+REFUSED_IN_200 = {
+    "invalid_request": {"message": "max_tokens is too large", "type": "invalid_request_error", "code": None},
+    "status_400": {"object": "error", "message": "unsupported parameter", "type": "BadRequestError", "code": 400},
+    "unknown": {"message": "something went wrong"},
+}
+
+
+def retries_counted(reason: str) -> float:
+    return REGISTRY.get_sample_value("cairn_llm_retries_total", {"reason": reason}) or 0.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("error", TRANSIENT_IN_200)
+async def test_a_transient_error_answered_with_200_is_retried_until_an_answer(model, script, error, stream):
+    script.reset(mode="error_in_200", failures=2, answered_error=TRANSIENT_IN_200[error])
+    counted = retries_counted("APIError")
+    async with generator_for(model, llm_max_retries=3) as generator:
+        if stream:
+            text = "".join([item async for item in streamed(generator)][:-1])
+        else:
+            text = (await generate(generator)).text
+    assert text == ANSWER and len(script.calls) == 3
+    assert retries_counted("APIError") - counted == 2
+
+
+@pytest.mark.parametrize("error", REFUSED_IN_200)
+async def test_an_error_answered_with_200_that_refuses_the_request_is_not_retried_nor_held_against_the_model(
+    model, script, error
+):
+    script.reset(mode="error_in_200", answered_error=REFUSED_IN_200[error])
+    breaker = {"llm_breaker_failures": 1, "llm_breaker_cooldown_s": 30, "llm_max_retries": 3}
+    async with generator_for(model, **breaker) as generator:
+        caught, caught_streaming = await raised_both_ways(generator, LLMUnavailable)
+    for failure in (caught.value, caught_streaming.value):
+        assert failure.status_code == 502 and failure.message.startswith("the model endpoint answered an error: ")
+    assert len(script.calls) == 2  # one call each: not retried, and the breaker stayed closed
+
+
+@pytest.mark.parametrize("server", ["vllm", "openai", "llama.cpp"])
+async def test_a_context_overflow_answered_with_200_is_named_so_and_not_retried(model, script, server):
+    error = OVERFLOWS[server]["error"] if OVERFLOWS[server] else CONTEXT_OVERFLOW
+    script.reset(mode="error_in_200", answered_error=error)
+    async with generator_for(model, llm_max_retries=3) as generator:
+        caught, _ = await raised_both_ways(generator, LLMContextExceeded)
+    assert caught.value.status_code == 500 and "CONTEXT_TOKEN_BUDGET" in caught.value.message
+    assert len(script.calls) == 2
+
+
+async def test_a_rate_limit_answered_with_200_is_503_after_the_retries(model, script):
+    script.reset(mode="error_in_200", answered_error=TRANSIENT_IN_200["rate_limited"])
+    async with generator_for(model, llm_max_retries=1) as generator:
+        caught, caught_streaming = await raised_both_ways(generator, LLMUnavailable)
+    for error in (caught.value, caught_streaming.value):
+        assert error.status_code == 503 and error.headers() == {"Retry-After": "5"}  # it named no wait
+        assert error.message == "the model endpoint answered an error: Rate limit exceeded: free-models-per-min"
+    assert len(script.calls) == 4
+
+
+async def collect(stream: AsyncIterator) -> list:
+    return [item async for item in stream]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_breaker_opens_on_transient_errors_answered_with_200(model, script, stream):
+    script.reset(mode="error_in_200")
+    breaker = {"llm_breaker_failures": 2, "llm_breaker_cooldown_s": 30, "llm_max_retries": 0}
+    async with generator_for(model, **breaker) as generator:
+        for _ in range(2):
+            with pytest.raises(LLMUnavailable, match="answered an error"):
+                await (collect(streamed(generator)) if stream else generate(generator))
+        with pytest.raises(LLMRetryLater, match="paused while it recovers"):
+            await (collect(streamed(generator)) if stream else generate(generator))
+    assert len(script.calls) == 2
 
 
 async def test_a_stream_broken_after_its_first_deltas_fails_without_a_retry(model, script):

@@ -9,7 +9,7 @@ from openai import AsyncOpenAI
 
 from services.chat.adapters.generator import OpenAIGenerator, build_generator
 from services.chat.adapters.llm_retry import RetryPolicy, retry_after_s, retry_delay
-from services.chat.errors import LLMUnavailable
+from services.chat.errors import LLMContentFiltered, LLMUnavailable
 from services.chat.ports import Generation
 from services.chat.settings import Settings
 from tests.support import free_port
@@ -205,6 +205,36 @@ async def test_unreachable_endpoint_becomes_llm_unavailable_and_not_ready():
 async def test_json_of_another_shape_is_llm_unavailable_without_a_retry(body):
     generator, seen, sleeps = generator_answering(httpx2.Response(200, json=body))
     with pytest.raises(LLMUnavailable, match="answered 200 with application/json, not a chat completion"):
+        await generate(generator)
+    assert len(seen) == 1 and sleeps == []
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        ({"code": 503, "type": "server_error"}, True), ({"code": "502"}, True), ({"status": 429}, True),
+        ({"type": "server_error", "code": None}, True), ({"type": "InternalServerError"}, True),
+        ({"code": "rate_limit_exceeded", "type": "requests"}, True), ({"status": "UNAVAILABLE"}, True),
+        ({"code": 400, "type": "server_error"}, False),  # the number it names comes first
+        ({"type": "invalid_request_error"}, False), ({"code": "invalid_api_key"}, False), ({"code": 404}, False),
+        ({}, False), ({"type": "some_error"}, False), ({"code": 1302}, False), ({"code": True}, False),
+    ],
+    ids=lambda value: json.dumps(value) if isinstance(value, dict) else str(value),
+)
+async def test_an_error_answered_with_200_is_retried_when_its_own_fields_name_a_transient_failure(error, retried):
+    generator, seen, sleeps = generator_answering(httpx2.Response(200, json={"error": {"message": "m", **error}}), OK)
+    if retried:
+        assert (await generate(generator)).text == "Yes [1]." and len(seen) == 2 and sleeps == [0.1]
+    else:
+        with pytest.raises(LLMUnavailable, match="^the model endpoint answered an error: m$"):
+            await generate(generator)
+        assert len(seen) == 1 and sleeps == []
+
+
+async def test_an_error_answered_with_200_that_names_a_refused_prompt_is_mapped_as_its_400():
+    filtered = {"error": {"message": "The response was filtered", "code": "content_filter", "status": 400}}
+    generator, seen, sleeps = generator_answering(httpx2.Response(200, json=filtered))
+    with pytest.raises(LLMContentFiltered):
         await generate(generator)
     assert len(seen) == 1 and sleeps == []
 
