@@ -297,13 +297,20 @@ def _record_on(span: Span, generation: Generation) -> None:
 
 
 def _error_object(response: httpx2.Response) -> dict | None:
-    """The `error` object of a 200 body such as `{"error": {"message": ...}}`, if it is one."""
+    """The `error` object of a 200 body such as `{"error": {"message": ...}}`, if it is one; a bare message
+    (`{"error": "..."}`, as some servers send it) as the object holding it."""
     try:
         body = response.json()
     except ValueError:
         return None
     error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, str) and error.strip():
+        return {"message": error}
     return error if isinstance(error, dict) else None
+
+
+def _is_error_body(body: object) -> bool:
+    return isinstance(body, dict) or (isinstance(body, str) and bool(body.strip()))
 
 
 def _error_message(error: dict) -> str:
@@ -315,6 +322,8 @@ def _answered_error(exc: openai.APIError, api_key: str | None) -> LLMUnavailable
     """An error object the endpoint answered with 200, whole or in its stream: its own message, cut short
     and without the API key, which some servers quote."""
     message = exc.message if isinstance(exc.message, str) else "no message"
+    if isinstance(exc.body, str):  # a stream's `{"error": "..."}`: the SDK gives the text as body, not as message
+        message = exc.body
     if api_key and len(api_key) >= 8:
         message = message.replace(api_key, "***")
     if len(message) > ERROR_MESSAGE_CHARS:
@@ -325,7 +334,7 @@ def _answered_error(exc: openai.APIError, api_key: str | None) -> LLMUnavailable
 def _unavailable(exc: Exception, api_key: str | None = None) -> LLMUnavailable:
     if isinstance(exc, openai.APIStatusError):
         return status_failure(exc)
-    if type(exc) is openai.APIError and isinstance(exc.body, dict):  # an error object in a 200 answer
+    if type(exc) is openai.APIError and _is_error_body(exc.body):  # an error object in a 200 answer
         return _answered_error(exc, api_key)
     if isinstance(exc, openai.APIConnectionError) and (failure := _connect_failure(exc)):
         return LLMUnavailable(f"the model endpoint {failure}: check LLM_BASE_URL")

@@ -283,6 +283,17 @@ async def test_a_context_overflow_answered_with_200_is_named_so_and_not_retried(
     assert len(script.calls) == 2
 
 
+async def test_an_error_answered_with_200_as_bare_text_is_named_with_it(model, script):
+    # {"error": "..."}: a message with no object around it, as some servers and proxies send it.
+    script.reset(mode="error_in_200", answered_error="model qwen-72b is not loaded on this node")
+    async with generator_for(model, llm_max_retries=1) as generator:
+        caught, caught_streaming = await raised_both_ways(generator, LLMUnavailable)
+    for error in (caught.value, caught_streaming.value):
+        assert error.status_code == 502
+        assert error.message == "the model endpoint answered an error: model qwen-72b is not loaded on this node"
+    assert len(script.calls) == 2  # named no status: not retried, as before
+
+
 async def test_a_rate_limit_answered_with_200_is_503_after_the_retries(model, script):
     script.reset(mode="error_in_200", answered_error=TRANSIENT_IN_200["rate_limited"])
     async with generator_for(model, llm_max_retries=1) as generator:
