@@ -15,10 +15,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
+from opentelemetry import trace
 from opentelemetry.trace import Span
 from pydantic import SecretStr
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -101,7 +103,7 @@ class RequestContextMiddleware:
         with server_span(self.service, headers, method=method) as span:
             try:
                 await self.app(scope, receive_watching_body, send_with_request_id)
-            except Exception as exc:
+            except Exception as exc:  # raised after the response began, or by a middleware outside UnhandledError's
                 failed = True
                 # Answered here rather than by the app's Exception handler, which runs outside this middleware:
                 # there the log line would have no request id, trace or traceback, and the 500 no X-Request-ID.
@@ -142,6 +144,37 @@ class RequestContextMiddleware:
             if client_disconnected:
                 fields["client_disconnected"] = True
             log.info("request", extra=fields)
+
+
+class UnhandledErrorMiddleware:
+    """Answers an error no handler foresaw with 500 internal_error from the innermost place, so that the answer
+    passes out through every middleware as any other does (the gateway's security and CORS headers with it).
+    One raised after the response began goes on to RequestContextMiddleware: only the connection can be cut."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except Exception as exc:
+            # An HTTP error that escaped its handler (the gateway's 413, read in the background) has its own answer.
+            if started or isinstance(exc, StarletteHTTPException):
+                raise
+            log.exception("unhandled error")
+            if (span := trace.get_current_span()).is_recording():  # the request's SERVER span
+                span.record_exception(exc)
+            await _internal_error_response()(scope, receive, send)
 
 
 def _refusal_in_one_line(service: str, send: Send) -> Send:
@@ -299,7 +332,8 @@ def create_service_app(
         **kwargs,
     )
     app.router.route_class = StrictJsonRoute  # the routers of each service's api.py set it too
-    app.add_middleware(RequestContextMiddleware, service=service, request_lines=request_lines)
+    app.add_middleware(RequestContextMiddleware, service=service, request_lines=request_lines)  # the outermost
+    app.user_middleware.append(Middleware(UnhandledErrorMiddleware))  # the innermost, after the service's own
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(ServiceError, _service_error)
@@ -387,9 +421,11 @@ PUBLIC_KEEP_ALIVE_S = 75
 # the client's address, where the gateway trusts only its TRUSTED_PROXIES (empty: nobody's header).
 # One worker, stated: uvicorn would otherwise fork WEB_CONCURRENCY workers, a variable platforms set for
 # their own purposes, and workers split the metrics and share one outbox file. Replicas scale a service.
+# No `Server: uvicorn` header: the gateway's port is public, and naming the server only helps whoever looks
+# for the flaws of a version.
 SERVER_OPTIONS: dict[str, Any] = {
     "log_config": None, "access_log": False, "proxy_headers": False, "workers": 1,
-    "timeout_keep_alive": SERVER_KEEP_ALIVE_S,
+    "timeout_keep_alive": SERVER_KEEP_ALIVE_S, "server_header": False,
 }
 
 

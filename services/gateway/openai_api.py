@@ -138,7 +138,7 @@ async def _streamed(
     return StreamingResponse(
         with_keepalive(_chunks(first, events, upstream, writer), every_s=keepalive_s, comment=KEEPALIVE_COMMENT),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"X-Accel-Buffering": "no"},  # and Cache-Control no-store, as every answer (gateway.middleware)
         background=BackgroundTask(upstream.aclose),
     )
 

@@ -32,10 +32,12 @@ from shared.web import CLIENT_KEEP_ALIVE_S, HTTP_ERROR_CODES
 log = logging.getLogger(__name__)
 
 # Hop-by-hop headers (RFC 9110, 7.6.1) and framing headers are the transport's business, not the client's;
-# so are the headers the upstream's Connection header names.
+# so are the headers the upstream's Connection header names. What may keep an answer is the gateway's to say
+# (middleware.SecurityHeadersMiddleware: no-store), not a service's: chat's stream says no-cache to the gateway.
 _DROPPED = {
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     "proxy-authenticate", "proxy-authorization", "content-length", "content-encoding", "server", "date",
+    "cache-control",
 }
 # The codes of Cairn's own errors, for a client error a service answered outside Cairn's shape.
 _CLIENT_ERROR_CODES = {
