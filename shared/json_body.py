@@ -66,9 +66,13 @@ def _no_constant(literal: str) -> Any:
 
 def loads(body: bytes) -> Any:
     """json.loads, raising json.JSONDecodeError for a string that holds an unpaired surrogate, for an object
-    that names a key twice, or for NaN, Infinity or -Infinity."""
+    that names a key twice, for NaN, Infinity or -Infinity, or for nesting deeper than Python's recursion
+    limit lets json read."""
     try:
         value = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError:  # arrays or objects nested some thousand deep: malformed for Cairn, not a 500
+        text = body.decode("utf-8", "replace")
+        raise json.JSONDecodeError("arrays and objects nested too deeply", text, 0) from None
     except _DuplicateKey as exc:
         text = body.decode("utf-8", "replace")
         raise json.JSONDecodeError(f"duplicate key {json.dumps(exc.key)} in an object", text, 0) from None

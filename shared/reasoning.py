@@ -10,7 +10,7 @@ __all__ = ["without_reasoning"]
 # (the chat template wrote the opening tag into the prompt).
 _REASONING_TAGS = "think|thinking|reasoning"
 _LEADING_REASONING = re.compile(
-    rf"""\A\s*(?: <({_REASONING_TAGS})> .*? (?:</\1>|\Z)
+    rf"""\A(?: <({_REASONING_TAGS})> .*? (?:</\1>|\Z)
              | (?:(?!<(?:{_REASONING_TAGS})>).)*? (?:^|\n)[ \t]*</(?:{_REASONING_TAGS})>[ \t]*(?:\n|\Z) )""",
     re.DOTALL | re.IGNORECASE | re.VERBOSE,
 )
@@ -18,4 +18,6 @@ _LEADING_REASONING = re.compile(
 
 def without_reasoning(text: str) -> str:
     """The model's text without the reasoning it wrote before its answer."""
-    return _LEADING_REASONING.sub("", text, count=1).strip()
+    # Leading blanks are cut before matching, not by the pattern: a "\s*" there backtracked over them, each
+    # step scanning the rest of the text, so a model's run of blank lines took seconds.
+    return _LEADING_REASONING.sub("", text.lstrip(), count=1).strip()

@@ -8,6 +8,7 @@ import re
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
 
 from services.analytics.main import create_app as create_analytics_app
 from services.chat.main import create_app as create_chat_app
@@ -88,6 +89,23 @@ def test_a_key_may_recur_in_other_objects() -> None:
 def test_syntax_errors_stay_json_errors() -> None:
     with pytest.raises(json.JSONDecodeError):
         loads(b'{"q": ')
+
+
+@pytest.mark.parametrize("depth", [5_000, 400_000])  # 400,000 fits a 1 MB body
+def test_arrays_nested_too_deeply_are_malformed_json_not_a_recursion_error(depth: int) -> None:
+    with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
+        loads(b'{"filters": {"a": ' + b"[" * depth + b"]" * depth + b"}}")
+
+
+def test_a_body_nested_too_deeply_is_a_400_not_a_500() -> None:
+    """It was a 500 and an "unhandled error" log in every service, the gateway first, for any caller."""
+    client = TestClient(create_offline_llm_app(in_process=True))
+    body = b'{"messages": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"
+    response = client.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json() == {
+        "error": "malformed_json", "message": "request body is not valid JSON: arrays and objects nested too deeply"
+    }
 
 
 def _api_routes(app: FastAPI) -> list[APIRoute]:
