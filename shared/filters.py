@@ -36,6 +36,7 @@ _RANGE = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": o
 _LISTS = {"$in", "$nin"}
 MAX_KEYS = 10
 MAX_VALUES = 100
+_QUOTED_CHARS = 80  # of a refused value, in the error message
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Metadata retrieval stores as whole numbers: filters on them take whole numbers only (see _as_whole_numbers).
 WHOLE_NUMBER_FIELDS = frozenset({"page", "pages", "chunk_index", "char_start", "char_end"})
@@ -116,7 +117,7 @@ def parse_filter(raw: Mapping[str, Any] | Filter | None) -> Filter:
     conditions: list[Condition] = []
     for key, spec in raw.items():
         if not isinstance(key, str) or not _KEY.fullmatch(key):
-            raise InvalidFilter(f"filter key {key!r} must be a plain field name (letters, digits, _)")
+            raise InvalidFilter(f"filter key {_quoted(key)} must be a plain field name (letters, digits, _)")
         if isinstance(spec, Mapping):
             if not spec:
                 raise InvalidFilter(f"filter {key!r}: empty operator object")
@@ -159,7 +160,7 @@ def _parsed_condition(key: str, op: str, value: Any) -> Condition:
         return Condition(key, op, values)
     if op in _RANGE:
         return Condition(key, op, _bound(value, where))
-    raise InvalidFilter(f"{where}: unknown operator {op!r} (use $eq, $ne, $in, $nin, $gt, $gte, $lt, $lte)")
+    raise InvalidFilter(f"{where}: unknown operator {_quoted(op)} (use $eq, $ne, $in, $nin, $gt, $gte, $lt, $lte)")
 
 
 def _scalar(value: Any, where: str) -> Scalar:
@@ -182,7 +183,13 @@ def _bound(value: Any, where: str) -> int | float:
             return _epoch(value)
         except ValueError:
             pass
-    raise InvalidFilter(f"{where}: a range bound must be a number or an ISO date (e.g. 2024-05-01), got {value!r}")
+    raise InvalidFilter(f"{where}: a range bound must be a number or an ISO date (e.g. 2024-05-01), got {_quoted(value)}")
+
+
+def _quoted(value: Any) -> str:
+    """`value` as a message quotes it, cut short: a request may send a megabyte where a name or date belongs."""
+    text = repr(value)
+    return text if len(text) <= _QUOTED_CHARS else text[:_QUOTED_CHARS] + "..."
 
 
 def _epoch(text: str) -> float:
