@@ -95,12 +95,13 @@ def is_follow_up(query: str, history: Sequence[Exchange]) -> bool:
         return True
     if bases and bases[0] in CONJUNCTIONS and len(own) <= MAX_OWN_TERMS_FOR_REFERENCE:
         return True
+    antecedent = _first_antecedent(words)  # once: a scan per pronoun was quadratic in a long question
     for i, base in enumerate(bases):
         pointing = base in PERSONAL or (base in DEMONSTRATIVE | {"there"} and len(own) <= MAX_OWN_TERMS_FOR_REFERENCE)
-        if pointing and not _has_antecedent(words[:i]):
+        if pointing and antecedent >= i:
             return True
         if _stands_for_a_thing(bases, i) and len(own) <= MAX_OWN_TERMS_FOR_REFERENCE:
-            if not _has_antecedent(words[: _noun_phrase_start(bases, i)]):
+            if antecedent >= _noun_phrase_start(bases, i):
                 return True
     return False
 
@@ -250,13 +251,14 @@ def _phrase(words: list[str]) -> str | None:
     return " ".join(words[:MAX_SUBJECT_WORDS]) or None
 
 
-def _has_antecedent(words: list[str]) -> bool:
+def _first_antecedent(words: list[str]) -> int:
+    """Where the first antecedent stands (len(words) when none does): a pronoun at i has one when this is < i."""
     for i, word in enumerate(words):
         if _base(word) in FUNCTION_WORDS:
             continue
         if (i and words[i - 1].lower() in ARTICLES) or (i and word[0].isupper()):
-            return True
-    return False
+            return i
+    return len(words)
 
 
 def _is_participle(word: str) -> bool:
