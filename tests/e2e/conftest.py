@@ -112,3 +112,21 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+# The text of an element on one line as it is drawn, left to right: how a reader sees it after the
+# bidi algorithm has run (an override character, U+202E, draws the text after it reversed).
+DRAWN_TEXT = """(element) => {
+  const drawn = [];
+  const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const box = range.getBoundingClientRect();
+      if (box.width > 0) drawn.push([box.left, node.data[i]]);
+    }
+  }
+  return drawn.sort((a, b) => a[0] - b[0]).map(([, c]) => c).join("");
+}"""

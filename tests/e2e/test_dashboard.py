@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, Page, Route, expect
 
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
-from tests.e2e.conftest import PASSWORD
+from tests.e2e.conftest import DRAWN_TEXT, PASSWORD
 from tests.integration.gateway.analytics_stand_in import (
     EXPORT_CSV,
     MARKUP_QUERY,
@@ -476,6 +476,23 @@ def test_never_cited_documents_beyond_the_list_are_counted(gateway, browser, fig
         ["Never cited in this range: doc-0, doc-1.", False],
         ["", True],
     ]
+    assert problems == [], problems
+
+
+def test_a_bidi_override_in_a_doc_id_reverses_none_of_the_never_cited_list_around_it(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    # A doc_id that reverses what follows it (U+202E), closing first any isolate it is put in (U+2069).
+    reversing = "pump\u202e man\u2069\u202eual.md"
+    page.evaluate("""async (docIds) => {
+        const { renderNeverCited } = await import("/web/dashboard-tiles.js");
+        renderNeverCited(document.querySelector("[data-testid=never-cited]"), { never_cited: docIds, never_cited_total: 3 });
+    }""", [reversing, "docs/faq.md"])
+    listed = page.get_by_test_id("never-cited")
+    expect(listed).to_have_text(f"Never cited in this range: {reversing}, docs/faq.md and 1 more.")
+    drawn = listed.evaluate(DRAWN_TEXT)
+    assert drawn.startswith("Never cited in this range: ") and drawn.endswith(", docs/faq.md and 1 more."), drawn
     assert problems == [], problems
 
 

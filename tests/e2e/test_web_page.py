@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from playwright.sync_api import Browser, Locator, Page, expect
 
 from services.gateway.web_page import router as web_page_router
-from tests.e2e.conftest import PASSWORD
+from tests.e2e.conftest import DRAWN_TEXT, PASSWORD
 from tests.support import serve_in_thread, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -420,6 +420,25 @@ def test_the_citation_panel_shows_the_whole_passage_behind_each_citation(browser
     expect(panel).to_contain_text("Supported by the passage")
     turn.get_by_role("button", name=re.compile(r"^Citation 1\b")).click()
     expect(panel.locator(".snippet")).to_have_text(PASSAGE_1)  # short: whole at once
+    assert problems == [], problems
+
+
+# A title that reverses what follows it (U+202E), closing first any isolate it is put in (U+2069).
+REVERSING_TITLE = "Pump\u202e man\u2069\u202eual"
+
+
+def test_a_bidi_override_in_a_document_title_reverses_neither_its_section_nor_its_page(browser, fake):
+    gateway, url = fake
+    gateway.citations = [{**CITATIONS[0], "title": REVERSING_TITLE, "section": "Intro", "page": 3}]
+    gateway.plans = [{"answer": "Prime the pump [1]."}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I prime the pump?")
+    turn = page.locator(".turn").last
+    turn.get_by_role("button", name=re.compile(r"^Citation 1\b")).click()
+    for title in (turn.locator(".panel-title"), turn.locator(".source-title")):
+        expect(title).to_have_text(f"{REVERSING_TITLE} › Intro (page 3)")
+        assert title.evaluate(DRAWN_TEXT).endswith(" › Intro (page 3)")
     assert problems == [], problems
 
 

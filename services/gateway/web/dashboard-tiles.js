@@ -118,5 +118,11 @@ export function renderNeverCited(node, report) {
   const total = Math.max(report?.never_cited_total ?? 0, shown.length);
   node.hidden = total === 0;
   const more = total > shown.length ? ` and ${fmt.count(total - shown.length)} more` : "";
-  node.textContent = total ? `Never cited in this range: ${shown.join(", ")}${more}.` : "";
+  if (!total) {
+    node.replaceChildren();
+    return;
+  }
+  // Each doc_id in a box of its own (as the chat page's titles): a bidi override in one reverses only itself.
+  const names = shown.flatMap((docId, i) => [...(i ? [", "] : []), el("span", { text: docId, className: "isolated" })]);
+  node.replaceChildren("Never cited in this range: ", ...names, `${more}.`);
 }

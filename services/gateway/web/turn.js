@@ -33,12 +33,26 @@ function sourceLink(url, label) {
   return a;
 }
 
-/** "Title › Section (page 3)" */
+/** A document's text in its own inline box: a bidi override in it (U+202E) reverses only itself, never the
+ * page's text around it. An isolate alone would not do: a U+2069 in the text closes it early. */
+export function isolated(text) {
+  return el("span", "isolated", text);
+}
+
+/** "Title › Section (page 3)" as a string: for an attribute (aria-label, title). */
 export function heading(cite) {
   let text = cite.title || cite.doc_id;
   if (cite.section) text += ` › ${cite.section}`;
   if (cite.page !== null && cite.page !== undefined) text += ` (page ${cite.page})`;
   return text;
+}
+
+/** The same heading as nodes, title and section each isolated: for the page. */
+function headingNodes(cite) {
+  const nodes = [isolated(cite.title || cite.doc_id)];
+  if (cite.section) nodes.push(" › ", isolated(cite.section));
+  if (cite.page !== null && cite.page !== undefined) nodes.push(` (page ${cite.page})`);
+  return nodes;
 }
 
 function sameQuestion(a, b) {
@@ -189,7 +203,9 @@ export class Turn {
     for (const source of sources) {
       const item = el("li", "source");
       item.id = `${this.id}-source-${source.n}`;
-      item.append(el("span", "source-n", `${source.n}`), el("span", "source-title", heading(source)));
+      const title = el("span", "source-title");
+      title.append(...headingNodes(source));
+      item.append(el("span", "source-n", `${source.n}`), title);
       const where = el("span", "source-where");
       where.append(sourceLink(source.url, source.url) ?? el("span", "doc-id", source.doc_id));
       item.append(where);
@@ -244,7 +260,9 @@ export class Turn {
     if (!cite) return;
     const panel = this.parts.panel;
     const head = el("div", "panel-head");
-    head.append(el("span", "source-n", String(n)), el("strong", "panel-title", heading(cite)));
+    const title = el("strong", "panel-title");
+    title.append(...headingNodes(cite));
+    head.append(el("span", "source-n", String(n)), title);
     const close = el("button", "panel-close", "×");
     close.type = "button";
     close.setAttribute("aria-label", "Close the citation");
