@@ -50,6 +50,7 @@ def compose(turn: Turn, generation: Generation | None, *, relevance_threshold: f
         query=turn.request.query,
         answer=outcome.cited.answer,
         conversation_id=turn.conversation_id,
+        new_conversation=turn.new_conversation,
         citations=citations,
         sources=sources_out(citations, {c.chunk_id: c for c in turn.retrieved}),
         related_docs=related_docs(turn.retrieved, outcome.cited.citations),

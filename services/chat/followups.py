@@ -32,7 +32,8 @@ X do", "What about X"; for other shapes only the bracketed topic is carried.
 Limits: there is no part-of-speech tagger, so a question whose subject is not one of those shapes gets
 the bracketed form; a pronoun that points at something other than the previous subject (or at an
 earlier turn) is resolved wrongly; "that"/"there" in a short standalone question ("Users that are
-admins?") may be taken for a reference; typos are not fixed; English only.
+admins?") may be taken for a reference; typos are not fixed; English only (a question in another language,
+of any script, is left as typed).
 """
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ IRREGULAR_PARTICIPLES = frozenset(
 MAX_OWN_TERMS_FOR_REFERENCE = 2
 MAX_SUBJECT_WORDS = 8
 
-WORD = re.compile(r"[A-Za-z0-9_]+(?:'[A-Za-z]+)?(?:[.\-/][A-Za-z0-9_]+)*")
+# Words of any script: a question in Chinese or Russian names things of its own, though no rule here reads it.
+WORD = re.compile(r"\w+(?:'[^\W\d_]+)?(?:[.\-/]\w+)*")
 IMPERSONAL_IT = re.compile(
     r"\bit(?:'s|\s+is|\s+was|\s+be)?\s+(?:possible|safe|ok|okay|necessary|recommended|better|best|wise|"
     r"advisable|normal|worth|required|allowed|a good idea)\b|\bit\s+takes?\b.*\bto\s+\w",

@@ -152,6 +152,10 @@ class ChatResponse(BaseModel):
     query: str
     answer: str
     conversation_id: str = Field(description="Send it back with the next question to ask a follow-up.")
+    new_conversation: bool = Field(
+        description="true when the question was answered as the first of its conversation: the request sent no "
+        "conversation_id, or one Cairn keeps no turn of (expired after CONVERSATION_TTL_S, or never used)."
+    )
     citations: list[Citation]
     sources: list[Source]
     related_docs: list[RelatedDoc]

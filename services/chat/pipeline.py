@@ -163,6 +163,8 @@ class ChatPipeline:
             return
         turn.stage = "conversation"
         turn.history = await self.conversations.history(conversation_id=turn.conversation_id, user_id=turn.owner)
+        # A kept conversation always holds a turn: none means it expired, or the client made the id up.
+        turn.new_conversation = not turn.history
 
     async def _reformulate(self, turn: Turn) -> None:
         if self.reformulator is None or not (turn.history or self.config.always_reformulate):

@@ -28,6 +28,8 @@ LABEL = re.compile(
 )
 BULLET = re.compile(r"^[-*>]+(?:\s+|$)")
 QUOTES = "\"'`“”‘’«»"
+QUESTION_MARKS = ("?", "？", "؟")  # the prompt asks for a rewrite in the question's language: Chinese, Arabic, ...
+FULL_STOPS = (".", "。")
 BOLD = "**"
 
 Mode = Literal["followups", "always"]
@@ -108,7 +110,7 @@ def usable_rewrite(rewritten: str, *, query: str) -> bool:
     search and the model."""
     if not rewritten or len(rewritten) > min(_length_limit(query), MAX_QUERY_CHARS):
         return False
-    return not (query.endswith("?") and rewritten.endswith("."))
+    return not (query.endswith(QUESTION_MARKS) and rewritten.endswith(FULL_STOPS))
 
 
 def first_line(text: str) -> str:

@@ -31,6 +31,7 @@ class Turn:
     stage: str = "validation"
     timings: Timings = field(default_factory=Timings)
     history: list[Exchange] = field(default_factory=list)
+    new_conversation: bool = True  # no earlier turn of conversation_id was found (none sent, expired or never kept)
     small_talk: str | None = None  # the reply, when the message was only small talk
     retrieved: list[RetrievedChunk] = field(default_factory=list)
     prompt: Prompt | None = None  # None: answer without asking the model

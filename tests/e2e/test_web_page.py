@@ -358,9 +358,10 @@ class FakeGateway:
         n = next(self.ids)
         yield event("done", {
             "query": body["query"], "answer": plan["answer"], "conversation_id": body.get("conversation_id", f"conv-{n}"),
+            "new_conversation": plan.get("new_conversation", "conversation_id" not in body),
             "citations": self.citations, "sources": [{**self.citations[0], "score": 0.8}], "related_docs": [],
             "confidence": {"level": "High", "score": 0.9, "reason": "2 relevant sources"}, "grounding": None,
-            "metadata": {"request_id": f"req-{n}", "kind": "answer", "model": "fake", "reformulated_query": body["query"],
+            "metadata": {"request_id": f"req-{n}", "kind": plan.get("kind", "answer"), "model": "fake", "reformulated_query": body["query"],
                          "timings_ms": {"total": 12}},
         })
         if plan.get("then_break"):
@@ -870,6 +871,33 @@ def test_a_conversation_cairn_refuses_after_a_reload_starts_again(browser, fake)
     assert page.evaluate(KEPT) is None
     assert problems == [], problems
 
+
+def test_a_follow_up_in_a_conversation_cairn_no_longer_had_says_it_was_answered_on_its_own(browser, fake):
+    gateway, url = fake
+    gateway.plans = [{"answer": "Run `cairn user add` [1]."}, {"answer": "Roles [1].", "new_conversation": True}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    expect(page.locator(".turn").first.locator(".restarted")).to_be_hidden()  # a first question is new anyway
+    first_id = json.loads(page.evaluate(KEPT))["conversationId"]
+    assert ask(page, "And roles?")["conversation_id"] == first_id  # sent as a follow-up
+    expired = page.locator(".turn").last.locator(".restarted")
+    expect(expired).to_have_text("Cairn no longer had this conversation, which expires after a time without "
+                                 "questions, so this question was answered without the ones above it.")
+    expect(expired).to_be_visible()
+    page.reload()
+    expect(page.locator(".turn").last.locator(".restarted")).to_be_visible()
+    expect(page.locator(".turn").first.locator(".restarted")).to_be_hidden()
+    ask(page, "And passwords?")  # the conversation goes on under the same id, kept again
+    expect(page.locator(".turn").last.locator(".restarted")).to_be_hidden()
+
+    # Small talk is never kept, so the question after it is new to Cairn too: nothing was lost, nothing to say.
+    page.get_by_role("button", name="New conversation").click()
+    gateway.plans = [{"answer": "Hello!", "kind": "small_talk"}, {"answer": "Run it [1].", "new_conversation": True}]
+    ask(page, "hello")
+    assert "conversation_id" in ask(page, "How do I add a user?")
+    expect(page.locator(".turn").last.locator(".restarted")).to_be_hidden()
+    assert problems == [], problems
 
 SAVE_IN_BROWSER = """async ({ turns, chars, quota }) => {
   const saved = await import("/web/saved-conversation.js");

@@ -117,6 +117,11 @@ function remember() {
   saved.save({ owner: state.owner, conversationId: state.conversationId, turns });
 }
 
+/** Whether Cairn kept a turn of the conversation before `current`: an answer that was not small talk. */
+function keptBefore(current) {
+  return state.turns.some((turn) => turn !== current && turn.response && turn.response.metadata?.kind !== "small_talk");
+}
+
 function newTurn(question) {
   return new Turn({ template: view.turnTemplate, question, rate, rated: remember });
 }
@@ -246,10 +251,11 @@ async function ask(query) {
   const controller = new AbortController();
   setBusy(controller);
   let finished = false;
+  const continued = state.conversationId; // null: this question starts the conversation
   try {
     const events = api.streamChat(state.token, {
       query,
-      conversationId: state.conversationId,
+      conversationId: continued,
       signal: controller.signal,
     });
     for await (const { event, data } of events) {
@@ -258,6 +264,7 @@ async function ask(query) {
       else if (event === "done") {
         state.conversationId = data.conversation_id;
         turn.finish(data);
+        if (continued && data.new_conversation === true && keptBefore(turn)) turn.showRestarted();
         finished = true;
       } else if (event === "error") {
         turn.fail(describe(streamError(data)));

@@ -1,8 +1,9 @@
 // The conversation on the chat page, kept in the tab's sessionStorage so that a reload shows it again and
 // goes on with it. Only data is kept: each question as typed and its answer as Cairn sent it, never HTML.
 //
-// A kept turn: {question, answer?, rating?, end?, text?, message?}
-//   answer: the `done` event's JSON; rating: the thumb Cairn accepted for it;
+// A kept turn: {question, answer?, rating?, restarted?, end?, text?, message?}
+//   answer: the `done` event's JSON; rating: the thumb Cairn accepted for it; restarted: true when the question
+//   was sent in a conversation Cairn no longer had (expired), so it was answered as a first question;
 //   end: "stopped" | "failed" | "interrupted" for a turn without an answer (text: the words so far,
 //   message: why it failed). A turn with neither answer nor end was still streaming when the page went away.
 

@@ -70,6 +70,7 @@ export class Turn {
     this.text = "";
     this.end = null; // how a turn without an answer ended: "stopped", "failed" or "interrupted"
     this.rating = null; // the rating Cairn has accepted
+    this.restarted = false; // sent as a follow-up, answered as a first question: Cairn had not kept the conversation
     this.sending = false;
     this.cites = new Map();
     this.openNumber = null;
@@ -77,6 +78,7 @@ export class Turn {
     const $ = (selector) => this.element.querySelector(selector);
     this.parts = {
       question: $(".question-text"),
+      restarted: $(".restarted"),
       reformulated: $(".reformulated"),
       body: $(".answer-text"),
       status: $(".answer-status"),
@@ -138,6 +140,12 @@ export class Turn {
     this.renderSources(response.sources ?? []);
     this.parts.feedback.hidden = !meta.request_id;
     this.parts.footer.hidden = false;
+  }
+
+  /** Say that the question, sent as part of the conversation above, was answered on its own. */
+  showRestarted() {
+    this.restarted = true;
+    this.parts.restarted.hidden = false;
   }
 
   /** `announce`: false for a turn restored after a reload, whose failure is old news. */
@@ -224,17 +232,20 @@ export class Turn {
   // --- kept across a reload (see saved-conversation.js) -------------------------------------------
   /** The turn as data: the question, and the answer as Cairn sent it or how the turn ended. */
   toSaved() {
-    if (this.response) return { question: this.question, answer: this.response, rating: this.rating };
+    if (this.response) {
+      return { question: this.question, answer: this.response, rating: this.rating, restarted: this.restarted };
+    }
     if (!this.end) return { question: this.question }; // still being answered
     return { question: this.question, end: this.end, text: this.text, message: this.message };
   }
 
   /** Show a kept turn again through the same rendering as a live one. */
-  restore({ answer, rating, end, text, message }) {
+  restore({ answer, rating, restarted, end, text, message }) {
     this.text = typeof text === "string" ? text : "";
     if (answer) {
       this.finish(answer);
       if (rating === 1 || rating === -1) this.showRating(rating);
+      if (restarted === true) this.showRestarted();
     } else if (end === "stopped") this.stop();
     else if (end === "failed") this.fail(String(message ?? ""), { announce: false });
     else this.interrupted();

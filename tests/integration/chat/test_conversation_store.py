@@ -9,9 +9,14 @@ from redis.asyncio import Redis
 
 from services.chat.adapters.redis_conversations import RedisConversationStore, open_conversation_store
 from services.chat.errors import ConversationNotFound
+from services.chat.models import ChatRequest
+from services.chat.pipeline import ChatPipeline, PipelineConfig
 from services.chat.ports import Exchange
+from services.chat.reformulation import HeuristicReformulator
 from services.chat.settings import Settings
+from shared.caller import Caller
 from shared.errors import DependencyUnavailable
+from tests.unit.chat.fakes import FakeRetriever, ListPublisher, RecordingGenerator
 
 pytestmark = pytest.mark.integration
 
@@ -120,6 +125,30 @@ async def test_concurrent_first_appends_leave_exactly_one_owner(store, unique):
         assert len(winners) == 1 and len(refusals) == 1 and isinstance(refusals[0], ConversationNotFound)
         assert await store.history(conversation_id=conversation_id, user_id=winners[0]) == [turn(1)]
 
+
+
+async def test_a_follow_up_after_the_conversation_expired_is_answered_as_new_and_says_so(redis_url, conversation_id):
+    store = RedisConversationStore(Redis.from_url(redis_url, decode_responses=True), ttl_s=1, max_turns=10)
+    chat = ChatPipeline(
+        retriever=FakeRetriever(), generator=RecordingGenerator(), publisher=ListPublisher(),
+        config=PipelineConfig(default_model="m", allowed_models=("m",)), conversations=store,
+        reformulator=HeuristicReformulator(),
+    )
+    alice = Caller(user_id="alice", roles=("user",), session_id="s1")
+
+    async def ask(query: str):
+        return await chat.answer(request=ChatRequest(query=query, conversation_id=conversation_id), caller=alice)
+
+    try:
+        first, follow_up = await ask("How are login sessions stored?"), await ask("and its TTL?")
+        await asyncio.sleep(1.5)  # past CONVERSATION_TTL_S
+        after_expiry = await ask("Can it be changed?")
+    finally:
+        await store.aclose()
+    assert [r.new_conversation for r in (first, follow_up, after_expiry)] == [True, False, True]
+    assert follow_up.metadata.reformulated_query == "What about the TTL of login sessions?"
+    assert after_expiry.conversation_id == conversation_id
+    assert after_expiry.metadata.reformulated_query == "Can it be changed?"
 
 async def test_an_unreachable_redis_is_a_named_503_within_the_timeout(conversation_id):
     store = open_conversation_store(Settings(redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5))

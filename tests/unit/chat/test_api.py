@@ -35,8 +35,10 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
     assert response.status_code == 200, response.text
     body = response.json()
     assert set(body) == {
-        "query", "answer", "conversation_id", "citations", "sources", "related_docs", "confidence", "grounding", "metadata"
+        "query", "answer", "conversation_id", "new_conversation", "citations", "sources", "related_docs", "confidence",
+        "grounding", "metadata",
     }
+    assert body["new_conversation"] is True
     assert set(body["citations"][0]) == {
         "n", "doc_id", "chunk_id", "title", "section", "page", "url", "snippet", "content", "chunk_ids", "support"
     }

@@ -50,6 +50,19 @@ async def test_a_first_question_is_not_rewritten_and_starts_a_conversation():
     assert [t.question for t in conversations.turns[response.conversation_id]] == ["What about its TTL?"]
 
 
+
+async def test_the_response_says_when_a_conversation_id_had_no_turn_to_follow_up_on():
+    chat = pipeline()
+    first = await chat.answer(request=ChatRequest(query="How are login sessions stored?"), caller=ANN)
+    follow_up = await chat.answer(
+        request=ChatRequest(query="and its TTL?", conversation_id=first.conversation_id), caller=ANN
+    )
+    made_up = await chat.answer(request=ChatRequest(query="and its side effects?", conversation_id="c-made-up"), caller=ANN)
+    assert (first.new_conversation, follow_up.new_conversation, made_up.new_conversation) == (True, False, True)
+    assert made_up.conversation_id == "c-made-up" and made_up.metadata.reformulated_query == "and its side effects?"
+    again = await chat.answer(request=ChatRequest(query="Can it be changed?", conversation_id="c-made-up"), caller=ANN)
+    assert again.new_conversation is False
+
 async def test_another_users_conversation_is_not_found_and_reported():
     chat = pipeline()
     first = await chat.answer(request=ChatRequest(query="How are login sessions stored?"), caller=ANN)

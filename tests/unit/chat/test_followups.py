@@ -68,6 +68,14 @@ def test_standalone_questions_are_not_follow_ups(question):
     assert not is_follow_up(question, turn(SESSIONS))
 
 
+@pytest.mark.parametrize(
+    "question", ["如何添加用户？", "Как добавить пользователя?", "Τι είναι η υβριδική αναζήτηση;", "ユーザーを削除するには？"]
+)
+def test_a_question_in_another_script_is_not_taken_for_one_that_names_nothing(question):
+    assert not is_follow_up(question, turn(SESSIONS))
+    assert resolve_history([(SESSIONS, "In Redis [1]."), (question, "…")])[-1].standalone == question
+
+
 def test_nothing_is_a_follow_up_at_the_start_of_a_conversation():
     assert not is_follow_up("and what about its TTL?", [])
 

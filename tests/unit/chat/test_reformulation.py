@@ -95,6 +95,15 @@ async def test_an_unusable_model_falls_back_to_the_heuristic_with_a_warning(gene
     assert any("using the heuristic" in record.getMessage() for record in caplog.records)
 
 
+@pytest.mark.parametrize(
+    ("question", "answered"),
+    [("它的TTL是多少？", "登录会话的TTL是24小时。"), ("ما هو TTL الخاص بها؟", "TTL هو 24 ساعة."), ("Et son TTL ?", "24 heures.")],
+)
+async def test_a_model_that_answers_a_question_in_another_language_is_not_taken_for_a_rewrite(question, answered):
+    rewriter = LLMReformulator(RecordingGenerator(answered), mode="followups")
+    assert await rewriter.reformulate(query=question, history=[SESSIONS], model="m") == question
+
+
 def test_bad_arguments_are_refused_at_once():
     with pytest.raises(ValueError, match="mode"):
         LLMReformulator(RecordingGenerator(""), mode="off")
