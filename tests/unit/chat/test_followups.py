@@ -173,3 +173,13 @@ def test_a_long_question_of_many_pronouns_is_read_in_linear_time():
     assert not is_follow_up(question, turn(SESSIONS))  # every "it" has "the Redis" before it
     assert is_follow_up(long_before, turn(SESSIONS))
     assert time.perf_counter() - started < 5
+
+
+def test_a_question_of_many_it_takes_is_read_in_linear_time():
+    """'It takes ... to' once read to the end of the question from every 'it takes': 20,000 of them took about
+    20 seconds. A guard against the quadratic scan, not a speed target."""
+    question = "it takes " * 20_000 + "the Redis index"
+    started = time.perf_counter()
+    assert is_follow_up(question, turn(SESSIONS))  # no "to": each "it" points back
+    assert resolve_history([(SESSIONS, "In Redis [1]."), (question, "…")])[-1].standalone.endswith("the Redis index")
+    assert time.perf_counter() - started < 5
