@@ -66,8 +66,8 @@ def _no_constant(literal: str) -> Any:
 
 def loads(body: bytes) -> Any:
     """json.loads, raising json.JSONDecodeError for a string that holds an unpaired surrogate, for an object
-    that names a key twice, for NaN, Infinity or -Infinity, or for nesting deeper than Python's recursion
-    limit lets json read."""
+    that names a key twice, for NaN, Infinity or -Infinity, for a whole number of thousands of digits, or for
+    nesting deeper than Python's recursion limit lets json read."""
     try:
         value = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except RecursionError:  # arrays or objects nested some thousand deep: malformed for Cairn, not a 500
@@ -79,6 +79,12 @@ def loads(body: bytes) -> Any:
     except _NotJson as exc:
         text = body.decode("utf-8", "replace")
         raise json.JSONDecodeError(f"{exc.literal} is not JSON (JSON numbers are finite)", text, 0) from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+            raise
+        # Python reads at most sys.get_int_max_str_digits() digits of a whole number (4,300 by default).
+        text = body.decode("utf-8", "replace")
+        raise json.JSONDecodeError("a whole number too long to read", text, 0) from None
     if _MAYBE_SURROGATE.search(body):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -97,15 +97,20 @@ def test_arrays_nested_too_deeply_are_malformed_json_not_a_recursion_error(depth
         loads(b'{"filters": {"a": ' + b"[" * depth + b"]" * depth + b"}}")
 
 
-def test_a_body_nested_too_deeply_is_a_400_not_a_500() -> None:
-    """It was a 500 and an "unhandled error" log in every service, the gateway first, for any caller."""
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        # Was a 500 and an "unhandled error" log in every service, the gateway first, for any caller.
+        (b'{"messages": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", "arrays and objects nested too deeply"),
+        # Was a 400 that named no cause ("There was an error parsing the body").
+        (b'{"max_tokens": ' + b"9" * 5_000 + b', "messages": []}', "a whole number too long to read"),
+    ],
+)
+def test_a_body_python_cannot_read_is_malformed_json(body: bytes, why: str) -> None:
     client = TestClient(create_offline_llm_app(in_process=True))
-    body = b'{"messages": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"
     response = client.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 400, response.text
-    assert response.json() == {
-        "error": "malformed_json", "message": "request body is not valid JSON: arrays and objects nested too deeply"
-    }
+    assert response.json() == {"error": "malformed_json", "message": f"request body is not valid JSON: {why}"}
 
 
 def _api_routes(app: FastAPI) -> list[APIRoute]:
