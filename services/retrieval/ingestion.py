@@ -255,6 +255,13 @@ def chunking_key(
     return key
 
 
+def _same_fields(stored: Mapping[str, MetadataValue], wanted: Mapping[str, MetadataValue]) -> bool:
+    """Whether a document's stored fields are the wanted ones, a boolean equal only to a boolean: Python holds
+    True == 1, which found `"reviewed": true` sent over a stored `"reviewed": 1` unchanged, while filters tell the
+    two apart. A whole number and a float stay equal (1 == 1.0), as filters compare numbers."""
+    return stored == wanted and all(isinstance(stored[key], bool) == isinstance(value, bool) for key, value in wanted.items())
+
+
 async def _ingest(
     document: NewDocument, *, doc_id: str, digest: str, embedder: Embedder, store: VectorStore, chunk_size: int,
     chunk_overlap: int, contextualizer: Contextualizer | None,
@@ -285,7 +292,7 @@ async def _ingest(
     existing = await store.get_document(doc_id)
     if (
         existing is not None and existing.complete  # complete: no write of it was cut short
-        and existing.content_hashes == {digest} and existing.metadata == wanted
+        and existing.content_hashes == {digest} and _same_fields(existing.metadata, wanted)
     ):
         return IngestResult(doc_id=doc_id, title=title, status="unchanged", chunks=existing.chunks)
 

@@ -100,6 +100,21 @@ def test_reingesting_is_a_no_op_and_a_change_replaces(client: TestClient) -> Non
     assert all("cairn user add" not in r["content"] for r in hits), "the old chunks are gone"
 
 
+def test_a_field_changed_from_a_number_to_a_boolean_replaces_the_document(client: TestClient) -> None:
+    """True == 1 in Python, yet filters tell them apart: a fixed field must not leave the old one stored."""
+    document = {"text": USERS, "source": "guide/users.md", "category": "guide"}
+    assert client.post("/documents", json=document | {"metadata": {"reviewed": 1}}, headers=AUTH).json()["status"] == "replaced"
+    fixed = client.post("/documents", json=document | {"metadata": {"reviewed": True}}, headers=AUTH).json()
+    assert fixed["status"] == "replaced"
+    assert client.post("/documents", json=document | {"metadata": {"reviewed": True}}, headers=AUTH).json()["status"] == "unchanged"
+    assert client.get("/documents/guide/users.md", headers=AUTH).json()["metadata"] == {"reviewed": True}
+    hits = client.post("/search", json={"query": "roles", "filters": {"reviewed": True}}, headers=AUTH).json()["results"]
+    assert hits and {hit["doc_id"] for hit in hits} == {"guide/users.md"}
+    assert client.post("/documents", json=document | {"metadata": {"reviewed": 1}}, headers=AUTH).json()["status"] == "replaced"
+    same_number = client.post("/documents", json=document | {"metadata": {"reviewed": 1.0}}, headers=AUTH).json()
+    assert same_number["status"] == "unchanged", "filters compare numbers as numbers: 1.0 is 1"
+
+
 def test_delete_removes_the_document(client: TestClient) -> None:
     deleted = client.delete("/documents/guide/users.md", headers=AUTH)
     assert deleted.status_code == 200 and deleted.json()["deleted_chunks"] >= 2
