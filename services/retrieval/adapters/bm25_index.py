@@ -20,8 +20,9 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import bm25s
 import numpy as np
@@ -44,6 +45,7 @@ _WORD = re.compile(r"(?u)\b\w\w+\b")
 _STOPWORDS = frozenset(STOPWORDS_EN)
 _local = threading.local()  # a Stemmer object must not be shared between threads
 _VOCAB_SLACK = 4096  # vocabulary terms beyond twice the live ones before a build counts them
+_T = TypeVar("_T")
 
 
 def tokenize(text: str) -> list[str]:
@@ -91,6 +93,7 @@ class Bm25Index:
         self._vocab: dict[str, int] = {}  # term -> id, ids in insertion order
         self._vocab_epoch = 0  # bumped when a compaction renumbers the ids
         self._live_terms = 0  # terms in use when the vocabulary was last counted
+        self._preparing_again = 0  # writes a compaction made stale, being prepared again: no compaction meanwhile
         self._touched: dict[str, int] = {}  # doc_id -> generation of its last local change
         self._generation = 0
         self._lock = threading.Lock()
@@ -123,18 +126,15 @@ class Bm25Index:
 
     def add(self, chunks: Sequence[StoredChunk]) -> None:
         """A local upsert: index (or re-index) these chunks now."""
-        while True:
-            epoch = self._vocab_epoch
-            prepared = self._prepare(chunks, previous={})
-            with self._lock:
-                if epoch != self._vocab_epoch:
-                    continue  # a compaction renumbered the terms meanwhile
-                self._generation += 1
-                for chunk_id, entry in prepared:
-                    self._put(chunk_id, entry)
-                    self._touched[entry.doc_id] = self._generation
-                self._dirty = self._local_changes = True
-                return
+
+        def commit(prepared: list[tuple[str, _Entry]]) -> None:
+            self._generation += 1
+            for chunk_id, entry in prepared:
+                self._put(chunk_id, entry)
+                self._touched[entry.doc_id] = self._generation
+            self._dirty = self._local_changes = True
+
+        self._write(lambda: self._prepare(chunks, previous={}), commit)
 
     def remove(self, doc_id: str, *, from_chunk_index: int = 0) -> None:
         """A local delete of a document's chunks with chunk_index >= from_chunk_index."""
@@ -152,14 +152,37 @@ class Bm25Index:
         Documents changed locally after generation `since` are left alone, since the read may predate
         that change; their ids are returned so the caller can read them again.
         """
-        while True:
+
+        def prepare() -> list[tuple[str, _Entry]]:
             with self._lock:
-                previous, epoch = dict(self._entries), self._vocab_epoch
-            prepared = self._prepare(chunks, previous=previous)
-            with self._lock:
-                if epoch == self._vocab_epoch:
-                    return self._replace_loaded(prepared, doc_ids=doc_ids, since=since)
-            # a compaction renumbered the terms meanwhile: prepare again
+                previous = dict(self._entries)
+            return self._prepare(chunks, previous=previous)
+
+        return self._write(prepare, lambda prepared: self._replace_loaded(prepared, doc_ids=doc_ids, since=since))
+
+    def _write(
+        self, prepare: Callable[[], list[tuple[str, _Entry]]], commit: Callable[[list[tuple[str, _Entry]]], _T]
+    ) -> _T:
+        """Prepare a write (term ids) outside the lock, then commit it under the lock. A write prepared while
+        a compaction renumbered the terms is prepared again, and no compaction runs until it is in: a long
+        write bringing many new terms (a reload) would otherwise push the vocabulary over the threshold
+        itself, and be compacted away again by every build that other writes bring."""
+        again = False
+        try:
+            while True:
+                with self._lock:
+                    epoch = self._vocab_epoch
+                prepared = prepare()
+                with self._lock:
+                    if epoch == self._vocab_epoch:
+                        return commit(prepared)
+                    if not again:
+                        again = True
+                        self._preparing_again += 1
+        finally:
+            if again:
+                with self._lock:
+                    self._preparing_again -= 1
 
     def _replace_loaded(
         self, prepared: list[tuple[str, _Entry]], *, doc_ids: Iterable[str] | None, since: int
@@ -251,7 +274,7 @@ class Bm25Index:
             with self._lock:
                 if not self._dirty:
                     return
-                if len(self._vocab) > 2 * self._live_terms + _VOCAB_SLACK:
+                if len(self._vocab) > 2 * self._live_terms + _VOCAB_SLACK and not self._preparing_again:
                     self._compact_vocabulary()
                 rows = sorted(self._entries.items())
                 vocab = dict(self._vocab)

@@ -263,3 +263,118 @@ def test_a_write_prepared_while_the_vocabulary_is_compacted_is_prepared_again(
     assert ids(index.search_now(query="vitamin", top_k=3)) == ["stable#0"]
     assert index.search_now(query="obsolete1 archived2", top_k=3) == []
     assert index.vocabulary_size < 40
+
+
+@pytest.mark.parametrize("write", ["add", "load"])
+def test_a_write_bringing_many_new_terms_is_not_compacted_away_by_every_build_while_it_is_prepared(
+    monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    # A reload of documents other replicas ingested brings more new terms than the index uses: they alone
+    # make a build count the vocabulary, and they are in no chunk until the reload is in.
+    monkeypatch.setattr(bm25_index, "_VOCAB_SLACK", 0)
+    index = loaded(chunk("stable", 0, "Vitamin supplements for older adults."))
+    term_ids = index._term_ids
+    interruptions = []
+
+    def ingesting_and_searching_meanwhile(tokens: list[str]) -> np.ndarray:
+        found = term_ids(tokens)
+        if tokens[0].startswith("report0"):  # once per preparation of the big write
+            assert len(interruptions) < 5, "the write is prepared again and again"
+            interruptions.append(index.generation)
+            index.add([chunk(f"ticket{len(interruptions)}", 0, f"pump valve {len(interruptions)}")])
+            index.build()  # what a search does after this replica's own write
+        return found
+
+    monkeypatch.setattr(index, "_term_ids", ingesting_and_searching_meanwhile)
+    reports = [chunk(f"report{n}", 0, " ".join(f"report{n}code{k}" for k in range(10))) for n in range(3)]
+    if write == "add":
+        index.add(reports)
+    else:
+        index.load(reports, doc_ids=[c.doc_id for c in reports], since=index.generation)
+        index.build()  # what the keyword sync does after a load
+    assert len(interruptions) == 2  # prepared again once only
+    assert ids(index.search_now(query="report2code7", top_k=3)) == ["report2#0"]
+    assert ids(index.search_now(query="vitamin", top_k=3)) == ["stable#0"]
+    for report in reports:
+        index.remove(report.doc_id)
+    index.add([chunk("old", 0, " ".join(f"obsolete{i}" for i in range(80)))])
+    index.remove("old")
+    index.build()
+    assert index.vocabulary_size < 20  # compaction runs again once the write is in
+
+
+def test_writes_builds_and_searches_from_several_threads_beside_compactions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingestion, the keyword sync, the background build and searches at once, with the vocabulary compacted
+    many times: every write is found as soon as it returns, no removed document is returned, nothing raises."""
+    monkeypatch.setattr(bm25_index, "_VOCAB_SLACK", 16)
+    stable = chunk("stable", 0, "Vitamin supplements for older adults.")
+    store = {"stable": [stable]}  # what Chroma holds: written before the index, as SyncedStore does
+    index = loaded(stable)
+    index.build()
+    problems: list[object] = []
+    deadline = time.monotonic() + 1.5
+    epochs = set()
+    synced = ["stable", "stable"]  # documents the sync loaded, newest last
+
+    def words(tag: str) -> str:
+        return " ".join(f"{tag}w{k}" for k in range(20))
+
+    def ingest(worker: int) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            doc = f"local{worker}x{n}"
+            store[doc] = [chunk(doc, 0, words(doc))]
+            index.add(store[doc])
+            if ids(index.search_now(query=f"{doc}w3", top_k=3)) != [f"{doc}#0"]:
+                problems.append(("not found after add", doc))
+            del store[doc]
+            index.remove(doc)
+            if index.search_now(query=f"{doc}w3", top_k=3):
+                problems.append(("found after remove", doc))
+
+    def sync() -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            doc = f"remote{n}"
+            store[doc] = [chunk(doc, 0, words(doc))]
+            index.load(store[doc], doc_ids=[doc], since=index.generation)
+            synced.append(doc)
+            store.pop(f"remote{n - 3}", None)
+            index.load([], doc_ids=[f"remote{n - 3}"], since=index.generation)
+            if n % 20 == 0:
+                since = index.generation
+                index.load([c for chunks in list(store.values()) for c in chunks], doc_ids=None, since=since)
+
+    def build() -> None:  # the background build
+        while time.monotonic() < deadline:
+            index.build()
+            epochs.add(index._vocab_epoch)
+
+    def search() -> None:  # searches beside those builds, with no write of their own to wait for
+        while time.monotonic() < deadline:
+            if ids(index.search_now(query="vitamin adults", top_k=3)) != ["stable#0"]:
+                problems.append("stable chunk not found")
+            term = f"{synced[-2]}w5"  # its id moves at compactions, unlike those of the first terms seen
+            if any(term not in hit.content for hit in index.search_now(query=term, top_k=3)):
+                problems.append(("a hit without the term", term))
+
+    def guarded(work, *args) -> None:
+        try:
+            work(*args)
+        except Exception as exc:  # reported below: a thread would swallow it
+            problems.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(ingest, w)) for w in range(2)]
+    threads += [threading.Thread(target=guarded, args=(work,)) for work in (sync, build, search)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert problems == []
+    assert len(epochs) > 3  # the vocabulary was compacted while all this went on
+    index.build()
+    for doc, chunks in store.items():
+        assert ids(index.search_now(query=tokenize(chunks[0].content)[-1], top_k=3)) == [f"{doc}#0"]
+    assert len(index) == len(store)
