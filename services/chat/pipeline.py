@@ -1,5 +1,5 @@
 """One chat turn: start → prepare (conversation, reformulation, retrieval, prompt) → generate → finish
-(citations, grounding, confidence, events, conversation).
+(citations, grounding, confidence, conversation, events).
 
 Each step lives in its own module; this one sequences them, times them and emits events.
 `answer` and `open_stream` (streaming.py) share every step but generation, so a streamed answer is
@@ -210,7 +210,7 @@ class ChatPipeline:
         }
 
     async def finish(self, turn: Turn, generation: Generation | None) -> ChatResponse:
-        """Cite, check, score, publish ResponseGenerated and keep the turn for follow-ups."""
+        """Cite, check, score, keep the turn for follow-ups and publish ResponseGenerated."""
         turn.stage = "citations"
         response = compose(turn, generation, relevance_threshold=self.config.relevance_threshold)
         metrics.observe_turn(turn.timings)

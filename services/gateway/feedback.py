@@ -5,8 +5,8 @@ who asked under the request id (the X-Request-ID the client sent or the one the 
 answer's metadata.request_id), for `FEEDBACK_WINDOW_S`. Only that user may rate that answer:
 someone else's request, an unknown one and one older than the window are all 404, alike.
 
-A request id a client sends is kept for the first user only: another user reusing it is refused
-(409), or they could make someone else's answer theirs to rate.
+A request id a client sends is kept for its first question only: reusing it, even by the same user, is
+refused (409), or another user could make someone else's answer theirs to rate.
 
 Rating the same answer again replaces the earlier rating: every rating is published, and the latest
 (by `occurred_at`) is the one that counts.

@@ -1,4 +1,4 @@
-"""Wires the gateway: Redis-backed users and sessions, one pooled client to the internal services' replicas, routes."""
+"""Wires the gateway: Redis-backed users and sessions, pooled clients to the internal services' replicas, routes."""
 from __future__ import annotations
 
 import asyncio

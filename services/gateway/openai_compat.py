@@ -7,7 +7,7 @@ resolve follow-ups; an assistant message without text (one that only calls tools
 System messages are ignored: Cairn's own prompt decides how the documents are used.
 Model "cairn", none, or a name chat does not offer means chat's default model; the completion names
 the model that answered. Citations stay in the text as [n] and come in full in the extra `citations`
-field (and, for a stream, in its last chunk).
+field (and, for a stream, in the chunk with its finish_reason).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ _SESSION_STORE = {503: "The session store (Redis) is unavailable (session_store_
 _SIGNED_IN = {401: "Missing, invalid or expired bearer token (unauthorized)", **_SESSION_STORE}
 _ROLE = {403: "None of the caller's roles grants this route (forbidden)"}
 _ASKING = {
-    409: "The X-Request-ID sent names another user's request (request_id_taken)",
+    409: "The X-Request-ID sent was already used for a question (request_id_taken)",
     429: "Over CHAT_REQUESTS_PER_MINUTE (rate_limited, with Retry-After)",
 }
 

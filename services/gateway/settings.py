@@ -31,7 +31,7 @@ class Settings(CommonSettings):
     analytics_url: HttpUrl = Field("http://127.0.0.1:8003", validation_alias=aliases("ANALYTICS_URL"))
     # More than 0: aiohttp reads 0 as "no timeout", and a negative one fails every call at once.
     upstream_timeout_s: float = Field(120.0, gt=0, validation_alias=aliases("UPSTREAM_TIMEOUT_S"))
-    # POST /api/documents: retrieval answers once the whole document is embedded, about 3,000 chunks (100-220 s)
+    # POST /api/documents: retrieval answers once the whole document is embedded, about 3,000 chunks (80-220 s)
     # for 2 MB of Markdown and up to ~32,000 for a MAX_UPLOAD_BYTES text file (docs/configuration.md).
     ingest_upstream_timeout_s: float = Field(3600.0, gt=0, validation_alias=aliases("INGEST_UPSTREAM_TIMEOUT_S"))
     # Rate limits, 0 turning one off: failed logins per username and per client address within
