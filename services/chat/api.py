@@ -29,13 +29,14 @@ _ERRORS = {
     502: {"description": "The LLM failed (llm_unavailable)"},
     503: {
         "description": "Retrieval or the conversation store is unavailable, or the LLM is rate limiting chat "
-        "or asks for a wait (retrieval_unavailable, conversation_store_unavailable, llm_unavailable; with Retry-After)"
+        "or asks for a wait, or chat has paused its calls to a failing LLM (retrieval_unavailable, conversation_store_unavailable, llm_unavailable; with Retry-After)"
     },
 }
 _STREAM_DESCRIPTION = (
     "Server-Sent Events: `sources` ({sources: passages [n] given to the model}), then `token` ({text}) deltas "
     "as the model writes them, then `done` (the full response of POST /chat, citations renumbered; its answer "
-    "replaces the tokens). A failure after the stream began is an `error` event ({error, message})."
+    "replaces the tokens). A failure after the stream began is an `error` event ({error, message, status}, "
+    "and retry_after when the plain endpoint would send Retry-After)."
 )
 
 
