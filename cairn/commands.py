@@ -15,7 +15,7 @@ import httpx
 
 from cairn import demo
 from cairn.engines import EngineMissing, engines_for, ensure
-from cairn.ingest import IngestError, RetrievalUnreachable
+from cairn.ingest import IngestError, NotRetrieval, RetrievalUnreachable
 from cairn.settings import SERVICES, CliSettings
 from cairn.retry_after import try_again_in
 from cairn.run_state import UnreadableState, read_state, stale_state, state_file, still_running
@@ -163,7 +163,11 @@ def down(settings: CliSettings, *, timeout_s: float = 30.0) -> int:
         for group in ([pid for name, pid in children.items() if name != CHROMA], [children.get(CHROMA)]):
             pids = [pid for pid in group if pid is not None]
             _stop_processes(state, pids, wait_for=pids, timeout_s=timeout_s)
-    state_file(settings).unlink(missing_ok=True)
+    try:
+        state_file(settings).unlink(missing_ok=True)
+    except OSError as exc:  # a folder in its place, say: the next `cairn up` cannot write it either
+        print(f"error: cannot remove the state file {state_file(settings)}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print("Cairn stopped.")
     return 0
 
@@ -387,6 +391,10 @@ def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
         )
     except RetrievalUnreachable as exc:
         print(f"error: {exc}: {_not_running_hint(settings, 'retrieval')}", file=sys.stderr)
+        return 1
+    except NotRetrieval as exc:
+        setting = "RETRIEVAL_URL" if settings.retrieval_url else "RETRIEVAL_PORT"
+        print(f"error: {exc}: is {setting} right?", file=sys.stderr)
         return 1
     except IngestError as exc:
         print(f"error: {exc}", file=sys.stderr)

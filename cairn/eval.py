@@ -289,4 +289,7 @@ def _contextual_effect(without: list[ModeReport], with_prefixes: list[ModeReport
 
 
 def _bar(total: int, description: str) -> tqdm:
-    return tqdm(total=total, desc=description, unit="", file=sys.stderr, leave=False, dynamic_ncols=True)
+    """Drawn only when standard error is a terminal (disable=None): in a log file its redraws would pile up."""
+    return tqdm(
+        total=total, desc=description, unit="", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None
+    )

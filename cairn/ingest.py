@@ -51,6 +51,10 @@ class RetrievalUnreachable(IngestError):
     """No connection to the retrieval service could be made for the first file: it is not running there."""
 
 
+class NotRetrieval(IngestError):
+    """POST /documents is not a route there (404, 405): the address is another service's, or a proxy's."""
+
+
 class RetrievalGone(Exception):
     """The connection to retrieval failed, or it answered that it cannot work: no later file can go in either."""
 
@@ -213,9 +217,10 @@ def ingest_paths(
     A file whose connection fails is sent once more after RETRY_AFTER_S, or after the wait retrieval's
     Retry-After asks for (at most MAX_RETRY_WAIT_S) when it answers that it cannot work; when it is still gone, that
     file and every one after it are counted failed, and the summary says so. Ctrl-C ends the run with a summary.
+    The progress bar (`progress`) is drawn only on a terminal: in a file or a pipe, its redraws would pile up.
 
-    Raises IngestError when the service refuses the token, or cannot be reached before any file went in,
-    since then no file can succeed.
+    Raises IngestError when the service refuses the token, is not the retrieval service (NotRetrieval), or
+    cannot be reached before any file went in, since then no file can succeed.
     """
     files, refused, skipped = collect_files(paths, base)
     summary = IngestSummary(failures=list(refused), skipped=skipped)
@@ -228,7 +233,7 @@ def ingest_paths(
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
         ) as client,
-        tqdm(total=len(files), unit="file", desc="ingest", disable=not progress) as bar,
+        tqdm(total=len(files), unit="file", desc="ingest", disable=None if progress else True) as bar,
     ):
         try:  # around the whole loop: Ctrl-C anywhere in it (the bar's redraw too) keeps the summary
             for index, path in enumerate(files):
@@ -305,6 +310,8 @@ def _send(client: httpx.Client, *, name: str, data: bytes) -> str:
         raise RetrievalGone(str(exc) or type(exc).__name__) from exc
     if response.status_code == 401:
         raise IngestError("retrieval refused the service token (check CAIRN_SERVICE_TOKEN)")
+    if response.status_code in (404, 405):  # retrieval answers every upload otherwise: no file would go in
+        raise NotRetrieval(f"no retrieval service at {client.base_url}: POST /documents answered {response.status_code}")
     if response.status_code in UNAVAILABLE_STATUSES:
         raise RetrievalGone(_reason(response, name), retry_after_s=retry_after_s(response))
     if response.status_code != 200:

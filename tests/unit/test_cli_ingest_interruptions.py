@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -100,6 +101,11 @@ def notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "notes"
 
 
+def on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standard error as a terminal, where the progress bar is drawn: under pytest it is a capture."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+
+
 @pytest.fixture(autouse=True)
 def short_retry_pause(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ingest, "RETRY_AFTER_S", 0.1, raising=False)
@@ -166,6 +172,7 @@ def test_ctrl_c_while_the_progress_bar_redraws_keeps_the_summary(
             raise KeyboardInterrupt
 
     monkeypatch.setattr(ingest.tqdm, "update", ctrl_c_after_the_second_file)
+    on_a_terminal(monkeypatch)
     with serve_in_thread(stand_in(received)) as url:
         monkeypatch.setenv("RETRIEVAL_URL", url)
         monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
@@ -176,3 +183,41 @@ def test_ctrl_c_while_the_progress_bar_redraws_keeps_the_summary(
         "2 added, 0 replaced, 0 unchanged, 0 failed",
         "interrupted: the files not counted above were not sent: run the same command again to finish",
     ]
+
+
+def test_redirected_to_a_file_it_draws_no_progress_bar(
+    notes: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cairn ingest docs/ >ingest.log 2>&1`: each redraw would be kept in the file, ten a second."""
+    with serve_in_thread(stand_in([])) as url:
+        monkeypatch.setenv("RETRIEVAL_URL", url)
+        monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
+        assert cli.main(["ingest", "notes"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "5 added, 0 replaced, 0 unchanged, 0 failed\n"
+    assert err == ""
+
+
+def test_on_a_terminal_it_draws_the_progress_bar(
+    notes: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on_a_terminal(monkeypatch)
+    with serve_in_thread(stand_in([])) as url:
+        monkeypatch.setenv("RETRIEVAL_URL", url)
+        monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
+        assert cli.main(["ingest", "notes"]) == 0
+    err = capsys.readouterr().err
+    assert "ingest: 100%" in err and "5/5" in err
+
+
+def test_an_address_that_is_not_retrieval_s_is_one_line_not_a_failure_per_file(
+    notes: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RETRIEVAL_URL set to the gateway's address, say: no route takes the uploads."""
+    with serve_in_thread(FastAPI()) as url:
+        monkeypatch.setenv("RETRIEVAL_URL", url)
+        monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
+        assert cli.main(["ingest", "notes"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"error: no retrieval service at {url}: POST /documents answered 404: is RETRIEVAL_URL right?\n"

@@ -144,3 +144,15 @@ def test_a_state_file_not_written_by_cairn_up_is_named_and_taken_as_stale(tmp_pa
     output = capsys.readouterr()
     assert output.err.startswith(warning) and output.out == "Cairn stopped.\n"
     assert not state_file(cairn).exists()
+
+
+def test_a_state_file_that_cannot_be_removed_is_one_line_and_status_1_not_a_traceback(tmp_path, capsys):
+    cairn = settings(tmp_path)
+    state_file(cairn).mkdir(parents=True)  # a folder where the file belongs: read and removed alike fail
+    assert commands.down(cairn, timeout_s=1) == 1
+    output = capsys.readouterr()
+    assert output.out == ""
+    assert output.err.splitlines() == [
+        f"warning: unreadable state file, taken as stale: {state_file(cairn)}: Is a directory",
+        f"error: cannot remove the state file {state_file(cairn)}: Is a directory",
+    ]

@@ -128,6 +128,18 @@ def test_above_the_exact_search_limit_dense_lookups_are_chromas_as_in_the_servic
     assert report["modes"]["dense"]["ndcg@10"] == 1.0
 
 
+def test_redirected_to_a_file_it_draws_no_progress_bars(
+    capsys, dataset: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    """`cairn eval ... 2>eval.log`: each redraw of the ingest and search bars would be kept in the file."""
+    code = evaluation.run(
+        dataset, split="test", mode="keyword", whole_docs=False, as_json=True, settings=settings_for(tmp_path), embedder=embedder
+    )
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "ingesting tiny-beir" not in err and "keyword search" not in err, err
+
+
 def test_a_folder_that_is_not_a_dataset_is_refused_before_loading_the_model(capsys, tmp_path: Path) -> None:
     assert cli.main(["eval", str(tmp_path / "nothing-here"), "--json"]) == 2
     assert "not a folder" in capsys.readouterr().err
