@@ -420,6 +420,11 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
     with httpx.Client(base_url=url, timeout=120) as client:
         try:
             login = client.post("/auth/login", json={"username": username, "password": password})
+            if login.status_code in (404, 405):  # the gateway answers every login otherwise
+                setting = "GATEWAY_URL" if settings.gateway_url else "GATEWAY_PORT"
+                print(f"login failed: no Cairn gateway at {url}: POST /auth/login answered {login.status_code}: "
+                      f"is {setting} right?", file=sys.stderr)
+                return 1
             if (session := _answered(login, "token")) is None:
                 print(f"login failed: {_message_of(login)}", file=sys.stderr)
                 return 1

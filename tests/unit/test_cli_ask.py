@@ -50,6 +50,17 @@ def test_an_answer_that_is_not_cairns_is_one_line_not_a_traceback(login_ok, expe
     assert capsys.readouterr().err == expected
 
 
+def test_an_address_that_is_not_the_gateways_says_which_setting_to_check(monkeypatch, capsys):
+    # Another service, or a wrong port: its "Not Found" alone left the operator guessing.
+    monkeypatch.setenv("CAIRN_PASSWORD", "whatever1")
+    with serve_in_thread(FastAPI()) as url:
+        monkeypatch.setenv("GATEWAY_URL", url)
+        assert cli.main(["ask", "anything"]) == 1
+    assert capsys.readouterr().err == (
+        f"login failed: no Cairn gateway at {url}: POST /auth/login answered 404: is GATEWAY_URL right?\n"
+    )
+
+
 def _refusing_gateway(*, at: str, status: int, message: str, retry_after: str | None) -> FastAPI:
     """A gateway that refuses the log-in or the question (`at`) with Cairn's JSON error and a Retry-After."""
     app = FastAPI()
