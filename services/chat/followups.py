@@ -76,11 +76,12 @@ MAX_SUBJECT_WORDS = 8
 
 # Words of any script: a question in Chinese or Russian names things of its own, though no rule here reads it.
 WORD = re.compile(r"\w+(?:'[^\W\d_]+)?(?:[.\-/]\w+)*")
-# "It takes ... to" reads at most 80 characters ahead: an unbounded ".*" rescanned the rest of the question from
-# every "it takes", quadratic in a crafted one. It ends before the word after "to", which stays a word of its own.
+# "It takes ... to" reads ahead no further than the next "it takes": an unbounded ".*" rescanned the rest of the
+# question from every "it takes", quadratic in a crafted one, and a bound in characters missed the "to" of a long
+# question. It ends before the word after "to", which stays a word of its own.
 IMPERSONAL_IT = re.compile(
     r"\bit(?:'s|\s+is|\s+was|\s+be)?\s+(?:possible|safe|ok|okay|necessary|recommended|better|best|wise|"
-    r"advisable|normal|worth|required|allowed|a good idea)\b|\bit\s+takes?\b.{0,80}?\bto\s+(?=\w)",
+    r"advisable|normal|worth|required|allowed|a good idea)\b|\bit\s+takes?\b(?:(?!\bit\s+takes?\b).)*?\bto\s+(?=\w)",
     re.IGNORECASE,
 )
 EXISTENTIAL_THERE = re.compile(r"\b(?:is|are|was|were)\s+there\b|\bthere(?:'s|\s+is|\s+are)\b", re.IGNORECASE)

@@ -57,6 +57,9 @@ def test_follow_ups_are_rewritten_with_the_previous_subject(previous, follow_up,
         "What is RabbitMQ?",
         "Is it possible to delete a document?",
         "How long does it take to index a PDF?",
+        # "to" over 80 characters after "it take": still the impersonal "it"
+        "How long does it take for the nightly reindex job of the whole archive collection with every attachment"
+        " and note to finish?",
         "How do I delete a user that is disabled?",
         "How does the gateway check its sessions?",
         "How do I configure Redis so that it uses TLS?",
