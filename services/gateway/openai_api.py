@@ -44,7 +44,7 @@ async def models(request: Request, session: UserSession, settings: SettingsDep, 
     answer = await chat.forward(method="GET", path="/models", headers=headers_for(request, session, settings))
     if answer.status_code != 200:
         return answer
-    return JSONResponse(_from_chat(answer.body, lambda listed: openai_compat.models_list(listed["models"])))
+    return JSONResponse(_models_list(answer))
 
 
 @router.get("/models/{model:path}", responses=in_openai_shape(forwarded("chat", _NO_MODEL)))
@@ -55,7 +55,7 @@ async def one_model(
     answer = await chat.forward(method="GET", path="/models", headers=headers_for(request, session, settings))
     if answer.status_code != 200:
         return answer
-    for listed in _from_chat(answer.body, lambda offer: openai_compat.models_list(offer["models"]))["data"]:
+    for listed in _models_list(answer)["data"]:
         if listed["id"] == model:
             return JSONResponse(listed)
     raise NotFound(f"there is no model {model!r}; GET /v1/models lists them", code="model_not_found")
@@ -101,6 +101,11 @@ async def chat_completions(
     usage_apart = bool(body.stream_options and body.stream_options.include_usage)
     writer = ChunkWriter(model=model, request_id=request_id_var.get(), usage_apart=usage_apart)
     return await _streamed(chat, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s)
+
+
+def _models_list(answer: Response) -> dict[str, Any]:
+    """GET /v1/models's answer from chat's GET /models."""
+    return _from_chat(answer.body, lambda offer: openai_compat.models_list(offer["models"]))
 
 
 def _from_chat(content: bytes | str, read: Callable[[Any], T]) -> T:

@@ -236,6 +236,15 @@ def test_terms_of_documents_gone_leave_the_vocabulary_and_live_terms_stay_search
     assert ids(index.search_now(query="day3item7", top_k=3)) == ["news#0"]
 
 
+def written(index: Bm25Index, write: str, chunks: list[StoredChunk]) -> None:
+    """`chunks` indexed as an ingest writes them ("add") or as the keyword sync reads them ("load", then a build)."""
+    if write == "add":
+        index.add(chunks)
+    else:
+        index.load(chunks, doc_ids=[c.doc_id for c in chunks], since=index.generation)
+        index.build()
+
+
 @pytest.mark.parametrize("write", ["add", "load"])
 def test_a_write_prepared_while_the_vocabulary_is_compacted_is_prepared_again(
     monkeypatch: pytest.MonkeyPatch, write: str
@@ -253,12 +262,7 @@ def test_a_write_prepared_while_the_vocabulary_is_compacted_is_prepared_again(
         return found
 
     monkeypatch.setattr(index, "_term_ids", compacting_after_the_first_terms)
-    fresh = chunk("fresh", 0, "Zebrafish regenerate heart tissue.")
-    if write == "add":
-        index.add([fresh])
-    else:
-        index.load([fresh], doc_ids=["fresh"], since=index.generation)
-        index.build()  # what the keyword sync does after a load
+    written(index, write, [chunk("fresh", 0, "Zebrafish regenerate heart tissue.")])
     assert ids(index.search_now(query="zebrafish heart", top_k=3)) == ["fresh#0"]
     assert ids(index.search_now(query="vitamin", top_k=3)) == ["stable#0"]
     assert index.search_now(query="obsolete1 archived2", top_k=3) == []
@@ -287,11 +291,7 @@ def test_a_write_bringing_many_new_terms_is_not_compacted_away_by_every_build_wh
 
     monkeypatch.setattr(index, "_term_ids", ingesting_and_searching_meanwhile)
     reports = [chunk(f"report{n}", 0, " ".join(f"report{n}code{k}" for k in range(10))) for n in range(3)]
-    if write == "add":
-        index.add(reports)
-    else:
-        index.load(reports, doc_ids=[c.doc_id for c in reports], since=index.generation)
-        index.build()  # what the keyword sync does after a load
+    written(index, write, reports)
     assert len(interruptions) == 2  # prepared again once only
     assert ids(index.search_now(query="report2code7", top_k=3)) == ["report2#0"]
     assert ids(index.search_now(query="vitamin", top_k=3)) == ["stable#0"]
