@@ -75,7 +75,7 @@ def answered_status(error: dict[str, Any]) -> int | None:
 
 
 def _error_status(value: object) -> int | None:
-    if isinstance(value, str) and value.isascii() and value.isdigit():
+    if isinstance(value, str) and len(value) == 3 and value.isascii() and value.isdigit():  # "502", as a status
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
         return value
