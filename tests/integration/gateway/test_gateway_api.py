@@ -236,6 +236,15 @@ def misbehaving_url():
         yield url
 
 
+def _asked_of(chat_url, redis_url, unique, *, path, query):
+    """A user's question sent through a gateway whose chat is at `chat_url`: the gateway's response."""
+    asyncio.run(_seed_users(redis_url, unique))
+    settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=chat_url)
+    with TestClient(create_app(settings)) as client:
+        auth = {"Authorization": f"Bearer {_login(client)['token']}"}
+        return client.post(path, json={"query": query}, headers=auth)
+
+
 @pytest.mark.parametrize("path", ["/api/chat", "/api/chat/stream"])
 @pytest.mark.parametrize(
     ("page", "status", "error"),
@@ -245,11 +254,7 @@ def misbehaving_url():
 def test_an_error_page_that_is_not_json_becomes_an_error_naming_the_service(
     redis_url, unique, misbehaving_url, path, page, status, error
 ):
-    asyncio.run(_seed_users(redis_url, unique))
-    settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=misbehaving_url)
-    with TestClient(create_app(settings)) as client:
-        auth = {"Authorization": f"Bearer {_login(client)['token']}"}
-        response = client.post(path, json={"query": page}, headers=auth)
+    response = _asked_of(misbehaving_url, redis_url, unique, path=path, query=page)
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     assert response.json()["error"] == error  # chat's own JSON error is passed on as it came
@@ -266,11 +271,7 @@ def test_an_error_page_that_is_not_json_becomes_an_error_naming_the_service(
 def test_an_error_not_in_cairns_shape_keeps_its_status_but_none_of_its_body(
     redis_url, unique, misbehaving_url, path, page, status, error, message
 ):
-    asyncio.run(_seed_users(redis_url, unique))
-    settings = Settings(redis_url=redis_url, redis_prefix=unique, chat_url=misbehaving_url)
-    with TestClient(create_app(settings)) as client:
-        auth = {"Authorization": f"Bearer {_login(client)['token']}"}
-        response = client.post(path, json={"query": page}, headers=auth)
+    response = _asked_of(misbehaving_url, redis_url, unique, path=path, query=page)
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     assert response.json() == {"error": error, "message": message}
