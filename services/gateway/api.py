@@ -31,7 +31,7 @@ from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
 from services.gateway.routing import QuestionRoute
 from services.gateway.settings import Settings
 from shared.context import set_user_id
-from shared.errors import DependencyUnavailable, UpstreamTimeout
+from shared.errors import DependencyUnavailable, Unauthorized, UpstreamTimeout
 from shared.json_body import StrictJsonRoute
 from shared.web import internal_headers
 
@@ -61,6 +61,9 @@ async def login(
         )
     except DependencyUnavailable:  # no session is left behind (see auth.login), and no failure counted
         await rate_limits.login_cut_short(limiter=limiter, attempt=attempt)
+        raise
+    except Unauthorized:
+        await rate_limits.login_failed(limiter=limiter, attempt=attempt)
         raise
     try:
         await rate_limits.login_succeeded(limiter=limiter, attempt=attempt)  # only failures use up the limits

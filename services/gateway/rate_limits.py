@@ -7,7 +7,10 @@ Logins: every attempt is counted in both buckets before the password is checked,
 burst of parallel guesses gets no more than the limit through; a successful attempt is then given
 back, so only failures use up the budget and many people behind one address (an office, a NAT) can
 all log in. So is an attempt the store cut short (a 503): it is no wrong password. While a bucket is
-full no password is checked at all: a guess made then says nothing, even a right one.
+full no password is checked at all: a guess made then says nothing, even a right one. An attempt is
+counted as under way until it is given back or settled as a failure: a bucket full of attempts under
+way is told to retry in UNDER_WAY_WAIT_S, since they free it as soon as they succeed, where one full of
+failures is told to wait until the oldest leaves the window.
 
 Lock-out abuse: anyone may fail logins on anyone's username, so the per-username limit lets an
 attacker lock an account out. The lock is bounded: refused attempts are not counted, so it ends
@@ -53,13 +56,25 @@ class Bucket:
     limit: Limit
 
 
+# A login's password check takes a fraction of a second, a few seconds in a burst: the wait given while logins
+# under way fill a bucket. One whose outcome was never recorded (its gateway stopped meanwhile) is taken for a
+# failure once UNDER_WAY_AT_MOST_S old. Either number only sets Retry-After: every attempt counts all along.
+UNDER_WAY_WAIT_S = 1.0
+UNDER_WAY_AT_MOST_S = 60.0
+
+
 class RateLimiter(Protocol):
     """Sliding-window counters shared by every replica. Methods raise DependencyUnavailable when the
     store does not answer: callers let it through, so nothing passes unchecked (fail closed)."""
 
-    async def take(self, buckets: Sequence[Bucket], *, event_id: str) -> float:
+    async def take(self, buckets: Sequence[Bucket], *, event_id: str, under_way: bool = False) -> float:
         """Count the event `event_id` in every bucket if each has room in its window, and return 0.
-        Otherwise count it nowhere and return the seconds until every bucket has room again."""
+        Otherwise count it nowhere and return the seconds until every bucket has room again, taking the
+        events under way to leave within UNDER_WAY_WAIT_S. `under_way`: the event is an attempt whose
+        outcome is not known yet; it counts as any other until it is settled or given back."""
+
+    async def settle(self, keys: Sequence[str], *, event_id: str) -> None:
+        """Keep the event `event_id`, counted under way, as a settled one (a failed login)."""
 
     async def give_back(self, keys: Sequence[str], *, event_id: str) -> None:
         """Forget the event `event_id` in these buckets, as if it had never been counted."""
@@ -118,9 +133,20 @@ async def start_login(*, limiter: RateLimiter, limits: LoginLimits, username: st
         if limit.enabled
     ]
     attempt = LoginAttempt(keys=tuple(b.key for b in buckets), event_id=secrets.token_hex(8))
-    if buckets and (wait_s := await limiter.take(buckets, event_id=attempt.event_id)) > 0:
-        raise RateLimited("too many failed logins; try again later", retry_after_s=wait_s)
+    if buckets and (wait_s := await limiter.take(buckets, event_id=attempt.event_id, under_way=True)) > 0:
+        raise RateLimited("too many failed logins, or too many at once; try again later", retry_after_s=wait_s)
     return attempt
+
+
+async def login_failed(*, limiter: RateLimiter, attempt: LoginAttempt) -> None:
+    """Keep the attempt counted as a failure. Best effort: while the store fails, the attempt stays counted
+    under way, and is taken for a failure once UNDER_WAY_AT_MOST_S old."""
+    if not attempt.keys:
+        return
+    try:
+        await limiter.settle(attempt.keys, event_id=attempt.event_id)
+    except DependencyUnavailable:
+        pass
 
 
 async def login_succeeded(*, limiter: RateLimiter, attempt: LoginAttempt) -> None:

@@ -57,6 +57,24 @@ def test_successful_logins_use_up_no_limit(settings):
         assert _bad_login(client).status_code == 401
 
 
+async def test_right_passwords_sent_at_once_beyond_the_limit_wait_a_second_not_the_window(settings):
+    """A login counts while its password is checked, so that parallel guesses get no more than the limit
+    through. Right passwords sent at the same moment beyond the limit are refused too, but no failure was
+    counted: they are told to try again in a second, not when the window has passed, and then get in."""
+    settings = settings.model_copy(update={"login_attempts_per_username": 2, "login_window_s": 300})
+    right = {"username": "ann", "password": PASSWORD}
+    with serve_in_thread(create_app(settings)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            answers = await asyncio.gather(*(client.post("/auth/login", json=right) for _ in range(6)))
+            refused = [answer for answer in answers if answer.status_code == 429]
+            assert refused, [answer.status_code for answer in answers]  # argon2 keeps the first two under way
+            assert {answer.headers["retry-after"] for answer in refused} == {"1"}
+            assert {answer.json()["retry_after_s"] for answer in refused} == {1}
+            await asyncio.sleep(1)
+            for _ in refused:
+                assert (await client.post("/auth/login", json=right)).status_code == 200
+
+
 def test_failures_from_one_address_are_limited_across_usernames(settings):
     settings = settings.model_copy(update={"login_attempts_per_ip": 4})
     with TestClient(create_app(settings), client=("203.0.113.7", 5000)) as client:
@@ -175,5 +193,31 @@ async def test_events_leave_the_window_as_it_slides(redis_url, unique):
         await asyncio.sleep(wait + 0.02)
         assert await limiter.take(bucket, event_id="c") == 0
         assert 0.1 < await limiter.take(bucket, event_id="d") <= 0.2  # now "b" is the one to wait for
+    finally:
+        await redis.aclose()
+
+
+async def test_events_under_way_hold_a_bucket_a_second_until_settled_or_given_back(redis_url, unique, monkeypatch):
+    redis = connect(redis_url, timeout_s=2)
+    limiter = RedisRateLimiter(redis, prefix=unique, timeout_s=2)
+    bucket = [Bucket("logins", Limit(2, 60))]
+    try:
+        assert await limiter.take(bucket, event_id="a", under_way=True) == 0
+        assert await limiter.take(bucket, event_id="b", under_way=True) == 0
+        assert await limiter.take(bucket, event_id="c", under_way=True) == 1  # "a" or "b" may yet succeed
+        await limiter.give_back(["logins"], event_id="a")  # a right password
+        assert await limiter.take(bucket, event_id="c", under_way=True) == 0
+        await limiter.settle(["logins"], event_id="b")  # a wrong one
+        assert await limiter.take(bucket, event_id="d", under_way=True) == 1  # "c" is still under way
+        await limiter.settle(["logins"], event_id="c")
+        assert 59 < await limiter.take(bucket, event_id="d", under_way=True) <= 60  # failures hold it their window
+        assert await limiter.take(bucket, event_id="d") > 1  # an event never under way counts as settled
+
+        monkeypatch.setattr("services.gateway.adapters.redis_rate_limits.UNDER_WAY_AT_MOST_S", 0.2)
+        stale = [Bucket("stale", Limit(1, 60))]
+        assert await limiter.take(stale, event_id="e", under_way=True) == 0  # never settled: its gateway stopped
+        assert await limiter.take(stale, event_id="f") == 1
+        await asyncio.sleep(0.25)
+        assert 59 < await limiter.take(stale, event_id="f") <= 60  # then taken for the failure it may have been
     finally:
         await redis.aclose()

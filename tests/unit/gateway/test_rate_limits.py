@@ -15,8 +15,9 @@ class FakeRateLimiter:
     def __init__(self) -> None:
         self.now = 1000.0
         self.events: dict[str, dict[str, float]] = {}
+        self.under_way: set[str] = set()
 
-    async def take(self, buckets: Sequence[Bucket], *, event_id: str) -> float:
+    async def take(self, buckets: Sequence[Bucket], *, event_id: str, under_way: bool = False) -> float:
         wait = 0.0
         for bucket in buckets:
             times = self.events.setdefault(bucket.key, {})
@@ -24,24 +25,39 @@ class FakeRateLimiter:
                 if at <= self.now - bucket.limit.window_s:
                     del times[old]
             if len(times) >= bucket.limit.events:
-                frees_at = sorted(times.values())[len(times) - bucket.limit.events]
-                wait = max(wait, frees_at + bucket.limit.window_s - self.now)
+                wait = max(wait, self._wait(times, len(times) - bucket.limit.events + 1, bucket.limit.window_s))
         if wait > 0:
             return wait
         for bucket in buckets:
             self.events[bucket.key][event_id] = self.now
+        if under_way:
+            self.under_way.add(event_id)
         return 0.0
+
+    def _wait(self, times: dict[str, float], leaving: int, window_s: float) -> float:
+        settled_from = self.now - rate_limits.UNDER_WAY_AT_MOST_S
+        settled = sorted(at for event, at in times.items() if event not in self.under_way or at <= settled_from)
+        under_way = len(times) - len(settled)
+        oldest_leaving = sorted(times.values())[leaving - 1] + window_s - self.now
+        if leaving <= under_way:
+            return min(rate_limits.UNDER_WAY_WAIT_S, oldest_leaving)
+        return settled[leaving - under_way - 1] + window_s - self.now
+
+    async def settle(self, keys: Sequence[str], *, event_id: str) -> None:
+        self.under_way.discard(event_id)
 
     async def give_back(self, keys: Sequence[str], *, event_id: str) -> None:
         for key in keys:
             self.events.get(key, {}).pop(event_id, None)
+        self.under_way.discard(event_id)
 
 
 LIMITS = LoginLimits(per_username=Limit(3, 60), per_address=Limit(5, 60))
 
 
 async def _fail(limiter, username="ann", address="192.0.2.1"):
-    await rate_limits.start_login(limiter=limiter, limits=LIMITS, username=username, address=address)
+    attempt = await rate_limits.start_login(limiter=limiter, limits=LIMITS, username=username, address=address)
+    await rate_limits.login_failed(limiter=limiter, attempt=attempt)
 
 
 async def test_failed_logins_per_username_are_limited_for_the_window_then_allowed():
@@ -78,6 +94,43 @@ async def test_a_successful_login_uses_up_no_limit():
         attempt = await rate_limits.start_login(limiter=limiter, limits=LIMITS, username="ann", address="192.0.2.1")
         await rate_limits.login_succeeded(limiter=limiter, attempt=attempt)
     assert all(not times for times in limiter.events.values())
+
+
+async def test_attempts_under_way_fill_a_bucket_for_a_second_failures_for_the_window():
+    limiter = FakeRateLimiter()
+    start = rate_limits.start_login
+    under_way = [await start(limiter=limiter, limits=LIMITS, username="ann", address="192.0.2.1") for _ in range(3)]
+    with pytest.raises(RateLimited) as refused:  # no password checked yet: they may all be right
+        await _fail(limiter)
+    assert refused.value.retry_after_s == 1 and "at once" in refused.value.message
+
+    await rate_limits.login_succeeded(limiter=limiter, attempt=under_way[0])
+    await _fail(limiter)
+    for attempt in under_way[1:]:
+        await rate_limits.login_failed(limiter=limiter, attempt=attempt)
+    limiter.now += 10
+    with pytest.raises(RateLimited) as refused:
+        await _fail(limiter)
+    assert refused.value.retry_after_s == 50  # three failures hold the bucket until the oldest leaves
+
+
+async def test_an_attempt_never_settled_is_taken_for_a_failure_in_the_end():
+    limiter = FakeRateLimiter()
+    limits = LoginLimits(per_username=Limit(3, 300), per_address=Limit(0, 60))
+
+    async def attempt() -> rate_limits.LoginAttempt:
+        return await rate_limits.start_login(limiter=limiter, limits=limits, username="ann", address="192.0.2.1")
+
+    await attempt()  # never settled nor given back: its gateway stopped
+    for _ in range(2):
+        await rate_limits.login_failed(limiter=limiter, attempt=await attempt())
+    with pytest.raises(RateLimited) as refused:
+        await attempt()
+    assert refused.value.retry_after_s == 1
+    limiter.now += rate_limits.UNDER_WAY_AT_MOST_S
+    with pytest.raises(RateLimited) as refused:
+        await attempt()
+    assert refused.value.retry_after_s == 300 - rate_limits.UNDER_WAY_AT_MOST_S
 
 
 async def test_failures_per_address_are_limited_across_usernames():
