@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Depends, HTTPException, Request, Response, params
+from fastapi import Depends, Request, Response, params
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.types import Message
@@ -65,11 +65,15 @@ def _no_constant(literal: str) -> Any:
 
 
 def loads(body: bytes) -> Any:
-    """json.loads, raising json.JSONDecodeError for a string that holds an unpaired surrogate, for an object
-    that names a key twice, for NaN, Infinity or -Infinity, for a whole number of thousands of digits, or for
-    nesting deeper than Python's recursion limit lets json read."""
+    """json.loads, raising json.JSONDecodeError for bytes that are not UTF-8, for a string that holds an unpaired
+    surrogate, for an object that names a key twice, for NaN, Infinity or -Infinity, for a whole number of
+    thousands of digits, or for nesting deeper than Python's recursion limit lets json read."""
     try:
         value = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:  # JSON is UTF-8 text (RFC 8259): a Latin-1 "\xf6" is not JSON
+        text = body.decode("utf-8", "replace")
+        why = f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position {exc.start})"
+        raise json.JSONDecodeError(why, text, exc.start) from None
     except RecursionError:  # arrays or objects nested some thousand deep: malformed for Cairn, not a 500
         text = body.decode("utf-8", "replace")
         raise json.JSONDecodeError("arrays and objects nested too deeply", text, 0) from None
@@ -80,7 +84,7 @@ def loads(body: bytes) -> Any:
         text = body.decode("utf-8", "replace")
         raise json.JSONDecodeError(f"{exc.literal} is not JSON (JSON numbers are finite)", text, 0) from None
     except ValueError as exc:
-        if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        if isinstance(exc, json.JSONDecodeError):
             raise
         # Python reads at most sys.get_int_max_str_digits() digits of a whole number (4,300 by default).
         text = body.decode("utf-8", "replace")
@@ -211,15 +215,13 @@ async def _body_refusal(request: StrictJsonRequest, *, takes_json: bool) -> Exce
         )
     try:
         await request.json()
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return refusal_of_unreadable(exc)
     return None
 
 
-def refusal_of_unreadable(exc: ValueError) -> Exception:
-    """The 400 for a body `loads` could not read, as FastAPI words it when it reads the body itself."""
-    if isinstance(exc, json.JSONDecodeError):
-        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {},
-                 "ctx": {"error": exc.msg}}
-        return RequestValidationError([error], body=exc.doc)
-    return HTTPException(status_code=400, detail="There was an error parsing the body")  # bytes that are not text
+def refusal_of_unreadable(exc: json.JSONDecodeError) -> RequestValidationError:
+    """The 400 malformed_json for a body `loads` could not read, as FastAPI words it when it reads the body itself."""
+    error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {},
+             "ctx": {"error": exc.msg}}
+    return RequestValidationError([error], body=exc.doc)

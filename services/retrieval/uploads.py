@@ -5,6 +5,7 @@ HTTP-layer code (it knows Starlette's request), kept out of the route so the rou
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -62,7 +63,7 @@ def json_document(body: bytes) -> DocumentIn:
     """The JSON body's document, read as every route reads JSON (I-JSON: 400 for malformed JSON)."""
     try:
         value = json_body.loads(body)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise json_body.refusal_of_unreadable(exc) from None
     if not isinstance(value, dict):  # said as pydantic says it of JSON, not naming the model's class
         raise RequestValidationError([{"loc": (), "msg": "Input should be an object", "type": "model_type"}])

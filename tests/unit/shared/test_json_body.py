@@ -104,6 +104,8 @@ def test_arrays_nested_too_deeply_are_malformed_json_not_a_recursion_error(depth
         (b'{"messages": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", "arrays and objects nested too deeply"),
         # Was a 400 that named no cause ("There was an error parsing the body").
         (b'{"max_tokens": ' + b"9" * 5_000 + b', "messages": []}', "a whole number too long to read"),
+        # Was a 400 http_error, "There was an error parsing the body": a Latin-1 client's "j\xf6rg".
+        (b'{"messages": [{"role": "user", "content": "j\xf6rg"}]}', "not UTF-8 text (byte 0xf6 at position 44)"),
     ],
 )
 def test_a_body_python_cannot_read_is_malformed_json(body: bytes, why: str) -> None:
