@@ -45,7 +45,7 @@ class Settings(CommonSettings):
     db_timeout_s: float = Field(
         5.0, gt=0, validation_alias=aliases("ANALYTICS_DB_TIMEOUT_S"),
         description="Longest wait to connect to the database, for a connection of the pool to come free, "
-        "and (SQLite) for a lock.",
+        "and for a lock another connection holds (not in migrations).",
     )
     db_pool_size: int = Field(5, ge=1, le=1000, validation_alias=aliases("ANALYTICS_DB_POOL_SIZE"))
     db_max_overflow: int = Field(

@@ -100,6 +100,9 @@ def _locked(engine: Engine) -> Iterator[Connection]:
         return
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
+            # Waits for another replica's migration, and for the reports reading the tables, however long
+            # they take: the store's lock timeout is for reports and inserts, not for a migration.
+            conn.execute(text("SET LOCAL lock_timeout = 0"))
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
         yield conn
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,19 +52,23 @@ def make_engine(url: str, *, timeout_s: float = 5.0, pool_size: int = 5, max_ove
     engine = create_engine(
         parsed, pool_pre_ping=True, connect_args={"connect_timeout": max(1, round(timeout_s))}, **pool
     )
-    event.listen(engine, "connect", _without_jit)
+    event.listen(engine, "connect", partial(_postgresql_session, lock_timeout_ms=max(1, round(timeout_s * 1000))))
     return engine
 
 
-def _without_jit(dbapi_connection, _record) -> None:
+def _postgresql_session(dbapi_connection, _record, *, lock_timeout_ms: int) -> None:
     # The reports' joins over the events table cost past jit_above_cost from tens of thousands of questions,
     # and compiling them took two thirds of the summary's time (2.9-3.4 s against 1.2-1.3 s at 60,000).
-    # A SET rather than the startup option "-c jit=off", which PgBouncer refuses; committed at once, since
-    # the pool's rollback would undo it.
+    # A lock held by someone else (VACUUM FULL, ALTER TABLE, LOCK TABLE, a replica migrating) made every
+    # report and insert wait as long as it was held, each in a worker thread, until /readyz found none left:
+    # the wait is bounded as SQLite's busy timeout bounds it, and then the database is unavailable (55P03).
+    # SETs rather than startup options ("-c jit=off"), which PgBouncer refuses; committed at once, since
+    # the pool's rollback would undo them.
     autocommit = dbapi_connection.autocommit
     dbapi_connection.autocommit = True
     cursor = dbapi_connection.cursor()
     cursor.execute("SET jit = off")
+    cursor.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
     cursor.close()
     dbapi_connection.autocommit = autocommit
 

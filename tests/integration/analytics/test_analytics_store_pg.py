@@ -1,15 +1,22 @@
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+
 import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ProgrammingError
 
+from services.analytics.adapters import migrations
 from services.analytics.adapters.schema import cited_documents, events
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import to_record
 from services.analytics.handler import Outcome, handle
+from services.analytics.reports import summary as summary_report
+from services.analytics.reports.scope import Scope
 from shared.errors import DependencyUnavailable
 from tests.integration.analytics.pg_databases import fresh_database
 from tests.unit.analytics.analytics_events import submitted
@@ -91,5 +98,46 @@ def test_a_schema_error_is_not_taken_for_an_unavailable_database(postgres_server
                 store.add(to_record(submitted()))
             assert raised.value.orig.sqlstate == "42703"
             assert store.writable is True
+        finally:
+            store.close()
+
+
+@contextmanager
+def _holding(url: str, lock: str, *, for_s: float) -> Iterator[None]:
+    """Someone else (a VACUUM FULL, an ALTER TABLE, a migrating replica) holding `lock` in an open transaction;
+    the server ends it after `for_s`, so that a store waiting on it cannot wait forever."""
+    with closing(psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))) as other:
+        other.execute(f"SET idle_in_transaction_session_timeout = '{round(for_s * 1000)}ms'")
+        other.execute(lock)
+        yield
+
+
+def test_a_table_locked_by_someone_else_is_503_within_the_timeout_not_a_hang(postgres_server_url: str) -> None:
+    """Without a lock timeout every report and insert waited for the lock as long as it was held, each with a
+    worker thread, until /readyz itself found none left; ANALYTICS_DB_TIMEOUT_S bounds a lock wait, as on SQLite."""
+    with fresh_database(postgres_server_url) as url:
+        store = SqlEventStore.from_url(url, timeout_s=1)
+        try:
+            store.create_schema()
+            with _holding(url, "LOCK TABLE events IN ACCESS EXCLUSIVE MODE", for_s=8):
+                started = time.monotonic()
+                with pytest.raises(DependencyUnavailable):
+                    store.read(summary_report.summary, scope=Scope())
+                with pytest.raises(DependencyUnavailable):
+                    store.add(to_record(submitted()))
+                assert time.monotonic() - started < 6
+                assert store.writable is False
+            assert store.add(to_record(submitted())) is True
+        finally:
+            store.close()
+
+
+def test_a_migration_waits_for_another_replica_migrating_longer_than_the_timeout(postgres_server_url: str) -> None:
+    with fresh_database(postgres_server_url) as url:
+        store = SqlEventStore.from_url(url, timeout_s=1)
+        try:
+            with _holding(url, f"SELECT pg_advisory_xact_lock({migrations._ADVISORY_LOCK_KEY})", for_s=2.5):
+                store.create_schema()  # waits for the lock, past the 1 s lock timeout of other statements
+            assert store.add(to_record(submitted())) is True
         finally:
             store.close()
