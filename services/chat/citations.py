@@ -1,6 +1,7 @@
-"""Citation post-processing: read the markers the model wrote ([n], [n, m], [n-m], [n–m], [Citation n],
-[Source n], 【n】, ［n］, [Title > Section]), keep those that point at a passage, merge passages of the same document page,
-renumber in order of first use, rewrite every marker to the plain [n] form and describe each cited passage."""
+"""Citation post-processing: read the markers the model wrote ([n], [n, m], [n; m], [n and m], [n-m], [n–m],
+[Citation n], [Source n], 【n】, ［n］, [Title > Section]), keep those that point at a passage, merge passages of the
+same document page, renumber in order of first use, rewrite every marker to the plain [n] form and describe each
+cited passage."""
 from __future__ import annotations
 
 import re
@@ -13,18 +14,28 @@ SNIPPET_CHARS = 200
 # Any bracketed text not followed by "(" (a Markdown link); its content decides whether it is a citation.
 # Models trained on Chinese text also write the full-width 【1】 and ［１］.
 _BRACKET = re.compile(r"(?:\[([^\[\]\n]{1,200})\]|【([^【】\n]{1,200})】|［([^［］\n]{1,200})］)(?!\()")
-# Code, where brackets are the code's own: fenced blocks (to their end, or the answer's) and inline spans,
-# a span opened by two backticks (``a`b[1]``) holding until two close it.
-_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|``(?!`)[^\n]*?``|`[^`\n]*`)", re.DOTALL)
+# Code, where brackets are the code's own, as Markdown reads it: a fenced block opens on a line of its own (a
+# backtick fence's info string holds no backtick) and holds to a line of as long a fence or to the answer's end;
+# an inline span is a run of one to three backticks closed by a run as long on the same line (``a`b[1]``), as
+# the chat page reads it (longer runs would make the search quadratic). Other backticks, such as a run of three
+# inside a sentence that none closes, are text.
+_CODE = re.compile(
+    r"^[ \t]*(?P<fence>`{3,}(?=[^`\n]*$)|~{3,})[^\n]*(?:\n.*?(?:\n[ \t]*(?P=fence)[`~]*[ \t]*$|\Z)|\Z)"
+    r"|(?<!`)(?P<ticks>`{1,3})(?!`)[^\n]*?(?<!`)(?P=ticks)(?!`)",
+    re.DOTALL | re.MULTILINE,
+)
 _MAX_PASSAGE_NUMBER = 999  # [2019] is a year, left as written; no prompt holds a thousand passages
 # A number may carry the word models put before it ("Citation 2", "Source: 2", "Doc 2", "Passage 2", "Sources
 # 1, 2"), a range may be written with an en or em dash, as typesetting models do ("1–3"), and a list with the
-# full-width comma of Chinese text ("1，2").
+# full-width comma of Chinese text ("1，2"), a semicolon ("1; 2") or an "and" ("1 and 2", "1, 2, and 3", "1 & 2").
+# A list left unread would keep the prompt's numbers while the markers around it are renumbered.
 _LABEL = r"(?:(?:citation|source|doc|document|passage)s?\s*:?\s*)?"
 _DASH = r"[-–—]"
-_COMMA = r"[,，]"
+_COMMA = r"[,，;；]"
+_AND = r"(?:\band\b|&)"
+_SEPARATOR = rf"\s*(?:{_COMMA}\s*(?:{_AND}\s*)?|{_AND}\s*)"
 _NUMBER_LIST = re.compile(
-    rf"\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?(?:\s*{_COMMA}\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?)*\s*", re.I
+    rf"\s*{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?(?:{_SEPARATOR}{_LABEL}\d+(?:\s*{_DASH}\s*\d+)?)*\s*", re.I
 )
 _NUMBER_ITEM = re.compile(rf"(\d+)(?:\s*{_DASH}\s*(\d+))?")
 # "[0, 1]", "[0-100]": passages count from 1, so a range of values
@@ -114,7 +125,7 @@ def lacks_information(answer: str) -> bool:
 def _only_refuses(answer: str) -> bool:
     """Whether every part of `answer` that carries a citation marker says the information is missing:
     the citations then back no claim, and the answer is a refusal."""
-    prose = "".join(_CODE.split(answer)[0::2])
+    prose = "".join(prose_and_code(answer)[0::2])
     return all(_says_information_is_missing(clause) for clause in _clauses(prose) if _BRACKET.search(clause))
 
 
@@ -216,7 +227,12 @@ def _glued(marker: re.Match[str]) -> bool:
 
 def prose_and_code(text: str) -> list[str]:
     """`text` cut into prose, code, prose, code, ... (fenced blocks and inline spans are code)."""
-    return _CODE.split(text)
+    parts: list[str] = []
+    last = 0
+    for code in _CODE.finditer(text):
+        parts += [text[last : code.start()], code.group(0)]
+        last = code.end()
+    return [*parts, text[last:]]
 
 
 def _outside_code(text: str, replace: Callable[[re.Match[str]], str]) -> str:

@@ -103,6 +103,11 @@ def test_citation_word_form_is_rewritten_to_plain_number():
      ["chunk-2", "chunk-4", "chunk-1", "chunk-3"]),
     ("Per ［３］ and ［１，２］.", "Per [1] and [2, 3].", ["chunk-3", "chunk-1", "chunk-2"]),  # full-width square, digits
     ("Per [Sources 3, 1] and [Citations: 2].", "Per [1, 2] and [3].", ["chunk-3", "chunk-1", "chunk-2"]),
+    # Lists with a semicolon or an "and": left as written, their numbers would name other passages once the
+    # other markers are renumbered.
+    ("Per [3]. Both [1; 2] and [4；1].", "Per [1]. Both [2, 3] and [4, 2].", ["chunk-3", "chunk-1", "chunk-2", "chunk-4"]),
+    ("Per [3]. Both [1 and 2], [Sources 1, 2, and 4] and [2 & 4].", "Per [1]. Both [2, 3], [2, 3, 4] and [3, 4].",
+     ["chunk-3", "chunk-1", "chunk-2", "chunk-4"]),
 ])
 def test_the_other_ways_models_write_markers_are_rewritten_to_plain_numbers(answer, rewritten, cited):
     result = resolve_citations(answer, CHUNKS)
@@ -265,6 +270,12 @@ def test_every_citation_carries_its_whole_passage_not_only_the_sources_entry_of_
     ("They live in Redis[2].", "They live in Redis[1].", [1]),
     # A year is not a passage number.
     ("It was released in [2019] [4].", "It was released in [2019] [1].", [1]),
+    # Backticks that open no code, as Markdown reads them: a run of three inside a line that none closes, and
+    # the inner fence of a block opened by four, are text; markers after the first and inside the second
+    # were renumbered, or taken for citations, as if the other way round.
+    ("Stored in Redis [2]. Wrap it in ``` fences [1].", "Stored in Redis [1]. Wrap it in ``` fences [2].", [1, 2]),
+    ("````\n```\nx [1]\n```\n````\nStored in Redis [2].", "````\n```\nx [1]\n```\n````\nStored in Redis [1].", [1]),
+    ("Start it with ```cairn up``` [2].", "Start it with ```cairn up``` [1].", [1]),
 ])
 def test_brackets_that_are_code_indexes_or_years_are_left_as_written(answer, expected, numbers):
     result = resolve_citations(answer, CHUNKS)
@@ -277,6 +288,7 @@ def test_brackets_that_are_code_indexes_or_years_are_left_as_written(answer, exp
     ("A score lies in [0, 1] [2].", "A score lies in [0, 1] [1].", [1]),
     ("Set a weight in [0-1].", "Set a weight in [0-1].", []),
     ("Ports in [0, 65535] are accepted [3].", "Ports in [0, 65535] are accepted [1].", [1]),
+    ("A weight in [0; 1] is fine [3].", "A weight in [0; 1] is fine [1].", [1]),
 ])
 def test_a_range_of_values_starting_at_zero_is_not_a_citation(answer, expected, numbers):
     result = resolve_citations(answer, CHUNKS)
