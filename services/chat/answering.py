@@ -28,6 +28,9 @@ CONTENT_FILTERED = "The language model's content filter withheld its answer to t
 CONTENT_FILTER = "content_filter"  # the finish_reason of OpenAI and Azure OpenAI for a withheld answer
 CUT_OFF = "(This answer is incomplete: the language model stopped at its length limit.)"
 LENGTH = "length"  # the finish_reason of an answer the model stopped at max_tokens (LLM_MAX_TOKENS)
+FILTERED_REST = "(This answer is incomplete: the language model's content filter withheld the rest of it.)"
+# The note after an answer the model was stopped in (else it reads as complete), by finish_reason.
+_CUT_SHORT = {LENGTH: CUT_OFF, CONTENT_FILTER: FILTERED_REST}
 _FENCE_LINE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 
 
@@ -91,8 +94,8 @@ def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: flo
         withheld = generation.finish_reason == CONTENT_FILTER  # not that the documents lack the information
         answer = CONTENT_FILTERED if withheld else NO_INFORMATION
         return _Outcome("no_information", CitedAnswer(answer, []), confidence, grounding)
-    if generation.finish_reason == LENGTH:  # else a cut-off answer reads as complete
-        cited = CitedAnswer(f"{_with_fences_closed(cited.answer)}\n\n{CUT_OFF}", cited.citations)
+    if note := _CUT_SHORT.get(generation.finish_reason or ""):
+        cited = CitedAnswer(f"{_with_fences_closed(cited.answer)}\n\n{note}", cited.citations)
     return _Outcome("answer", cited, confidence, grounding)
 
 

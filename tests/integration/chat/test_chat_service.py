@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.chat.answering import CONTENT_FILTERED, CUT_OFF
+from services.chat.answering import CONTENT_FILTERED, CUT_OFF, FILTERED_REST
 from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
@@ -166,6 +166,19 @@ def test_an_answer_cut_off_at_the_token_limit_says_so_streamed_or_not(chat, scri
         r.read()
     events = sse_events(r)
     assert "".join(data["text"] for name, data in events if name == "token") == cut
+    assert events[-1][0] == "done" and events[-1][1]["answer"] == body["answer"]
+
+
+def test_an_answer_the_content_filter_cut_short_says_so_streamed_or_not(chat, script):
+    # Shown as if complete before: the filter withheld the rest after the model had written some of it.
+    cut = "Run this to add a user [1]:\n\n```\ncairn user add NAME"
+    script.reset(text=cut, finish_reason="content_filter")
+    body = ask(chat[0]).json()
+    assert body["answer"] == f"{cut}\n```\n\n{FILTERED_REST}"
+    assert (body["metadata"]["kind"], body["metadata"]["finish_reason"]) == ("answer", "content_filter")
+    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
+        r.read()
+    events = sse_events(r)
     assert events[-1][0] == "done" and events[-1][1]["answer"] == body["answer"]
 
 
