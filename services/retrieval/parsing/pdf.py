@@ -29,7 +29,14 @@ def _joined_if_lower(match: re.Match[str]) -> str:
     return "" if match.string[match.end()].islower() else match.group()
 
 
+def _whole_characters(text: str) -> str:
+    """A broken font map gives a glyph half a UTF-16 surrogate pair (pypdf keeps it): two halves in a row are
+    one character, a half alone becomes U+FFFD. Left in, the text could not be encoded to be stored (a 500)."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def _page_text(raw: str) -> str:
+    raw = _whole_characters(raw)
     lines = [line.rstrip() for line in raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     text = _LINE_END_HYPHEN.sub(_joined_if_lower, written_out("\n".join(lines)))
     return _SOFT_HYPHEN.sub("", text).strip()

@@ -79,6 +79,30 @@ def pdf_printing(lines: list[bytes]) -> bytes:
     )
 
 
+def pdf_mapping_to_unicode(shown: bytes, to_unicode: dict[int, bytes]) -> bytes:
+    """A one-page PDF showing `shown` in a font whose ToUnicode map reads byte n as the UTF-16BE code units
+    `to_unicode[n]` (hex): a map may give a character half a surrogate pair, as broken math fonts do."""
+    entries = b" ".join(b"<%02X> <%s>" % (code, units) for code, units in to_unicode.items())
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Broken def /CMapType 2 def\n"
+        b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+        b"%d beginbfchar %s endbfchar\n"
+        b"endcmap CMapName currentdict /CMap defineresource pop end end" % (len(to_unicode), entries)
+    )
+    content = b"BT /F1 12 Tf 72 700 Td (%s) Tj ET" % shown
+    return _written_out(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> "
+            b"/Contents 5 0 R >>",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(cmap), cmap),
+        ]
+    )
+
+
 def _written_out(objects: list[bytes], *, trailer: bytes = b"") -> bytes:
     """A PDF file of these objects (numbered from 1, the first the catalog) with its cross-reference table."""
     pdf = bytearray(b"%PDF-1.7\n")

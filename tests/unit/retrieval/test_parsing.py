@@ -12,6 +12,7 @@ from tests.unit.retrieval.files import (
     GUIDE_HTML,
     make_pdf,
     pdf_encrypted_with_aes,
+    pdf_mapping_to_unicode,
     pdf_printing,
     pdf_without_pages,
 )
@@ -256,6 +257,14 @@ def test_ligatures_are_written_out_in_every_format(name: str, data: str, text: s
 def test_html_headings_after_a_ligature_still_start_their_sections() -> None:
     parsed = parse("page.html", "<p>\ufb01rst \ufb03x</p><h2>Next</h2><p>more</p>".encode())
     assert sections(parsed) == [("", "first ffix"), ("Next", "## Next\n\nmore")]
+
+
+def test_a_pdf_font_mapping_glyphs_to_halves_of_surrogate_pairs_gives_text_that_can_be_stored() -> None:
+    """A broken math font's map gives each glyph half a character: two halves in a row are that character,
+    a half alone is no character at all. Kept as they came, they made the ingest fail with a 500."""
+    parsed = parse("paper.pdf", pdf_mapping_to_unicode(b"x \\001\\002 y \\001 z", {1: b"D835", 2: b"DC00"}))
+    assert parsed.text == "x \U0001d400 y \ufffd z"
+    parsed.text.encode("utf-8")
 
 
 def test_a_pdf_word_hyphenated_at_a_line_end_is_joined() -> None:
