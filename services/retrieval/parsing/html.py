@@ -134,7 +134,7 @@ def _walk(root: Tag, out: _Writer) -> None:
             if heading := _SPACE.sub(" ", child.get_text(" ")).strip():
                 out.heading(_HEADINGS[name], heading)
         elif name == "pre":
-            out.code(_fenced(child.get_text().strip("\n")))
+            out.code(_fenced(_code_text(child).strip("\n")))
         elif name == "br":
             out.text("\n")
         elif name == "li":
@@ -172,6 +172,14 @@ def _drop_permalinks(heading: Tag) -> None:
     for link in heading.find_all("a", href=True):
         if str(link["href"]).startswith("#") and not any(char.isalnum() for char in link.get_text()):
             link.decompose()
+
+
+def _code_text(pre: Tag) -> str:
+    """A <pre> block's text with its <br>s as line breaks: rich-text editors write a code block's lines so,
+    and get_text() ran them together ("a = 1b = 2")."""
+    for line_break in pre.find_all("br"):
+        line_break.replace_with("\n")
+    return pre.get_text()
 
 
 def _fenced(code: str) -> str:

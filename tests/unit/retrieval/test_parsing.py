@@ -147,6 +147,12 @@ def test_html_pre_blocks_are_reported_as_code_blocks_fences_included() -> None:
     assert [parsed.text[start:end] for start, end in parsed.code_blocks] == ["```\nmake\n\nmake up\n```", "```\n``x``\n```"]
 
 
+def test_html_pre_lines_broken_by_br_stay_lines() -> None:
+    """Rich-text editors write a code block's line breaks as <br>: they ran its lines together ("a = 1b = 2")."""
+    parsed = parse("page.html", b"<pre>a = 1<br>b = 2<br/>c = 3</pre>")
+    assert parsed.text == "```\na = 1\nb = 2\nc = 3\n```"
+
+
 def test_html_form_controls_are_left_out_or_kept_apart_from_the_words_around_them() -> None:
     html = (
         "<p>Pick a size<select><option>small</option><optgroup><option>large</option></optgroup></select>then"
