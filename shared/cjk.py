@@ -29,6 +29,7 @@ _CHARACTERS = (
     "\U00020000-\U0003134f"  # CJK unified ideographs, extensions B to G
 )
 CJK_RUN = re.compile(f"[{_CHARACTERS}]+")
+_SOFT_HYPHEN = "\u00ad"
 
 
 def has_cjk(text: str) -> bool:
@@ -45,8 +46,9 @@ def pairs(run: str) -> list[str]:
 def folded(text: str) -> str:
     """`text` as the keyword index and the grounding check compare it: NFKC, then lower-cased. NFKC first: a
     decomposed accent (e + U+0301, as macOS and many PDFs write it) is no word character, so "résumé" would
-    split into "re" and "sume"; full-width letters become the usual ones."""
-    return unicodedata.normalize("NFKC", text).lower()
+    split into "re" and "sume"; full-width letters become the usual ones. Soft hyphens go: a web page's
+    break points inside long words (&shy;), they would split "Bundes&shy;regierung" into two words."""
+    return unicodedata.normalize("NFKC", text).replace(_SOFT_HYPHEN, "").lower()
 
 
 def split_cjk(text: str) -> tuple[str, list[str]]:

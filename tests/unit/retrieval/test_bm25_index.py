@@ -53,6 +53,11 @@ def test_text_that_reads_the_same_gives_the_same_terms_however_its_unicode_is_wr
     assert tokenize("ｃａｉｒｎ ｶﾞｲﾄﾞ") == tokenize("cairn ガイド")
 
 
+def test_a_word_with_soft_hyphens_in_it_is_the_word() -> None:
+    """Web pages put soft hyphens (&shy;) into long words as break points: they split the word in two."""
+    assert tokenize("Bundes\u00adregierung retrie\u00adval") == tokenize("Bundesregierung retrieval")
+
+
 def test_a_decomposed_query_finds_a_composed_text_and_back() -> None:
     index = loaded(chunk("fr", 0, "Le café est prêt."), chunk("nfd", 0, "Un re\u0301sume\u0301 du projet."))
     assert ids(index.search_now(query="cafe\u0301", top_k=3)) == ["fr#0"]
