@@ -276,8 +276,8 @@ class FakeGateway:
     Retry-After header), {"error": code} (an error event; a "fields" dict adds to or replaces its data),
     {"hang": text} (the stream stays open after that text until the page closes it) or {"break": text} (the
     connection breaks after that text); an answer with "then_break" set loses its connection after `done`, and
-    one with "pause_after" sends that start of it, then waits for `resume` before the rest. `rating_status`
-    answers the ratings."""
+    one with "pause_after" sends that start of it, then waits for `resume` before the rest, sent a word every
+    fifth of a second when "word_by_word" is set. `rating_status` answers the ratings."""
 
     def __init__(self) -> None:
         self.plans: list[dict] = []
@@ -354,7 +354,12 @@ class FakeGateway:
             except BaseException:
                 self.closed.append(body["query"])
                 raise
-        yield event("token", {"text": plan["answer"].removeprefix(start)})
+        rest = plan["answer"].removeprefix(start)
+        words = re.findall(r"\s*\S+", rest) if plan.get("word_by_word") else [rest]
+        for word in words:
+            yield event("token", {"text": word})
+            if len(words) > 1:
+                await asyncio.sleep(0.2)
         n = next(self.ids)
         yield event("done", {
             "query": body["query"], "answer": plan["answer"], "conversation_id": body.get("conversation_id", f"conv-{n}"),
@@ -472,6 +477,38 @@ def test_stop_ends_the_streamed_answer_and_keeps_the_conversation(browser, fake)
     assert first_conversation is None and gateway.asked[1]["conversation_id"]
     assert ask(page, "Can I add many?")["conversation_id"] == gateway.asked[1]["conversation_id"]
     assert len(gateway.asked) == 3
+    assert problems == [], problems
+
+
+def test_a_citation_opened_with_the_keyboard_while_the_answer_is_written_keeps_its_focus_and_passage(browser, fake):
+    gateway, url = fake
+    start = "Run `cairn user add` [2]."
+    gateway.plans = [{"answer": start + " Give roles with --role, once for each role [2].", "pause_after": start,
+                      "word_by_word": True}]
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    page.get_by_label("Your question").fill("How do I add a user?")
+    page.keyboard.press("Enter")
+    turn = page.locator(".turn").last
+    cite = turn.get_by_role("button", name=re.compile(r"^Citation 2\b")).first
+    expect(cite).to_be_visible()
+    page.keyboard.press("Shift+Tab")  # from the question box back to the citation just written
+    expect(cite).to_be_focused()
+    page.keyboard.press("Enter")
+    panel = turn.get_by_role("region", name="Cited passage")
+    expect(panel).to_contain_text("Adding a user.")
+
+    gateway.resume.set()
+    expect(turn.locator(".answer-text")).to_contain_text("Give roles")  # more words came in meanwhile
+    expect(turn).not_to_have_class(re.compile(r"\bdone\b"))
+    expect(cite).to_be_focused()
+    expect(turn).to_have_class(re.compile(r"\bdone\b"))
+    expect(cite).to_be_focused()
+    expect(cite).to_have_attribute("aria-expanded", "true")
+    expect(panel).to_contain_text("Adding a user.")
+    expect(panel).to_contain_text("Supported by the passage")  # the checked citation, as the answer ended
+    page.keyboard.press("Enter")
+    expect(panel).to_be_hidden()
     assert problems == [], problems
 
 

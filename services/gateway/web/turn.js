@@ -113,8 +113,12 @@ export class Turn {
     });
   }
 
+  /** Draw the text again; a citation button the keyboard is on stays focused: the same one, counted in order. */
   render() {
+    const cites = () => [...this.parts.body.querySelectorAll(".cite")];
+    const focused = cites().indexOf(document.activeElement);
     renderAnswerText(this.parts.body, this.text, (n) => this.citationButton(n));
+    if (focused !== -1) cites()[focused]?.focus();
   }
 
   // --- at the end --------------------------------------------------------------------------------
@@ -123,9 +127,13 @@ export class Turn {
     this.frame = null;
     this.text = response.answer;
     this.response = response;
+    const reading = this.cites.get(this.openNumber); // a passage opened while the answer was written
     this.cites = new Map((response.citations ?? []).map((c) => [c.n, c]));
     this.closePanel();
     this.render();
+    // Cairn numbers the citations anew at the end: the passage stays open under its final number, if cited.
+    const cited = reading && [...this.cites.values()].find((c) => c.chunk_id === reading.chunk_id);
+    if (cited) this.openPanel(cited.n);
     this.parts.body.setAttribute("aria-busy", "false");
     this.parts.status.textContent = "";
     this.element.classList.add("done");
