@@ -588,3 +588,35 @@ def test_the_skip_link_is_offered_only_with_the_figures(gateway, browser, figure
     page.keyboard.press("Shift+Tab")
     expect(page.get_by_role("link", name="Skip to the figures")).to_be_focused()
     assert problems == [], problems
+
+
+# Each chart's drawing (its svg) as [left, top, width, height], and the box of its chart area.
+CHART_BOXES = """() => Object.fromEntries([...document.querySelectorAll('.chart')].map((chart) => {
+  const box = (e) => {
+    const r = e.getBoundingClientRect();
+    return [r.left, r.top, r.width, r.height].map(Math.round);
+  };
+  const svg = chart.querySelector('svg.main-svg');
+  return [chart.id, { svg: svg && box(svg), area: box(chart) }];
+}))"""
+
+
+@pytest.mark.parametrize(("first", "then"), [(1280, 1000), (375, 1280)], ids=["narrower", "phone-to-desktop"])
+def test_a_resized_window_redraws_each_chart_at_its_height_inside_its_card(gateway, browser, figures, first, then):
+    page, problems = open_page(browser, f"{gateway}/dashboard", width=first)
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    heights = {name: boxes["svg"][3] for name, boxes in page.evaluate(CHART_BOXES).items()}
+    page.set_viewport_size({"width": then, "height": 900})
+
+    def redrawn() -> dict | None:
+        boxes = page.evaluate(CHART_BOXES)
+        return boxes if all(b["svg"][2] == b["area"][2] for b in boxes.values()) else None
+
+    wait_until(redrawn, timeout=10, what="the charts to take the new width")
+    page.wait_for_timeout(500)  # plotly's own resize runs in steps: let them all end
+    boxes = page.evaluate(CHART_BOXES)
+    assert {name: b["svg"][3] for name, b in boxes.items()} == heights, "a chart changed its height"
+    assert {name: b["svg"] for name, b in boxes.items()} == {name: b["area"] for name, b in boxes.items()}, \
+        "a chart is drawn outside its area, over the card below it"
+    assert problems == [], problems

@@ -74,6 +74,7 @@ export async function draw(container, figure, { empty = EMPTY, signal } = {}) {
   if (signal?.aborted) return;
   if (!figure) {
     Plotly.purge(container);
+    container.style.removeProperty("height");
     const note = document.createElement("p");
     note.className = "empty";
     note.textContent = empty;
@@ -82,6 +83,9 @@ export async function draw(container, figure, { empty = EMPTY, signal } = {}) {
     return;
   }
   if (container.dataset.drawn !== "chart") container.replaceChildren();
+  // The area takes the chart's height: plotly redraws a chart to its area's size when the window is resized,
+  // and an area sized by its content would give it none (drawn over the card below, then squeezed).
+  container.style.height = `${figure.layout.height}px`;
   await Plotly.react(container, figure.data, figure.layout, CONFIG);
   container.dataset.drawn = "chart";
 }
@@ -91,6 +95,7 @@ export function clearCharts() {
   for (const container of document.querySelectorAll(".chart")) {
     window.Plotly?.purge(container);
     container.replaceChildren();
+    container.style.removeProperty("height");
     delete container.dataset.drawn;
   }
 }
