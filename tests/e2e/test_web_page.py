@@ -233,6 +233,9 @@ RENDER_IN_BROWSER = """async (text) => {
          "<p>1. Start it:</p><pre><code>cairn up [1]\n  --verbose</code></pre>"
          '<p>2. Log in <span class="cites"><button>1</button></span>.</p>'),
         ("````md\n```\ninner\n```\n````", "<pre><code>```\ninner\n```</code></pre>"),  # a longer fence holds ```
+        # A fence of tildes is one too (chat leaves markers in it as written): its [2] was a button for citation 2.
+        ("~~~sh\ncairn up [2]\n```\n~~~\nDone [1].",
+         '<pre><code>cairn up [2]\n```</code></pre><p>Done <span class="cites"><button>1</button></span>.</p>'),
         # What chat leaves as written is no citation: a range of values, a link.
         ("Scores lie in [0, 1] [1].", '<p>Scores lie in [0, 1] <span class="cites"><button>1</button></span>.</p>'),
         ("Read [1](https://example.com) first.", "<p>Read [1](https://example.com) first.</p>"),

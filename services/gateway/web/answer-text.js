@@ -58,19 +58,20 @@ function appendCode(parent, text, codes, makeCitation) {
   });
 }
 
-// A fence opens on a line of its own: three or more backticks and an info string holding no backtick
-// (CommonMark), indented by any number of spaces (a fence inside a list item is indented by the item). It
-// closes on a line of as many backticks or more alone, or at the end of the text (an answer still
-// streaming, or a model that forgot). The code loses as much indentation as its opening fence had.
-const FENCE_OPEN = /^( *)(`{3,})[^`]*$/;
-const FENCE_CLOSE = /^ *(`{3,})\s*$/;
+// A fence opens on a line of its own: three or more backticks and an info string holding no backtick, or
+// three or more tildes and any info string (CommonMark), indented by any number of spaces (a fence inside a
+// list item is indented by the item). It closes on a line of as many of its characters or more alone, or at
+// the end of the text (an answer still streaming, or a model that forgot). The code loses as much
+// indentation as its opening fence had.
+const FENCE_OPEN = /^( *)(?:(`{3,})[^`]*|(~{3,}).*)$/;
+const FENCE_CLOSE = /^ *(`{3,}|~{3,})\s*$/;
 const HEADING = /^#{1,6}\s+(.*)$/;
 
 /** The text as [{code, text}] blocks, split at fenced code blocks. */
 function blocksOf(text) {
   const blocks = [];
   let lines = [];
-  let fence = null; // {indent, ticks} of the open fence
+  let fence = null; // {indent, mark} of the open fence: its spaces, and its run of backticks or tildes
   const flush = () => {
     blocks.push({ code: Boolean(fence), text: lines.join("\n") });
     lines = [];
@@ -78,7 +79,7 @@ function blocksOf(text) {
   for (const line of text.split("\n")) {
     if (fence) {
       const close = line.match(FENCE_CLOSE);
-      if (close && close[1].length >= fence.ticks) {
+      if (close && close[1][0] === fence.mark[0] && close[1].length >= fence.mark.length) {
         flush();
         fence = null;
       } else {
@@ -89,7 +90,7 @@ function blocksOf(text) {
     const open = line.match(FENCE_OPEN);
     if (open) {
       flush();
-      fence = { indent: open[1].length, ticks: open[2].length };
+      fence = { indent: open[1].length, mark: open[2] ?? open[3] };
     } else {
       lines.push(line);
     }
