@@ -573,7 +573,7 @@ def test_an_error_event_puts_the_question_back(browser, fake):
 @pytest.mark.parametrize(
     ("code", "fields", "expected"),
     [("llm_unavailable", {"status": 503, "retry_after": "20"},
-      r"^Cairn is partly unavailable \(The model failed\.\)\. Try again in 20 seconds\.$"),
+      r"^Cairn is partly unavailable: The model failed\. Try again in 20 seconds\.$"),
      ("llm_content_filtered", {"status": 422, "message": "the model's content filter refused it: ask it in other words"},
       r"^the model's content filter refused it: ask it in other words$"),
      ("llm_unavailable", {"status": 502}, r"^The language model is not answering right now\."),
@@ -594,7 +594,7 @@ def test_an_error_event_is_told_by_its_status_and_retry_after(browser, fake, cod
 @pytest.mark.parametrize(
     ("status", "code", "retry_after", "expected"),
     [(503, "retrieval_unavailable", "7",
-      r"^Cairn is partly unavailable \(Not this time\.\)\. Try again in 7 seconds\.$"),
+      r"^Cairn is partly unavailable: Not this time\. Try again in 7 seconds\.$"),
      (503, "retrieval_unavailable", "1", r"Try again in 1 second\.$"),
      (503, "retrieval_unavailable", "in-http-date", r"Try again in (2\d|30) seconds\.$"),  # less the time to log in
      (503, "retrieval_unavailable", None, r"Try again in a moment\.$"),

@@ -49,7 +49,8 @@ function describe(error) {
       case 502:
         return "The language model is not answering right now. Try again in a moment.";
       case 503:
-        return `Cairn is partly unavailable (${error.message}). ${tryAgain(error)}`;
+        // Not in brackets: the message often holds its own ("retrieval is unavailable (unreachable)").
+        return `Cairn is partly unavailable: ${error.message.replace(/\.$/, "")}. ${tryAgain(error)}`;
       case 504:
         return "Cairn took too long to answer. Try again in a moment.";
       default:
