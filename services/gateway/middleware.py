@@ -33,8 +33,15 @@ DOCS_CSP = (
 )
 DOCS_PATHS = ("/docs", "/redoc")
 UPLOAD_PATH = "/api/documents"
-CORS_ALLOWED_HEADERS = ["Authorization", "Content-Type", "X-Request-ID", "traceparent"]
-CORS_EXPOSED_HEADERS = ["X-Request-ID", "Retry-After"]
+# The official OpenAI JavaScript client, in a page, sends these with every /v1 request: refused, its preflight fails.
+OPENAI_CLIENT_HEADERS = [
+    "X-Stainless-Arch", "X-Stainless-Helper-Method", "X-Stainless-Lang", "X-Stainless-OS",
+    "X-Stainless-Package-Version", "X-Stainless-Retry-Count", "X-Stainless-Runtime", "X-Stainless-Runtime-Version",
+    "X-Stainless-Timeout",
+]
+CORS_ALLOWED_HEADERS = ["Authorization", "Content-Type", "X-Request-ID", "traceparent", *OPENAI_CLIENT_HEADERS]
+# X-Should-Retry: OpenAI clients obey it (services.gateway.openai_errors) only where the page may read it.
+CORS_EXPOSED_HEADERS = ["X-Request-ID", "Retry-After", "X-Should-Retry"]
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,29 @@ def test_cors_preflight_for_an_allowed_and_a_refused_origin(settings):
         assert "x-request-id" in answer.headers["access-control-expose-headers"].lower()
 
 
+# What the official OpenAI JavaScript client (openai-node) adds to every request, and to a stream() helper's.
+OPENAI_JS_HEADERS = (
+    "authorization,content-type,x-stainless-arch,x-stainless-helper-method,x-stainless-lang,x-stainless-os,"
+    "x-stainless-package-version,x-stainless-retry-count,x-stainless-runtime,x-stainless-runtime-version,"
+    "x-stainless-timeout"
+)
+
+
+def test_a_page_of_an_allowed_origin_may_use_the_official_openai_javascript_client(settings):
+    preflight = {
+        "Origin": ORIGIN, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": OPENAI_JS_HEADERS
+    }
+    with TestClient(create_app(settings)) as client:
+        allowed = client.options("/v1/chat/completions", headers=preflight)
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == ORIGIN
+
+        # The client obeys x-should-retry (no retry of a 409 request_id_taken, say) only if the page may read it.
+        answer = client.get("/v1/models", headers={"Origin": ORIGIN})
+        exposed = answer.headers["access-control-expose-headers"].lower()
+        assert answer.status_code == 401 and "x-should-retry" in exposed and "retry-after" in exposed
+
+
 def test_no_cors_headers_without_origins(redis_url, unique):
     with TestClient(create_app(Settings(redis_url=redis_url, redis_prefix=unique))) as client:
         response = client.options(
