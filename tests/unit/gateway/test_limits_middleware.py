@@ -1,6 +1,6 @@
 """The body limit, security headers and CORS set-up, on a small app of their own."""
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
@@ -62,7 +62,24 @@ def _app() -> FastAPI:
     async def own_policy() -> HTMLResponse:
         return HTMLResponse("<p>x</p>", headers={"Content-Security-Policy": "default-src 'none'"})
 
+    app.include_router(_included_routers())
     return app
+
+
+def _included_routers() -> APIRouter:
+    """Routes of routers included in the app, as the gateway's are, one of them two routers deep."""
+    outer, inner = APIRouter(prefix="/included"), APIRouter(prefix="/inner")
+
+    @outer.post("/notes/{note_id}")
+    async def included(note_id: str, note: Note) -> dict:
+        return {"id": note_id}
+
+    @inner.post("/raw")
+    async def nested(request: Request) -> dict:
+        return {"bytes": len(await request.body())}
+
+    outer.include_router(inner)
+    return outer
 
 
 @pytest.fixture(scope="module")
@@ -154,12 +171,21 @@ def _requests_counted(route: str, status: str) -> float:
     return REGISTRY.get_sample_value("cairn_http_requests_total", labels) or 0.0
 
 
-@pytest.mark.parametrize("path", ["/raw", "/model"])
-def test_a_413_before_routing_is_counted_under_its_route(client, path):
-    """Refused by its Content-Length before the router ran, it still counts under the route it was sent to."""
-    before, unmatched_before = _requests_counted(path, "413"), _requests_counted("unmatched", "413")
+@pytest.mark.parametrize(
+    ("path", "route"),
+    [
+        ("/raw", "/raw"),
+        ("/model", "/model"),
+        ("/included/notes/n-1", "/included/notes/{note_id}"),
+        ("/included/inner/raw", "/included/inner/raw"),
+    ],
+)
+def test_a_413_before_routing_is_counted_under_its_route(client, path, route):
+    """Refused by its Content-Length before the router ran, it still counts under the route it was sent to,
+    an included router's route too."""
+    before, unmatched_before = _requests_counted(route, "413"), _requests_counted("unmatched", "413")
     _assert_413(client.post(path, content=b"x" * 101, headers={"Content-Type": "application/json"}))
-    assert _requests_counted(path, "413") - before == 1
+    assert _requests_counted(route, "413") - before == 1
     assert _requests_counted("unmatched", "413") == unmatched_before
 
 
