@@ -7,6 +7,7 @@ Error messages never repeat the value: Redis and RabbitMQ URLs carry passwords.
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, AmqpDsn, AnyHttpUrl, BeforeValidator, RedisDsn, TypeAdapter, ValidationError
 
@@ -57,8 +58,18 @@ def _checked_if_set(value: str | None) -> str | None:
     return None if value is None else checked_http_url(value)
 
 
+def _checked_model_url_if_set(value: str | None) -> str | None:
+    """A model endpoint's URL: a user name or password in it would be written wherever the URL is (the start-up
+    log line), and the OpenAI SDK sends the API key beside it, which its transport refuses on every call."""
+    value = _checked_if_set(value)
+    if value is not None and "@" in urlsplit(value).netloc:
+        raise ValueError("the URL must not hold a user name or password: give the key in LLM_API_KEY")
+    return value
+
+
 HttpUrl = Annotated[str, AfterValidator(checked_http_url)]
 OptionalHttpUrl = Annotated[str | None, BeforeValidator(_unset_when_empty), AfterValidator(_checked_if_set)]
+OptionalModelUrl = Annotated[str | None, BeforeValidator(_unset_when_empty), AfterValidator(_checked_model_url_if_set)]
 FirstListedHttpUrl = Annotated[str | None, BeforeValidator(_first_listed), AfterValidator(_checked_if_set)]
 AmqpUrl = Annotated[str, AfterValidator(_checked_amqp_url)]
 RedisUrl = Annotated[str, AfterValidator(_checked_redis_url)]

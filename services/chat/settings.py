@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from shared.replicas import UrlList
-from shared.urls import OptionalHttpUrl, RedisUrl
+from shared.urls import OptionalModelUrl, RedisUrl
 from shared.settings import CommonSettings, aliases
 
 OFFLINE_MODEL = "cairn-extractive"
@@ -37,7 +37,7 @@ class Settings(CommonSettings):
     retrieval_breaker_cooldown_s: float = Field(
         30.0, gt=0, validation_alias=aliases("RETRIEVAL_BREAKER_COOLDOWN_S")
     )
-    llm_base_url: OptionalHttpUrl = Field(
+    llm_base_url: OptionalModelUrl = Field(
         None,
         validation_alias=aliases("LLM_BASE_URL"),
         description="An OpenAI-compatible endpoint (…/v1); unset = the built-in offline extractive generator.",

@@ -10,7 +10,7 @@ from pydantic import DirectoryPath, Field, SecretStr, field_validator, model_val
 
 from services.retrieval.adapters.chroma_changes import changes_collection
 from shared.settings import CommonSettings, aliases, unusable_folder
-from shared.urls import OptionalHttpUrl
+from shared.urls import OptionalHttpUrl, OptionalModelUrl
 
 # The collection names Chroma's engine takes (chromadb 1.x; its error message states the same rule).
 _CHROMA_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9._-]{1,510})[a-zA-Z0-9]")
@@ -99,7 +99,7 @@ class Settings(CommonSettings):
     )
     # Contextual chunking: a model-written prefix situating each chunk, through the LLM endpoint chat uses.
     contextual_chunks: bool = Field(False, validation_alias=aliases("CONTEXTUAL_CHUNKS"))
-    llm_base_url: OptionalHttpUrl = Field(None, validation_alias=aliases("LLM_BASE_URL"))
+    llm_base_url: OptionalModelUrl = Field(None, validation_alias=aliases("LLM_BASE_URL"))
     llm_api_key: SecretStr | None = Field(None, validation_alias=aliases("LLM_API_KEY"))
     llm_model: str = Field("", validation_alias=aliases("LLM_MODEL"))
     contextual_timeout_s: float = Field(30.0, gt=0, validation_alias=aliases("CONTEXTUAL_TIMEOUT_S"))

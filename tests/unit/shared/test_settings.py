@@ -51,6 +51,9 @@ def test_a_field_name_cannot_be_made_an_environment_name_by_mistake():
         (GatewaySettings, "MAX_UPLOAD_BYTES", "0", "greater than or equal to 1"),  # retrieval refused 0 already
         (GatewaySettings, "LOG_LEVEL", "verbose", "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
         (ChatSettings, "LLM_BASE_URL", "api.example.com/v1", "relative URL without a base"),
+        # It would be written into the start-up log line; the SDK's transport refuses it beside the API key.
+        (ChatSettings, "LLM_BASE_URL", "https://cairn:secret@llm.internal/v1", "give the key in LLM_API_KEY"),
+        (RetrievalSettings, "LLM_BASE_URL", "https://cairn:secret@llm.internal/v1", "give the key in LLM_API_KEY"),
         (ChatSettings, "RETRIEVAL_URLS", "http://retrieval:80x2", "invalid port number"),
         (ChatSettings, "AMQP_URL", "amqp//guest:secret@127.0.0.1:5672/", "relative URL without a base"),
         (ChatSettings, "EVENTS_EXCHANGE", "", "at least 1 character"),
