@@ -7,13 +7,14 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import iter_route_contexts
 from fastapi_offline import FastAPIOffline
 from opentelemetry import trace
 from opentelemetry.trace import Span
@@ -209,20 +210,11 @@ def _route_before_routing(scope: Scope) -> str | None:
     """The template of the route a request was for when a middleware answered it before the router ran
     (the gateway's 413 for a declared body over its limit), so it counts under its route, not "unmatched"."""
     router = getattr(scope.get("app"), "router", None)
-    for route in _routes_of_included_routers_too(getattr(router, "routes", ())):
+    # A router the app includes is one entry of its routes, with no path of its own: list the routes within.
+    for route in iter_route_contexts(getattr(router, "routes", ())):
         if route.matches(scope)[0] is Match.FULL:
             return getattr(route, "path", None)
     return None
-
-
-def _routes_of_included_routers_too(routes: Sequence[BaseRoute]) -> Iterable[Any]:
-    """Each route, with the full path it is served at. Since FastAPI 0.137, a router the app includes is one
-    entry of the app's routes, with no path of its own: `iter_route_contexts` (0.137.2) lists its routes."""
-    try:
-        from fastapi.routing import iter_route_contexts
-    except ImportError:  # an earlier FastAPI copied an included router's routes into the app's
-        return routes
-    return iter_route_contexts(routes)
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
