@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
@@ -364,12 +365,23 @@ def _read_password(from_stdin: bool, *, confirm: bool = False) -> str:
     if from_stdin:
         return sys.stdin.readline().rstrip("\r\n")  # the line end only, a Windows one too (a file saved there)
     try:
-        password = getpass.getpass("password: ")
-        if confirm and getpass.getpass("again: ") != password:
+        password = _prompt("password: ")
+        if confirm and _prompt("again: ") != password:
             _refuse("the passwords differ")
-    except EOFError:  # no terminal to prompt on, and nothing on standard input
+    except EOFError:  # Ctrl-D at the prompt
         _refuse("no password given: type it at the prompt, or pipe it in with --password-stdin")
     return password
+
+
+def _prompt(prompt: str) -> str:
+    """getpass's hidden prompt. Without a terminal (cron, a pipe, ssh without -t) getpass would read standard
+    input in plain sight behind a Python warning: refused instead, as --password-stdin is for that."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", getpass.GetPassWarning)  # raised before it prints or reads anything
+        try:
+            return getpass.getpass(prompt)
+        except getpass.GetPassWarning:
+            _refuse("no terminal to type the password at: pipe it in with --password-stdin")
 
 
 def _refuse(message: str) -> NoReturn:

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cairn(*args: str, cwd: Path, local: bool = False) -> subprocess.CompletedProcess[str]:
-    """`local`: the services at their ports on this machine (as `cairn up` runs them), not at <SERVICE>_URL."""
+def cairn(*args: str, cwd: Path, local: bool = False, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`local`: the services at their ports on this machine (as `cairn up` runs them), not at <SERVICE>_URL.
+    `stdin`: piped in (else nothing). Run without a controlling terminal, as from cron or a pipeline."""
     nowhere = f"http://127.0.0.1:{free_port()}"  # were anything sent, the error would be "not reachable"
     env = {k: v for k, v in os.environ.items() if k not in ("CAIRN_PASSWORD", "RETRIEVAL_URL", "GATEWAY_URL")} | {
         "PYTHONPATH": str(REPO),
@@ -29,7 +30,8 @@ def cairn(*args: str, cwd: Path, local: bool = False) -> subprocess.CompletedPro
         env |= {"RETRIEVAL_URL": nowhere, "GATEWAY_URL": nowhere}
     return subprocess.run(
         [sys.executable, "-m", "cairn.cli", *args],
-        cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        cwd=cwd, env=env, input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=60, start_new_session=True,
     )
 
 
@@ -109,3 +111,12 @@ def test_a_service_not_answering_says_what_to_do(workdir: Path, command: list[st
     result = cairn(*command, cwd=workdir, local=local)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1].endswith(f": {hint}")
+
+
+def test_a_password_prompt_without_a_terminal_points_at_password_stdin(workdir: Path) -> None:
+    """With no terminal to type at, getpass would read standard input in plain sight behind a Python
+    warning naming its own source line; the command says what to do instead, and sends nothing.
+    (`cairn user add` and `reset-password` prompt through the same function.)"""
+    result = cairn("ask", "What roles are there?", "--user", "dave", cwd=workdir, stdin="piped, no --password-stdin\n")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "error: no terminal to type the password at: pipe it in with --password-stdin\n"
