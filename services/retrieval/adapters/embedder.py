@@ -74,7 +74,11 @@ class TorchEncoder:
         import torch
         from sentence_transformers import SentenceTransformer
         from transformers import AutoTokenizer
+        from transformers.utils import logging as transformers_logging
 
+        # Its "Loading weights" bar goes to stderr even when that is a file: a line that is not JSON in
+        # the service's log under `cairn up`, and a bar in the file `cairn eval 2>file` writes.
+        transformers_logging.disable_progress_bar()
         torch.set_num_threads(threads)
         self._model = SentenceTransformer(str(model_path), device="cpu")
         # A second tokenizer for counting: the model's own is busy on the encode thread and

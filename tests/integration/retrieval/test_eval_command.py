@@ -140,6 +140,22 @@ def test_redirected_to_a_file_it_draws_no_progress_bars(
     assert "ingesting tiny-beir" not in err and "keyword search" not in err, err
 
 
+def test_run_as_the_command_with_standard_error_in_a_file_it_writes_no_bar_while_loading_the_model(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """transformers draws its own "Loading weights" bar as the model loads, whatever standard error is."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_")} | {"CAIRN_DATA_DIR": str(tmp_path / "data")}
+    with (tmp_path / "eval.log").open("w+") as log:
+        code = subprocess.run(
+            [sys.executable, "-m", "cairn.cli", "eval", str(dataset), "--mode", "keyword", "--json"],
+            cwd=Path(__file__).resolve().parents[3], env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=300,
+        ).returncode
+        log.seek(0)
+        err = log.read()
+    assert code == 0, err[-2000:]
+    assert "\r" not in err and "it/s]" not in err, err[-2000:]
+
+
 def test_a_folder_that_is_not_a_dataset_is_refused_before_loading_the_model(capsys, tmp_path: Path) -> None:
     assert cli.main(["eval", str(tmp_path / "nothing-here"), "--json"]) == 2
     assert "not a folder" in capsys.readouterr().err
