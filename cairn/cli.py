@@ -17,34 +17,35 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cairn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="start the four services (and Redis/RabbitMQ if needed); Ctrl-C stops")
+    up = _command(sub, "up", "start the four services (and Redis/RabbitMQ if needed); Ctrl-C stops")
     up.add_argument("--no-demo-docs", action="store_true", help="do not add docs/ on the first run")
     up.add_argument("--replicas", metavar="SPEC", type=_replicas,
                     help="processes per service, as chat=2,retrieval=2 (else $CAIRN_REPLICAS; default one of each)")
     up.add_argument("--chroma-server", action="store_true",
                     help="run a Chroma server for retrieval even with one replica (always with several)")
-    sub.add_parser("down", help="stop a Cairn started by `cairn up` in another shell")
-    sub.add_parser("status", help="show whether each service is up and its dependencies answer")
+    _command(sub, "down", "stop a Cairn started by `cairn up` in another shell")
+    _command(sub, "status", "show whether each service is up and its dependencies answer")
 
-    user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
-    add = user.add_parser("add", help="add a user")
+    user = _command(sub, "user", "manage users").add_subparsers(dest="user_command", required=True)
+    add = _command(user, "add", "add a user")
     add.add_argument("username")
     _role_option(add)
     _password_stdin_option(add)
-    user.add_parser("list", help="list users")
-    user.add_parser("disable", help="refuse the user's logins and end its sessions").add_argument("username")
-    user.add_parser("enable", help="let a disabled user log in again").add_argument("username")
-    set_role = user.add_parser("set-role", help="replace the user's roles and end its sessions (it logs in again)")
+    _command(user, "list", "list users")
+    _command(user, "disable", "refuse the user's logins and end its sessions").add_argument("username")
+    _command(user, "enable", "let a disabled user log in again").add_argument("username")
+    set_role = _command(user, "set-role", "replace the user's roles and end its sessions (it logs in again)")
     set_role.add_argument("username")
     _role_option(set_role)
-    reset = user.add_parser("reset-password", help="give the user a new password and end its sessions")
+    reset = _command(user, "reset-password", "give the user a new password and end its sessions")
     reset.add_argument("username")
     _password_stdin_option(reset)
 
-    ingest = sub.add_parser("ingest", help="add .md/.txt/.html/.pdf files or folders (recursive) to the collection")
-    ingest.add_argument("paths", nargs="+", type=Path)
+    ingest = _command(sub, "ingest", "add .md/.txt/.html/.pdf files or folders (recursive) to the collection")
+    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a file, or a folder read with its subfolders (.md, .markdown, .txt, .html, .htm, .pdf)")
 
-    evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format dataset (nDCG@10, recall, MRR, latency)")
+    evaluate = _command(sub, "eval", "score retrieval on a BEIR-format dataset (nDCG@10, recall, MRR, latency)")
     evaluate.add_argument("dataset_dir", type=Path, help="folder with corpus.jsonl[.gz], queries.jsonl[.gz], qrels/<split>.tsv")
     evaluate.add_argument("--split", default="test", help="qrels file to score against (default: test)")
     evaluate.add_argument("--mode", default="all", choices=["hybrid", "dense", "keyword", "all"],
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="one chunk per document, truncated at the model's token limit (as MTEB embeds)")
     evaluate.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
 
-    ask = sub.add_parser("ask", help="log in and ask a question; prints the cited answer")
+    ask = _command(sub, "ask", "log in and ask a question; prints the cited answer")
     ask.add_argument("question")
     ask.add_argument("--user", default="demo", help="username (default: demo)")
     ask.add_argument("--password-stdin", action="store_true",
@@ -61,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--top-k", type=_top_k, metavar="N",
                      help=f"passages to retrieve, 1 to {MAX_TOP_K} (default: the chat service's DEFAULT_TOP_K)")
     return parser
+
+
+def _command(commands: argparse._SubParsersAction, name: str, summary: str) -> argparse.ArgumentParser:
+    """A (sub)command whose summary is both its line in its parent's --help and the head of its own --help."""
+    return commands.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
 
 
 MAX_TOP_K = 50  # the most POST /api/chat takes (a test keeps it equal)
