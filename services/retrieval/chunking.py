@@ -12,10 +12,11 @@ CountTokens = Callable[[str], int]
 # Raised whenever a change here cuts the same text differently (2: CommonMark fences, setext headings,
 # front matter left out; 3: paragraphs of CRLF text, MAX_CHARS_PER_TOKEN; 4: a fenced code block that fits a
 # chunk kept whole, no headings inside HTML comments; 5: an HTML <pre> block that fits a chunk kept whole;
-# 6: '#' headings indented by up to three spaces).
+# 6: '#' headings indented by up to three spaces; 7: a PDF bookmark with only the next one under it opens
+# the next one's section).
 # Documents keep the version they were cut with, so re-ingesting them after an upgrade cuts them again rather
 # than reporting them unchanged.
-CHUNKER_VERSION = 6
+CHUNKER_VERSION = 7
 # Most characters one token may stand for. A word the tokenizer cannot split (a DNA sequence, a long hex
 # string) counts as a single unknown token however long it is: a 200,000-character line was one chunk.
 MAX_CHARS_PER_TOKEN = 16

@@ -78,8 +78,12 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         format="pdf",
         title=title.strip() if isinstance(title, str) and title.strip() else None,
         page_starts=tuple(starts),
-        section_starts=_locate(outline, pages, starts),
+        section_starts=_locate(outline, PAGE_SEPARATOR.join(pages), pages, starts),
     )
+
+
+def _only_the_heading(between: str, path: str) -> bool:
+    return " ".join(between.split()).casefold() in ("", path.rsplit(" > ", 1)[-1].casefold())
 
 
 def _page_texts(reader: PdfReader, filename: str) -> list[str]:
@@ -118,9 +122,12 @@ def _outline(reader: PdfReader) -> list[tuple[int, str]]:
     return sorted(found, key=lambda entry: entry[0])
 
 
-def _locate(outline: list[tuple[int, str]], pages: list[str], starts: list[int]) -> tuple[tuple[int, str], ...]:
+def _locate(
+    outline: list[tuple[int, str]], text: str, pages: list[str], starts: list[int]
+) -> tuple[tuple[int, str], ...]:
     """Offsets of the outline's sections: where the heading appears on its page (after the previous
-    heading), else the start of that page; ascending."""
+    heading), else the start of that page; ascending. A heading with nothing under it but the next one opens
+    the next one's section, as in Markdown: else its title alone would be a chunk."""
     located: list[tuple[int, str]] = []
     for page, path in outline:
         if page >= len(pages):
@@ -131,6 +138,8 @@ def _locate(outline: list[tuple[int, str]], pages: list[str], starts: list[int])
         offset = max(starts[page] + (at if at >= 0 else max(search_from - 1, 0)), previous)
         if located and offset == previous:
             located[-1] = (offset, path)  # two bookmarks at one place: the later (deeper) one names it
+        elif located and _only_the_heading(text[previous:offset], located[-1][1]):
+            located[-1] = (previous, path)
         else:
             located.append((offset, path))
     return tuple(located)

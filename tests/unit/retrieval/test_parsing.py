@@ -248,9 +248,19 @@ def test_a_pdf_outline_gives_sections_found_where_their_headings_are_printed() -
     assert sections == [("Setup", "Setup"), ("Wiring", "Setup > Wiring"), ("Care", "Care")]
 
 
+def test_a_pdf_heading_with_only_a_sub_heading_under_it_is_no_chunk_of_its_own() -> None:
+    """As in Markdown, the heading opens its first sub-heading's section: its title alone was a chunk ("Setup")."""
+    data = make_pdf([[(None, "Preface text."), (0, "Setup"), (1, "Wiring"), (None, "Brown is live."), (0, "Care"),
+                      (None, "Dust it.")]])
+    parsed = parse("manual.pdf", data)
+    assert sections(parsed) == [
+        ("", "Preface text."), ("Setup > Wiring", "Setup\nWiring\nBrown is live."), ("Care", "Care\nDust it.")
+    ]
+
+
 def test_pdf_bookmark_titles_have_their_ligatures_written_out_like_the_page_text() -> None:
     """Typesetting programs write a heading's ligatures into its bookmark as they print them on the page."""
-    printed = make_pdf(["Preface.\nAir filters\nOffice units\nDust them."])
+    printed = make_pdf(["Preface.\nAir filters\nThey clean the air.\nOffice units\nDust them."])
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(printed)))
     chapter = writer.add_outline_item(title="Air \ufb01lters", page_number=0)
     writer.add_outline_item(title="O\ufb03ce units", page_number=0, parent=chapter)
