@@ -678,6 +678,7 @@ def test_an_ended_session_keeps_the_question_and_the_conversation_for_the_same_u
     box.press("Enter")
     expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
     expect(page.locator("#login-message")).to_contain_text("session has ended")
+    expect(page.get_by_label("Password")).to_be_focused()  # the user name is still filled in
 
     log_in_as(page, "demo")
     expect(box).to_have_value("And roles?")

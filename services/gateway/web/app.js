@@ -97,7 +97,7 @@ function showLogin(message = "", kind = "notice", { keep = false } = {}) {
   view.login.hidden = false;
   say(message, kind);
   view.password.value = "";
-  view.username.focus();
+  (view.username.value ? view.password : view.username).focus(); // after a session ended, its name is still there
 }
 
 function sessionEnded() {

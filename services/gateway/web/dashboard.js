@@ -83,7 +83,7 @@ function showLogin(message = "", kind = "notice") {
   show("login");
   say(view.loginMessage, message, kind);
   view.password.value = "";
-  view.username.focus();
+  (view.username.value ? view.password : view.username).focus(); // after a session ended, its name is still there
 }
 
 function enter(user) {
