@@ -6,6 +6,7 @@ from sqlalchemy import Connection, desc, distinct, func, select
 from services.analytics.adapters.schema import cited_documents as cited
 from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.models import CitedDocument, DocumentsResponse
+from services.analytics.reports.ordering import by_code_point
 from services.analytics.reports.scope import Scope
 
 
@@ -20,7 +21,7 @@ def documents(conn: Connection, *, scope: Scope, library: list[str], limit: int)
         .select_from(answers)
         .where(*scope.conditions())
         .group_by(cited.c.doc_id)
-        .order_by(desc(citations), desc(asked), cited.c.doc_id)
+        .order_by(desc(citations), desc(asked), by_code_point(cited.c.doc_id))
         .limit(limit)
     )
     every_cited = select(cited.c.doc_id).distinct().select_from(answers).where(*scope.conditions())

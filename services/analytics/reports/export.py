@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Select, select
 
 from services.analytics.adapters.schema import request_outcomes as requests
+from services.analytics.reports.ordering import by_code_point
 from services.analytics.reports.scope import Scope
 
 COLUMNS = (
@@ -26,7 +27,8 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 def statement(scope: Scope) -> Select:
     columns = [requests.c[name] for name in COLUMNS]
-    return select(*columns).where(*scope.conditions()).order_by(requests.c.submitted_at, requests.c.request_id)
+    order = (requests.c.submitted_at, by_code_point(requests.c.request_id))
+    return select(*columns).where(*scope.conditions()).order_by(*order)
 
 
 def csv_chunks(rows: Iterable[Any], *, rows_per_chunk: int = 500) -> Iterator[str]:

@@ -5,6 +5,7 @@ from sqlalchemy import Connection, case, desc, func, select
 
 from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.models import FeedbackItem, FeedbackResponse
+from services.analytics.reports.ordering import by_code_point
 from services.analytics.reports.scope import Scope
 from services.analytics.reports.summary import feedback_figures_of
 
@@ -31,7 +32,7 @@ def feedback(conn: Connection, *, scope: Scope, limit: int) -> FeedbackResponse:
     stmt = (
         select(*_ITEM, *figures)
         .where(*scope.conditions(), rating.is_not(None))
-        .order_by(desc(requests.c.rated_at), requests.c.request_id)
+        .order_by(desc(requests.c.rated_at), by_code_point(requests.c.request_id))
         .limit(limit)
     )
     rows = conn.execute(stmt).all()

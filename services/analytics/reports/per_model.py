@@ -10,6 +10,7 @@ from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.domain import PENDING, RESPONSE_OUTCOMES
 from services.analytics.models import ModelFigures, ModelsResponse, Tokens
 from services.analytics.reports.percentiles import percentiles, ratio
+from services.analytics.reports.ordering import by_code_point
 from services.analytics.reports.scope import Scope, model_name
 
 
@@ -39,7 +40,7 @@ def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
     totals = conn.execute(
         select(every_model)
         .where(*chosen)
-        .order_by(desc(every_model.c.requests), every_model.c.model)
+        .order_by(desc(every_model.c.requests), by_code_point(every_model.c.model))
         .limit(limit)
     ).all()
     latencies: dict[str, list[float]] = defaultdict(list)

@@ -8,6 +8,7 @@ from sqlalchemy import Connection, and_, case, desc, func, select
 from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.domain import ANSWERED, NO_ANSWER
 from services.analytics.models import ContentGap, ContentGapsResponse, QueryCount, TopQueriesResponse
+from services.analytics.reports.ordering import by_code_point
 from services.analytics.reports.scope import Scope
 
 _NO_ANSWER = requests.c.outcome == NO_ANSWER
@@ -30,10 +31,13 @@ def _ranked(scope: Scope):
             _LOW_CONFIDENCE.label("low_confidence"),
             is_gap.label("is_gap"),
             func.row_number()
-            .over(partition_by=key, order_by=(requests.c.submitted_at, requests.c.request_id))
+            .over(partition_by=key, order_by=(requests.c.submitted_at, by_code_point(requests.c.request_id)))
             .label("ask_rank"),
             func.row_number()
-            .over(partition_by=(key, is_gap), order_by=(desc(requests.c.submitted_at), desc(requests.c.request_id)))
+            .over(
+                partition_by=(key, is_gap),
+                order_by=(desc(requests.c.submitted_at), desc(by_code_point(requests.c.request_id))),
+            )
             .label("gap_rank"),
         )
         .where(*scope.conditions(), key.is_not(None))
@@ -52,7 +56,7 @@ def top_queries(conn: Connection, *, scope: Scope, limit: int) -> TopQueriesResp
             last_asked.label("last_asked"),
         )
         .group_by(ranked.c.query_key)
-        .order_by(desc(count), desc(last_asked), ranked.c.query_key)
+        .order_by(desc(count), desc(last_asked), by_code_point(ranked.c.query_key))
         .limit(limit)
     )
     items = [QueryCount(**row._mapping) for row in conn.execute(stmt)]
@@ -76,7 +80,7 @@ def content_gaps(conn: Connection, *, scope: Scope, limit: int) -> ContentGapsRe
         )
         .group_by(ranked.c.query_key)
         .having(gaps > 0)
-        .order_by(desc(gaps), desc(count), desc(last_asked), ranked.c.query_key)
+        .order_by(desc(gaps), desc(count), desc(last_asked), by_code_point(ranked.c.query_key))
         .limit(limit)
     )
     items = [ContentGap(**row._mapping) for row in conn.execute(stmt)]

@@ -12,13 +12,15 @@ from services.analytics.adapters.sql_store import SqlEventStore
 
 
 @contextmanager
-def fresh_database(server_url: str) -> Iterator[str]:
-    """The URL of a new, empty database on the server at `server_url`, dropped afterwards."""
+def fresh_database(server_url: str, *, icu_locale: str | None = None) -> Iterator[str]:
+    """The URL of a new, empty database on the server at `server_url`, dropped afterwards. `icu_locale`, such
+    as en-US, gives it that language's collation instead of the server's default."""
     server = make_url(server_url)
     name = f"cairn_test_{uuid.uuid4().hex[:10]}"
     admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    collation = f" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '{icu_locale}'" if icu_locale else ""
     with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{collation}')
     try:
         yield server.set(database=name).render_as_string(hide_password=False)
     finally:
@@ -27,9 +29,9 @@ def fresh_database(server_url: str) -> Iterator[str]:
 
 
 @contextmanager
-def fresh_store(server_url: str) -> Iterator[SqlEventStore]:
+def fresh_store(server_url: str, *, icu_locale: str | None = None) -> Iterator[SqlEventStore]:
     """A migrated SqlEventStore on a fresh PostgreSQL database, closed and dropped afterwards."""
-    with fresh_database(server_url) as url:
+    with fresh_database(server_url, icu_locale=icu_locale) as url:
         store = SqlEventStore.from_url(url)
         assert store.dialect == "postgresql"
         store.create_schema()

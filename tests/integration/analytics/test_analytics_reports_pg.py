@@ -14,3 +14,13 @@ class TestPostgresReports(ReportsContract):
     def store(self, postgres_server_url: str):
         with fresh_store(postgres_server_url) as store:
             yield store
+
+
+class TestPostgresReportsInALanguagesCollation(ReportsContract):
+    """A database ordering text as a language does (the default of many installations): the same figures,
+    ties in the same order."""
+
+    @pytest.fixture
+    def store(self, postgres_server_url: str):
+        with fresh_store(postgres_server_url, icu_locale="en-US") as store:
+            yield store

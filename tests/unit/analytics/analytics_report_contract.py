@@ -291,6 +291,25 @@ class ReportsContract:
         assert row["model"] == "'@SUM(1+1)"  # as an LLM endpoint named itself
         assert row["request_id"] == "'-1-1"  # a caller's own X-Request-ID
 
+    def test_ties_come_in_code_point_order_on_every_backend(self, store: SqlEventStore) -> None:
+        # A language's collation (PostgreSQL's en_US, say) would put "doc_b" before "Doc-a" and "x_b" before
+        # "X-a", and the limit would keep other items than on SQLite.
+        for rid, doc, query, model in (("x_b", "doc_b", "b_q", "m_b"), ("X-a", "Doc-a", "B-q", "M-a"),
+                                       ("x.c", "doc.c", "b.q", "m.c")):
+            store.add(to_record(submitted(request_id=rid, query=query, model=model)))
+            store.add(to_record(responded(at=T0 + timedelta(seconds=1), request_id=rid, docs=[doc], citations=1,
+                                          model=model, query=query, kind="no_information", answered=False)))
+            store.add(to_record(rated(at=T0 + timedelta(hours=1), rated_request_id=rid)))
+        cited = store.read(documents, scope=Scope(), library=[], limit=2).most_cited
+        assert [item.doc_id for item in cited] == ["Doc-a", "doc.c"]
+        assert [item.model for item in store.read(models, scope=Scope(), limit=2).items] == ["M-a", "m.c"]
+        assert [item.query for item in store.read(top_queries, scope=Scope(), limit=2).items] == ["B-q", "b.q"]
+        assert [item.query for item in store.read(content_gaps, scope=Scope(), limit=2).items] == ["B-q", "b.q"]
+        assert [item.rated_request_id for item in store.read(feedback, scope=Scope(), limit=2).items] == [
+            "X-a", "x.c"]
+        text = "".join(export.csv_chunks(store.stream(export.statement(Scope()))))
+        assert [row["request_id"] for row in csv.DictReader(io.StringIO(text))] == ["X-a", "x.c", "x_b"]
+
     def test_the_latest_outcome_of_a_request_is_its_outcome(self, store: SqlEventStore) -> None:
         store.add(to_record(submitted(request_id="r")))
         store.add(to_record(responded(at=T0 + timedelta(seconds=2), request_id="r", total_ms=70.0)))
