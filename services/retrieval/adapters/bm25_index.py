@@ -17,7 +17,6 @@ identifiers) does not grow without end.
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +25,7 @@ from typing import TypeVar
 
 import bm25s
 import numpy as np
+import regex
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
@@ -40,8 +40,9 @@ from shared.errors import DependencyUnavailable
 
 __all__ = ["Bm25Index", "keyword_indexed", "tokenize"]
 
-# bm25s's own default pattern: words of two or more letters or digits.
-_WORD = re.compile(r"(?u)\b\w\w+\b")
+# bm25s's own default pattern: words of two or more letters or digits. The regex module's \w, unlike re's,
+# takes in combining marks: the vowel signs and viramas inside every Devanagari, Bengali or Tamil word.
+_WORD = regex.compile(r"\b\w\w+\b")
 _STOPWORDS = frozenset(STOPWORDS_EN)
 _local = threading.local()  # a Stemmer object must not be shared between threads
 _VOCAB_SLACK = 4096  # vocabulary terms beyond twice the live ones before a build counts them

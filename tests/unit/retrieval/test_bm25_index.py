@@ -53,6 +53,24 @@ def test_text_that_reads_the_same_gives_the_same_terms_however_its_unicode_is_wr
     assert tokenize("ｃａｉｒｎ ｶﾞｲﾄﾞ") == tokenize("cairn ガイド")
 
 
+def test_words_of_scripts_written_with_combining_vowel_signs_stay_whole() -> None:
+    """Devanagari, Bengali and Tamil write vowels and viramas as combining marks, which are no word
+    characters to Python's re: "हिन्दी" fell apart into one-letter pieces, dropped as too short."""
+    assert tokenize("हिन्दी भाषा") == ["हिन्दी", "भाषा"]
+    assert tokenize("বাংলা ভাষা") == ["বাংলা", "ভাষা"]
+    assert tokenize("தமிழ் மொழி") == ["தமிழ்", "மொழி"]
+
+
+def test_a_word_of_a_script_with_vowel_signs_is_found() -> None:
+    index = loaded(
+        chunk("ta", 0, "காப்புப்பிரதியை மீட்டெடுக்க சேவையை நிறுத்தவும்."),
+        chunk("hi", 0, "हिन्दी में दस्तावेज़ खोजें।"),
+        chunk("en", 0, "Stop the service before restoring a backup."),
+    )
+    assert ids(index.search_now(query="சேவையை", top_k=3)) == ["ta#0"]
+    assert ids(index.search_now(query="हिन्दी", top_k=3)) == ["hi#0"]
+
+
 def test_a_word_with_soft_hyphens_in_it_is_the_word() -> None:
     """Web pages put soft hyphens (&shy;) into long words as break points: they split the word in two."""
     assert tokenize("Bundes\u00adregierung retrie\u00adval") == tokenize("Bundesregierung retrieval")
