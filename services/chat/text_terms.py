@@ -8,8 +8,9 @@ chat carries no stemming library, and both users need only "the same word in ano
 """
 from __future__ import annotations
 
-import re
 from functools import lru_cache
+
+import regex
 
 from shared.cjk import folded, split_cjk
 
@@ -22,7 +23,9 @@ STOPWORDS = frozenset(
     who whom why will with would you your yours
     s t d ll m re ve don doesn didn isn aren wasn weren won wouldn couldn shouldn cannot""".split()
 )
-_WORD = re.compile(r"[^\W_]+")  # letters and digits of any script
+# Letters and digits of any script. The regex module's \w, unlike re's, takes in combining marks: the vowel
+# signs and viramas inside every Devanagari, Bengali or Tamil word (as the keyword index reads words).
+_WORD = regex.compile(r"[^\W_]+")
 _SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "ly", "s")
 _MIN_STEM = 3
 

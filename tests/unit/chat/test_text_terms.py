@@ -34,6 +34,12 @@ def test_letters_of_any_script_make_words_and_cjk_runs_make_pairs():
     assert terms_of("東京の大学 in Tokyo") == ["tokyo", "東京", "京の", "の大", "大学"]
 
 
+def test_words_of_scripts_written_with_combining_vowel_signs_stay_whole():
+    """re's \\w leaves out the vowel signs and viramas inside these words: the check compared single letters."""
+    assert terms_of("हिन्दी में खोज") == ["हिन्दी", "में", "खोज"]
+    assert terms_of("தமிழ் மொழி") == ["தமிழ்", "மொழி"]
+
+
 def test_text_that_reads_the_same_gives_the_same_terms_however_its_unicode_is_written():
     composed, decomposed, full_width = "Résumé café", "Re\u0301sume\u0301 cafe\u0301", "Ｒésumé ｃａｆé"
     assert terms_of(composed) == terms_of(decomposed) == terms_of(full_width) == ["résumé", "café"]
