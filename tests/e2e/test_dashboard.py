@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote, urlencode
 
 import httpx
 import pytest
@@ -308,6 +308,65 @@ def test_a_custom_range_is_kept_in_the_address_and_a_reversed_one_is_refused(gat
     page.get_by_test_id("from").dispatch_event("change")
     expect(page.get_by_test_id("status")).to_have_text("The start of the range must come before its end.")
     assert len(figures.seen) == seen, "no report is asked for an empty range"
+    assert problems == [], problems
+
+
+def summary_range(figures: StandInState) -> tuple[str, str]:
+    asked = dict(parse_qsl([query for path, query, _ in figures.seen if path == "/analytics/summary"][-1]))
+    return asked["from"], asked["to"]
+
+
+def test_choosing_custom_again_starts_from_the_range_shown_so_far(gateway, browser, figures):
+    window = {"from": "2026-01-01T09:00:00.000Z", "to": "2026-01-01T12:00:00.000Z"}
+    page, problems = open_page(browser, f"{gateway}/dashboard?{urlencode(window)}")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    page.get_by_test_id("range").select_option("7d")
+    wait_for_figures(page)
+    shown = summary_range(figures)
+    page.get_by_test_id("range").select_option("custom")  # the inputs still hold the custom range of before
+    wait_for_figures(page)
+    assert summary_range(figures) == shown
+    assert f"from={shown[0]}" in unquote(page.url) and f"to={shown[1]}" in unquote(page.url)
+    assert problems == [], problems
+
+
+def test_a_custom_range_from_the_hour_berlin_turns_its_clocks_back_through_stays_when_the_model_changes(
+    gateway, browser, figures
+):
+    # 02:30 comes twice in Berlin on 25 October: at 00:30 UTC (CEST) and at 01:30 UTC (CET), the one shared here.
+    window = {"from": "2026-10-25T01:30:00.000Z", "to": "2026-10-25T03:00:00.000Z"}
+    page, problems = open_page(browser, f"{gateway}/dashboard?{urlencode(window)}",
+                               timezone_id="Europe/Berlin", locale="en-GB")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    expect(page.get_by_test_id("from")).to_have_value("2026-10-25T02:30")
+    page.get_by_test_id("model").select_option("gpt-4o-mini")
+    wait_for_figures(page)
+    assert summary_range(figures) == (window["from"], window["to"])
+
+    # A range with milliseconds, which the inputs cannot show, is kept whole too.
+    page.get_by_test_id("range").select_option("1h")
+    wait_for_figures(page)
+    page.get_by_test_id("range").select_option("custom")
+    wait_for_figures(page)
+    shown = summary_range(figures)
+    page.get_by_test_id("refresh").click()
+    wait_for_figures(page)
+    assert summary_range(figures) == shown
+    assert problems == [], problems
+
+
+def test_the_pending_requests_are_counted_with_separators(gateway, browser, figures):
+    def with_many_pending(route: Route) -> None:
+        response = route.fetch()
+        route.fulfill(response=response, json={**response.json(), "queries": 5040})
+
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    page.route("**/api/analytics/summary?*", with_many_pending)
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    expect(page.get_by_test_id("tile-queries")).to_contain_text("40 with an outcome, 5,000 pending")
     assert problems == [], problems
 
 

@@ -29,7 +29,10 @@ function tileTexts(s) {
   const done = s.completed > 0; // rates and latencies only mean something once a request has an outcome
   const when = (hint) => (done ? hint : "");
   return {
-    queries: [fmt.count(s.queries), `${fmt.count(s.completed)} with an outcome${pending > 0 ? `, ${pending} pending` : ""}`],
+    queries: [
+      fmt.count(s.queries),
+      `${fmt.count(s.completed)} with an outcome${pending > 0 ? `, ${fmt.count(pending)} pending` : ""}`,
+    ],
     distinct_users: [fmt.count(s.distinct_users), "who asked"],
     answered_rate: [fmt.percent(s.answered_rate), when(`${fmt.count(s.answered)} of ${fmt.count(s.completed)} answered`)],
     no_answer_rate: [fmt.percent(s.no_answer_rate), when(`${fmt.count(s.no_answer)} with no relevant information`)],

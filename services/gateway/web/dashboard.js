@@ -123,17 +123,24 @@ function setModelOptions(models) {
   view.model.replaceChildren(new Option("All models", ""), ...models.map((model) => new Option(model, model)));
 }
 
+/** The instant an input holds: the range's own while the input still shows its time, as that may be one the
+ * local clock shows twice (the hour it is turned back through) or carry milliseconds the input cannot show. */
+function readInstant(input, kept) {
+  const typed = range.fromLocalInput(input.value);
+  return typed && kept && range.toLocalInput(typed) === range.toLocalInput(kept) ? kept : typed;
+}
+
 function readForm() {
   const chosen = view.range.value;
   if (chosen !== "custom") return { range: chosen, from: null, to: null, model: view.model.value };
-  const [from, to] = [range.fromLocalInput(view.from.value), range.fromLocalInput(view.to.value)];
+  const [from, to] = [readInstant(view.from, state.filters.from), readInstant(view.to, state.filters.to)];
   return { range: chosen, from, to, model: view.model.value };
 }
 
 function applyFilters() {
   const filters = readForm();
-  if (filters.range === "custom" && state.filters.range !== "custom" && !filters.from && !filters.to) {
-    // Custom starts from the range shown so far, for the analyst to adjust.
+  if (filters.range === "custom" && state.filters.range !== "custom") {
+    // Custom starts from the range shown so far, for the analyst to adjust (not from an earlier custom range).
     const shown = shownRange();
     Object.assign(filters, shown);
     view.from.value = range.toLocalInput(shown.from);
