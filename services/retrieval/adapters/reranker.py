@@ -7,6 +7,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from services.retrieval.ports import Reranker
 from shared.errors import StartRefused
@@ -40,6 +41,11 @@ class CrossEncoderReranker:
                 f"RERANK_MODEL: {Path(model_path).name} cannot be loaded as a sentence-transformers CrossEncoder "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'})"
             ) from exc
+        if (untrained := _untrained_head(self._model)) is not None:
+            raise RerankModelUnusable(
+                f"RERANK_MODEL: {Path(model_path).name} is not a cross-encoder: its checkpoint, a {untrained}, "
+                "has no trained relevance head (an embedding model?)"
+            )
         if self._model.num_labels != 1:  # which output means "relevant" is then the model's own convention
             raise RerankModelUnusable(
                 f"RERANK_MODEL: a reranker must give one relevance score per passage; {Path(model_path).name} "
@@ -63,3 +69,17 @@ class CrossEncoderReranker:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _untrained_head(model: Any) -> str | None:
+    """The architecture of a checkpoint that sentence-transformers scores through a head it just made up, None
+    for a cross-encoder. A model of one transformer module scores through the checkpoint's own classifier, which
+    only a ...ForSequenceClassification checkpoint has; given another (an embedding model, a bare encoder),
+    sentence-transformers adds a randomly initialised one. Models with modules of their own after it (a scoring
+    Dense layer, an LLM reranker's yes/no logits) bring their head."""
+    if len(list(model)) != 1:
+        return None
+    architectures = getattr(getattr(model, "config", None), "architectures", None) or []
+    if any(name.endswith("ForSequenceClassification") for name in architectures):
+        return None
+    return architectures[0] if architectures else "model of unnamed architecture"

@@ -27,10 +27,10 @@ DOCS = [
 ]
 
 
-def save_tiny_cross_encoder(path: Path, *, num_labels: int = 1) -> Path:
+def save_tiny_cross_encoder(path: Path, *, num_labels: int = 1, head: bool = True) -> Path:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 
     vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
     torch.manual_seed(7)
@@ -38,7 +38,7 @@ def save_tiny_cross_encoder(path: Path, *, num_labels: int = 1) -> Path:
         vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
         max_position_embeddings=64, num_labels=num_labels, initializer_range=0.3,
     )
-    BertForSequenceClassification(config).save_pretrained(path)
+    (BertForSequenceClassification if head else BertModel)(config).save_pretrained(path)
     BertTokenizer(vocab=vocab).save_pretrained(path)
     return path
 
@@ -93,8 +93,10 @@ def not_a_cross_encoder(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("model", "reason"),
     [(not_a_cross_encoder, "cannot be loaded as a sentence-transformers CrossEncoder"),
-     (lambda tmp_path: save_tiny_cross_encoder(tmp_path / "classifier", num_labels=2), "one relevance score")],
-    ids=["not a model", "a classifier"],
+     (lambda tmp_path: save_tiny_cross_encoder(tmp_path / "classifier", num_labels=2), "one relevance score"),
+     # sentence-transformers loads it with a new, random scoring head: every search's order would be noise
+     (lambda tmp_path: save_tiny_cross_encoder(tmp_path / "encoder", head=False), "has no trained relevance head")],
+    ids=["not a model", "a classifier", "an embedding model"],
 )
 def test_an_unusable_model_stops_the_start_with_one_line_naming_the_variable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], model, reason: str
