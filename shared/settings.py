@@ -10,7 +10,7 @@ from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, Validation
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.urls import AmqpUrl
+from shared.urls import AmqpUrl, unset_when_empty
 
 PLACEHOLDER_SERVICE_TOKEN = "change-me-internal-service-token"
 
@@ -47,7 +47,7 @@ class CommonSettings(BaseSettings):
     events_exchange: str = Field("cairn.events", min_length=1, validation_alias=aliases("EVENTS_EXCHANGE"))
     analytics_queue: str = Field("cairn.analytics", min_length=1, validation_alias=aliases("ANALYTICS_QUEUE"))
     data_dir: Path = Field(Path("data"), validation_alias=aliases("CAIRN_DATA_DIR"))
-    outbox_path: Path | None = Field(
+    outbox_path: Annotated[Path | None, BeforeValidator(unset_when_empty)] = Field(
         None,
         validation_alias=aliases("OUTBOX_PATH"),
         description="SQLite file holding events until the broker confirms them; default "

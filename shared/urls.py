@@ -41,8 +41,9 @@ def _checked(adapter: TypeAdapter, value: str, expected: str) -> str:
     return value
 
 
-def _unset_when_empty(value: object) -> object:
-    """An empty variable (a ConfigMap's `LLM_BASE_URL: ""`) means the setting is not set."""
+def unset_when_empty(value: object) -> object:
+    """An empty variable (a ConfigMap's `LLM_BASE_URL: ""`, `RERANK_MODEL=` in a .env file) means the setting is
+    not set: as a URL it is no address, as a path it would be "." (the working folder)."""
     return None if isinstance(value, str) and not value.strip() else value
 
 
@@ -68,8 +69,8 @@ def _checked_model_url_if_set(value: str | None) -> str | None:
 
 
 HttpUrl = Annotated[str, AfterValidator(checked_http_url)]
-OptionalHttpUrl = Annotated[str | None, BeforeValidator(_unset_when_empty), AfterValidator(_checked_if_set)]
-OptionalModelUrl = Annotated[str | None, BeforeValidator(_unset_when_empty), AfterValidator(_checked_model_url_if_set)]
+OptionalHttpUrl = Annotated[str | None, BeforeValidator(unset_when_empty), AfterValidator(_checked_if_set)]
+OptionalModelUrl = Annotated[str | None, BeforeValidator(unset_when_empty), AfterValidator(_checked_model_url_if_set)]
 FirstListedHttpUrl = Annotated[str | None, BeforeValidator(_first_listed), AfterValidator(_checked_if_set)]
 AmqpUrl = Annotated[str, AfterValidator(_checked_amqp_url)]
 RedisUrl = Annotated[str, AfterValidator(_checked_redis_url)]

@@ -9,11 +9,7 @@ from sqlalchemy.exc import ArgumentError
 
 from shared.replicas import UrlList
 from shared.settings import CommonSettings, aliases, unusable_folder
-
-
-def _unset_when_empty(value: object) -> object:
-    """An empty variable (`ANALYTICS_DB_URL=` in a .env file) means unset, as for CHROMA_URL."""
-    return None if value == "" else value
+from shared.urls import unset_when_empty
 
 
 def _database_url(value: str | None) -> str | None:
@@ -30,13 +26,13 @@ def _database_url(value: str | None) -> str | None:
 class Settings(CommonSettings):
     host: str = Field("127.0.0.1", validation_alias=aliases("ANALYTICS_HOST"))
     port: int = Field(8003, validation_alias=aliases("ANALYTICS_PORT"))
-    db_url: Annotated[str | None, BeforeValidator(_unset_when_empty), AfterValidator(_database_url)] = Field(
+    db_url: Annotated[str | None, BeforeValidator(unset_when_empty), AfterValidator(_database_url)] = Field(
         None,
         validation_alias=aliases("ANALYTICS_DB_URL"),
         description="SQLAlchemy URL; default a SQLite file under the data directory. "
         "PostgreSQL: postgresql+psycopg://user:password@host:5432/db",
     )
-    db_password: Annotated[SecretStr | None, BeforeValidator(_unset_when_empty)] = Field(
+    db_password: Annotated[SecretStr | None, BeforeValidator(unset_when_empty)] = Field(
         None,
         validation_alias=aliases("ANALYTICS_DB_PASSWORD"),
         description="The database password, taken as it is (no URL escaping); it replaces any password "

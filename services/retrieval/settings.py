@@ -4,16 +4,20 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import DirectoryPath, Field, SecretStr, field_validator, model_validator
+from pydantic import BeforeValidator, DirectoryPath, Field, SecretStr, field_validator, model_validator
 
 from services.retrieval.adapters.chroma_changes import changes_collection
 from shared.settings import CommonSettings, aliases, unusable_folder
-from shared.urls import OptionalHttpUrl, OptionalModelUrl
+from shared.urls import OptionalHttpUrl, OptionalModelUrl, unset_when_empty
 
 # The collection names Chroma's engine takes (chromadb 1.x; its error message states the same rule).
 _CHROMA_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9._-]{1,510})[a-zA-Z0-9]")
+
+
+OptionalModelFolder = Annotated[DirectoryPath | None, BeforeValidator(unset_when_empty)]
+OptionalFolder = Annotated[Path | None, BeforeValidator(unset_when_empty)]
 
 
 def _is_ip_address(name: str) -> bool:
@@ -34,7 +38,7 @@ class Settings(CommonSettings):
     )
     chroma_collection: str = Field("cairn", validation_alias=aliases("CHROMA_COLLECTION"))
     chroma_timeout_s: float = Field(10.0, gt=0, validation_alias=aliases("CHROMA_TIMEOUT_S"))
-    embedding_model_path: DirectoryPath | None = Field(  # checked at start: named, not a traceback on load
+    embedding_model_path: OptionalModelFolder = Field(  # checked at start: named, not a traceback on load
         None,
         validation_alias=aliases("EMBEDDING_MODEL_PATH"),
         description="A sentence-transformers model directory; unset = the packaged all-MiniLM-L6-v2.",
@@ -49,7 +53,7 @@ class Settings(CommonSettings):
         validation_alias=aliases("EMBEDDING_BACKEND"),
         description="torch (sentence-transformers) or onnx-int8 (exported once to the models folder, run by onnxruntime).",
     )
-    models_folder: Path | None = Field(
+    models_folder: OptionalFolder = Field(
         None,
         validation_alias=aliases("MODELS_DIR"),
         description="Where ONNX copies of the embedding model are exported and kept; unset = data_dir/models.",
@@ -124,7 +128,7 @@ class Settings(CommonSettings):
         validation_alias=aliases("KEYWORD_SYNC_INTERVAL_S"),
         description="How often each replica checks Chroma for documents written through other replicas.",
     )
-    rerank_model: DirectoryPath | None = Field(
+    rerank_model: OptionalModelFolder = Field(
         None,
         validation_alias=aliases("RERANK_MODEL"),
         description="A local sentence-transformers CrossEncoder directory; unset = no reranking.",

@@ -30,6 +30,17 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert settings.model_path() == tmp_path
 
 
+@pytest.mark.parametrize(
+    ("variable", "field"),
+    [("RERANK_MODEL", "rerank_model"), ("EMBEDDING_MODEL_PATH", "embedding_model_path"), ("MODELS_DIR", "models_folder")],
+)
+def test_an_empty_folder_variable_means_unset(monkeypatch: pytest.MonkeyPatch, variable: str, field: str) -> None:
+    """`RERANK_MODEL=` in a .env file, or `""` in a ConfigMap, turns the setting off, as an empty CHROMA_URL does;
+    read as a path it was the working directory: a reranker or embedding model loaded from it, ONNX copies kept in it."""
+    monkeypatch.setenv(variable, "")
+    assert getattr(Settings(), field) is None
+
+
 def test_overlap_must_be_smaller_than_the_chunk() -> None:
     with pytest.raises(ValidationError):
         Settings(chunk_size_tokens=64, chunk_overlap_tokens=64)

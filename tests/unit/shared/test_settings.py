@@ -86,6 +86,16 @@ def test_good_values_pass_as_given_and_empty_optional_urls_mean_unset(monkeypatc
     assert RetrievalSettings().chroma_url == "http://chroma:8000"
 
 
+@pytest.mark.parametrize("settings_class", [ChatSettings, GatewaySettings])
+def test_an_empty_outbox_path_means_the_default_file(settings_class, monkeypatch):
+    """`OUTBOX_PATH=` was the path ".", the working folder, which no SQLite file can be: every event was kept
+    in memory only, and lost at the next stop while RabbitMQ was down."""
+    monkeypatch.setenv("OUTBOX_PATH", "")
+    settings = settings_class()
+    assert settings.outbox_path is None
+    assert settings.outbox_file("chat") == settings.data_dir / "outbox" / "chat.sqlite3"
+
+
 def test_the_cli_talks_to_the_first_replica_of_a_list(monkeypatch):
     monkeypatch.setenv("RETRIEVAL_URL", "http://10.0.0.5:8002/, http://10.0.0.6:8002")
     monkeypatch.setenv("CHAT_URL", "")
