@@ -8,6 +8,7 @@ chat carries no stemming library, and both users need only "the same word in ano
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import regex
@@ -24,8 +25,10 @@ STOPWORDS = frozenset(
     s t d ll m re ve don doesn didn isn aren wasn weren won wouldn couldn shouldn cannot""".split()
 )
 # Letters and digits of any script. The regex module's \w, unlike re's, takes in combining marks: the vowel
-# signs and viramas inside every Devanagari, Bengali or Tamil word (as the keyword index reads words).
+# signs and viramas inside every Devanagari, Bengali or Tamil word (as the keyword index reads words). re,
+# the same for ASCII text, reads that in about half the time.
 _WORD = regex.compile(r"[^\W_]+")
+_ASCII_WORD = re.compile(r"[^\W_]+", re.ASCII)
 _SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "ly", "s")
 _MIN_STEM = 3
 
@@ -56,4 +59,5 @@ def terms_of(text: str) -> list[str]:
     """Stemmed content terms of `text`, in order (repeats kept); Chinese, Japanese and Korean runs give
     pairs of adjacent characters instead (shared/cjk.py), after the other words."""
     rest, cjk_terms = split_cjk(folded(text))
-    return [stem(w) for w in _WORD.findall(rest) if w not in STOPWORDS] + cjk_terms
+    words = (_ASCII_WORD if rest.isascii() else _WORD).findall(rest)
+    return [stem(w) for w in words if w not in STOPWORDS] + cjk_terms
