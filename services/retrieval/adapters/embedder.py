@@ -46,10 +46,16 @@ def configure_thread_pools() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
-def _offline() -> None:
+def prepare_local_loading() -> None:
+    """Before transformers loads a model from a local folder (the embedder, the reranker)."""
     # Without these, a missing file makes transformers retry the hub for about a minute.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers.utils import logging as transformers_logging  # transformers alone: no torch yet
+
+    # Its "Loading weights" bar goes to stderr even when that is a file: a line that is not JSON in
+    # the service's log under `cairn up`, and a bar in the file `cairn eval 2>file` writes.
+    transformers_logging.disable_progress_bar()
 
 
 class TorchEncoder:
@@ -64,7 +70,7 @@ class TorchEncoder:
             raise ValueError("threads and batch_size must be >= 1")
         if not Path(model_path).is_dir():
             raise FileNotFoundError(f"embedding model directory not found: {model_path}")
-        _offline()
+        prepare_local_loading()
         from services.retrieval.adapters.single_text import SideBySide, fp32_copy, single_text_encoder
 
         started = time.perf_counter()
@@ -74,11 +80,7 @@ class TorchEncoder:
         import torch
         from sentence_transformers import SentenceTransformer
         from transformers import AutoTokenizer
-        from transformers.utils import logging as transformers_logging
 
-        # Its "Loading weights" bar goes to stderr even when that is a file: a line that is not JSON in
-        # the service's log under `cairn up`, and a bar in the file `cairn eval 2>file` writes.
-        transformers_logging.disable_progress_bar()
         torch.set_num_threads(threads)
         self._model = SentenceTransformer(str(model_path), device="cpu")
         # A second tokenizer for counting: the model's own is busy on the encode thread and

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from services.retrieval.adapters.embedder import prepare_local_loading
 from services.retrieval.ports import Reranker
 from shared.errors import StartRefused
 
@@ -29,8 +29,7 @@ class CrossEncoderReranker:
             raise ValueError("batch_size must be >= 1")
         if not Path(model_path).is_dir():
             raise FileNotFoundError(f"rerank model directory not found: {model_path}")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        prepare_local_loading()
         from sentence_transformers import CrossEncoder
 
         started = time.perf_counter()
