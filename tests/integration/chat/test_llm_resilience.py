@@ -98,6 +98,7 @@ async def test_a_hanging_endpoint_times_out_on_every_attempt(model, script):
         (f"http://127.0.0.1:{free_port()}/v1", "refused the connection"),  # nothing listens there
         ("http://model.invalid/v1", "host model.invalid was not found"),  # .invalid never resolves (RFC 2606)
     ],
+    ids=["refused", "unresolvable"],  # the same test names in every collection, whatever port was free
 )
 async def test_an_endpoint_that_cannot_be_reached_is_named_so_not_as_a_timeout(base_url, says):
     # A refused connection reached the SDK as a connect "timeout": operators read "did not answer in time"
