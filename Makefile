@@ -25,8 +25,10 @@ down: install
 status: install
 	$(BIN)/cairn status
 
+# Two workers, each taking whole test files so a module's running system is started once.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: install
 	$(BIN)/python -m pytest -m unit

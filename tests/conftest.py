@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
@@ -32,6 +33,15 @@ def docker_reachable() -> bool:
         return True
     except Exception:
         return False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Every test must have its own id: pytest-xdist hands tests to workers by id, and of tests sharing
+    one it runs a single test and reports nothing about the rest."""
+    counts = Counter(item.nodeid for item in session.items)
+    shared = sorted(nodeid for nodeid, count in counts.items() if count > 1)
+    if shared:
+        raise pytest.UsageError(f"{len(shared)} test ids are shared by several tests, e.g. {shared[0]}")
 
 
 @pytest.fixture(scope="session", autouse=True)
