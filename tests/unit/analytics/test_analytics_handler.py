@@ -70,6 +70,7 @@ def with_version(version: int) -> bytes:
         (with_version(2), "schema_version: 2 is not supported (1 to 1)"),
         (with_version(0), "schema_version: 0 is not supported"),
     ],
+    ids=lambda value: "body" if isinstance(value, bytes) else None,  # events' bodies hold fresh event ids
 )
 async def test_an_invalid_body_is_dead_lettered_with_the_reason_then_acked(body: bytes, reason: str) -> None:
     store, message, dead = FakeEventStore(), FakeMessage(body), FakeDeadLetters()

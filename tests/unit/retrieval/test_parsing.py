@@ -368,6 +368,7 @@ def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
         ("binary.md", b"abc\x00def", "binary"),
         ("empty.html", b"<html><head><title>t</title><script>x()</script></head><body> </body></html>", "no text"),
     ],
+    ids=lambda value: "data" if isinstance(value, bytes) else None,  # a PDF's bytes hold its creation time
 )
 def test_corrupt_or_empty_files_are_unprocessable_and_named(filename: str, data: bytes, reason: str) -> None:
     with pytest.raises(UnprocessableDocument) as raised:
