@@ -79,7 +79,12 @@ class UpstreamStream:
                 yield text
 
     async def events(self) -> AsyncIterator[ServerSentEvent]:
-        """The Server-Sent Events; the service going away or silent raises its 503 / 504 error."""
+        """The Server-Sent Events; the service going away or silent raises its 503 / 504 error, as does an
+        answer that is no event stream (a proxy's page sent with 200): the service failing, not the gateway."""
+        if not _is_event_stream(self):
+            log.warning("upstream answered a stream request with something else",
+                        extra={"upstream": self.name, "content_type": self.headers.get("Content-Type")})
+            raise DependencyUnavailable(self.name, f"{self.name} is unavailable: its answer could not be read")
         try:
             async for event in EventSource(self).aiter_sse():  # type: ignore[arg-type]  # reads headers, aiter_text
                 yield event

@@ -429,3 +429,35 @@ def test_a_chat_answering_garbage_with_200_is_chat_unavailable_not_an_internal_e
         assert answer.status_code == 503, (answer.request.url, answer.text)
         assert answer.json()["error"]["code"] == "chat_unavailable" and answer.headers["Retry-After"] == "5"
         assert "chat is unavailable: its answer could not be read" in answer.json()["error"]["message"]
+
+
+def page_streaming_chat() -> FastAPI:
+    """A chat (or a proxy in front of it) that answers POST /chat/stream with 200 and a web page, no event stream."""
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/models")
+    async def models() -> dict:
+        return {"default": "stand-in-llm", "models": ["stand-in-llm"]}
+
+    @app.post("/chat/stream")
+    async def chat_stream() -> Response:
+        return Response("<html>Welcome to nginx!</html>", media_type="text/html")
+
+    return app
+
+
+def test_a_stream_answered_with_a_page_instead_of_events_is_chat_unavailable(redis_url, unique):
+    with serve_in_thread(page_streaming_chat()) as chat_url:
+        settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=chat_url)
+        with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+            client = _client(gateway, login(http)["Authorization"].removeprefix("Bearer "))
+            with pytest.raises(openai.InternalServerError) as unavailable:
+                list(_ask(client, stream=True))
+    error = unavailable.value
+    assert (error.status_code, error.code, error.type) == (503, "chat_unavailable", "service_unavailable_error")
+    assert error.message.endswith("chat is unavailable: its answer could not be read")
+    assert error.response.headers["Retry-After"] == "5"
