@@ -27,6 +27,8 @@ LABEL = re.compile(
     re.IGNORECASE,
 )
 BULLET = re.compile(r"^[-*>]+(?:\s+|$)")
+# The opening or closing line of a Markdown code block ("```", "```text", "~~~"): some models fence their reply.
+FENCE = re.compile(r"^(?:`{3,}|~{3,})[^`]*$")
 QUOTES = "\"'`“”‘’«»"
 QUESTION_MARKS = ("?", "？", "؟")  # the prompt asks for a rewrite in the question's language: Chinese, Arabic, ...
 FULL_STOPS = (".", "。")
@@ -105,18 +107,18 @@ def reformulation_messages(*, query: str, history: list[Exchange]) -> list[dict[
 
 
 def usable_rewrite(rewritten: str, *, query: str) -> bool:
-    """Not empty, not rambling, short enough for retrieval to search, and still a question: a model that
-    answers a question instead of rewriting it ("Yes, set SESSION_TTL_SECONDS.") would send its answer to the
-    search and the model."""
-    if not rewritten or len(rewritten) > min(_length_limit(query), MAX_QUERY_CHARS):
+    """Not empty, not only punctuation ("…?"), not rambling, short enough for retrieval to search, and still a
+    question: a model that answers a question instead of rewriting it ("Yes, set SESSION_TTL_SECONDS.") would send
+    its answer to the search and the model."""
+    if not any(c.isalnum() for c in rewritten) or len(rewritten) > min(_length_limit(query), MAX_QUERY_CHARS):
         return False
     return not (query.endswith(QUESTION_MARKS) and rewritten.endswith(FULL_STOPS))
 
 
 def first_line(text: str) -> str:
-    """The model's first non-empty line that is not a lead-in ("Here is the rewritten question:"), without
-    a "Standalone question:" label (bold or not) or quotes or bold around it."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The model's first non-empty line that is not a lead-in ("Here is the rewritten question:") or a code fence,
+    without a "Standalone question:" label (bold or not) or quotes or bold around it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not FENCE.match(line.strip())]
     line = next((line for line in lines if not line.endswith(":")), "")
     unwrapped = None
     while unwrapped != line:  # the wrappings come in any order: "**Query:** “…”", "“Query: …”"

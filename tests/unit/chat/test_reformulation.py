@@ -83,8 +83,13 @@ async def test_always_mode_calls_the_model_for_every_question():
         RecordingGenerator("What is the TTL of", finish_reason="length"),
         RecordingGenerator("Login sessions expire after a day of inactivity [1]."),
         RecordingGenerator("<think>\nThe user means the TTL of login sessions, so"),
+        RecordingGenerator("```\n```"),
+        RecordingGenerator("…?"),
     ],
-    ids=["llm-unavailable", "empty", "too-long", "cut-off", "answered-instead", "only-reasoning"],
+    ids=[
+        "llm-unavailable", "empty", "too-long", "cut-off", "answered-instead", "only-reasoning", "empty-code-block",
+        "no-word",
+    ],
 )
 async def test_an_unusable_model_falls_back_to_the_heuristic_with_a_warning(generator, caplog):
     rewriter = LLMReformulator(generator, mode="followups")
@@ -93,6 +98,12 @@ async def test_an_unusable_model_falls_back_to_the_heuristic_with_a_warning(gene
     assert result == "What about the TTL of login sessions?"
     assert len(generator.calls) == 1
     assert any("using the heuristic" in record.getMessage() for record in caplog.records)
+
+
+async def test_a_rewrite_in_a_code_block_is_what_is_searched():
+    rewriter = LLMReformulator(RecordingGenerator("```\nWhat is the TTL of login sessions?\n```"), mode="followups")
+    result = await rewriter.reformulate(query="and what about its TTL?", history=[SESSIONS], model="m")
+    assert result == "What is the TTL of login sessions?"
 
 
 @pytest.mark.parametrize(
@@ -127,6 +138,11 @@ def test_bad_arguments_are_refused_at_once():
         ("Rewritten query: **What is X?**", "What is X?"),
         ("**What does the ttl setting mean?**", "What does the ttl setting mean?"),
         ("What does __init__ do?", "What does __init__ do?"),
+        # A reply in a Markdown code block: the fence is no question, the line inside it is.
+        ("```\nWhat is X?\n```", "What is X?"),
+        ("```text\nWhat is X?\n```", "What is X?"),
+        ("Rewritten question:\n~~~\nWhat is X?\n~~~", "What is X?"),
+        ("```What is X?```", "What is X?"),
     ],
 )
 def test_first_line_strips_labels_and_surrounding_quotes(raw, line):
