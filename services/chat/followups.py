@@ -272,7 +272,9 @@ def _is_participle(word: str) -> bool:
 
 
 def _drop_leading_conjunctions(query: str) -> str:
-    return re.sub(rf"^(?:\s*(?:{'|'.join(CONJUNCTIONS)})\b[\s,]*)+", "", query, flags=re.IGNORECASE).strip() or query
+    # With the punctuation that ends the word ("Okay. Can I ...", "And... what about ..."), not the rest.
+    opener = rf"^(?:\s*(?:{'|'.join(CONJUNCTIONS)})\b(?:[.;:!…]+(?=\s|$))?[\s,]*)+"
+    return re.sub(opener, "", query, flags=re.IGNORECASE).strip() or query
 
 
 def _own_terms(bases: list[str]) -> list[str]:

@@ -43,6 +43,10 @@ def turn(standalone: str) -> list[Exchange]:
         (SESSIONS, "can you say more", "Can you say more (login sessions stored)"),
         (SESSIONS, "Tell me more.", "Tell me more. (login sessions stored)"),
         (SESSIONS, "Explain", "Explain (login sessions stored)"),
+        # A leading conjunction goes with the punctuation after it.
+        ("How do I add a user?", "Okay. Can I do it in bulk?", "Can I add a user in bulk?"),
+        (SESSIONS, "And... what about its TTL?", "What about the TTL of login sessions?"),
+        (SESSIONS, "Ok! Why?", "Why? (login sessions stored)"),
     ],
 )
 def test_follow_ups_are_rewritten_with_the_previous_subject(previous, follow_up, standalone):
