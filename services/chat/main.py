@@ -1,6 +1,7 @@
 """The chat app: wiring of the concrete adapters, opened and closed in the lifespan."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -86,9 +87,14 @@ def create_app(
         # send, so an idle one that has not connected yet is no news.
         if getattr(pipeline.publisher, "connected", True) is False and pipeline.publisher.backlog:
             log.warning("events broker not connected", extra={"backlog": pipeline.publisher.backlog})
-        return {**await pipeline.retriever.readiness(), "llm": await pipeline.generator.ping()}
+        # At once, not one after another: each may take its own timeout, and a probe gives up after a few seconds.
+        retrieval, llm, conversations = await asyncio.gather(
+            pipeline.retriever.readiness(), pipeline.generator.ping(), _conversations_answer(pipeline)
+        )
+        return {**retrieval, "llm": llm, **conversations}
 
-    # Retrieval and the model are reported, not needed: chat answers their failure with a 503 / 502 naming them.
+    # Retrieval, the model and the conversation store are reported, not needed: chat answers their failure with a
+    # 503 / 502 naming them (and questions without a conversation_id need no conversation store).
     # Retrieval refusing chat's service token is needed: it fails every question sent to this replica alone.
     app = create_service_app(
         service="chat",
@@ -103,3 +109,9 @@ def create_app(
     allowed = [{"type": "string", "enum": list(settings.chat_models)}, {"type": "null"}]
     narrow_schema_field(app, model="ChatRequest", field="model_id", any_of=allowed)
     return app
+
+
+async def _conversations_answer(pipeline: ChatPipeline) -> dict[str, bool]:
+    if pipeline.conversations is None:
+        return {}
+    return {"conversation_store": await pipeline.conversations.ping()}

@@ -81,6 +81,9 @@ class ConversationStore(Protocol):
     async def append(self, *, conversation_id: str, user_id: str, exchange: Exchange) -> None:
         """Keep `exchange` as the newest turn (dropping the oldest past the limit) and renew the TTL."""
 
+    async def ping(self) -> bool:
+        """True when the store answers."""
+
 
 class Reformulator(Protocol):
     """Rewrites a question into a standalone one (follow-ups resolved, typos fixed where it can)."""

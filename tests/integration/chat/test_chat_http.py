@@ -53,7 +53,9 @@ async def test_chat_calls_retrieval_over_http_with_identity_and_token(retrieval)
         "u1", "user", "s1"
     )
     assert sent["headers"]["x-request-id"] == "rid-123" and sent["headers"]["traceparent"].startswith("00-")
-    assert ready.json()["checks"] == {"retrieval": True, "retrieval_service_token": True, "llm": True}
+    assert ready.json()["checks"] == {
+        "retrieval": True, "retrieval_service_token": True, "llm": True, "conversation_store": True
+    }
 
 
 async def test_retrieval_down_is_503_at_once():

@@ -104,6 +104,7 @@ class MemoryConversations:
     def __init__(self) -> None:
         self.turns: dict[str, list[Exchange]] = {}
         self.owners: dict[str, str] = {}
+        self.healthy = True
 
     async def history(self, *, conversation_id: str, user_id: str) -> list[Exchange]:
         if self.owners.get(conversation_id, user_id) != user_id:
@@ -114,6 +115,9 @@ class MemoryConversations:
         if self.owners.setdefault(conversation_id, user_id) != user_id:
             raise ConversationNotFound(conversation_id)
         self.turns.setdefault(conversation_id, []).append(exchange)
+
+    async def ping(self) -> bool:
+        return self.healthy
 
 
 class ListPublisher:

@@ -17,11 +17,11 @@ HEADERS = {"X-Service-Token": TOKEN, "X-User-Id": "u7", "X-User-Roles": "user,an
 
 
 @asynccontextmanager
-async def chat_client(retriever=None, generator=None, publisher=None):
+async def chat_client(retriever=None, generator=None, publisher=None, conversations=None):
     settings = Settings(service_token=TOKEN, chat_models="cairn-extractive,other")
     app = create_app(
         settings, retriever=retriever or FakeRetriever(), generator=generator, publisher=publisher or ListPublisher(),
-        conversations=MemoryConversations(),
+        conversations=conversations or MemoryConversations(),
     )
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://chat") as client:
@@ -165,9 +165,23 @@ async def test_readiness_reports_retrieval_and_llm_without_needing_them():
         ready = await client.get("/readyz")
         retriever.healthy = False
         degraded = await client.get("/readyz")
-    assert ready.status_code == 200 and ready.json()["checks"] == {"retrieval": True, "llm": True}
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"retrieval": True, "llm": True, "conversation_store": True}
     # Chat still answers, with a 503 naming retrieval: it stays in its load balancer.
-    assert degraded.status_code == 200 and degraded.json() == {"status": "ready", "checks": {"retrieval": False, "llm": True}}
+    assert degraded.status_code == 200 and degraded.json() == {
+        "status": "ready", "checks": {"retrieval": False, "llm": True, "conversation_store": True}
+    }
+
+
+async def test_readiness_reports_the_conversation_store_without_needing_it():
+    conversations = MemoryConversations()
+    conversations.healthy = False
+    async with chat_client(conversations=conversations) as client:
+        ready = await client.get("/readyz")
+        answered = await client.post("/chat", json={"query": "How do I add a user?"}, headers=HEADERS)
+    # Follow-ups get 503 conversation_store_unavailable, first questions are still answered: chat stays ready.
+    assert ready.status_code == 200 and ready.json()["checks"]["conversation_store"] is False
+    assert answered.status_code == 200
 
 
 class UnconnectedPublisher(ListPublisher):
