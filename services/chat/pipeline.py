@@ -221,7 +221,10 @@ class ChatPipeline:
         return response
 
     async def _remember(self, turn: Turn, response: ChatResponse) -> None:
-        if self.conversations is None:
+        # A caller that sends its history keeps the conversation itself (every /v1 client): a stored copy would
+        # never be read, yet hold the exchange in Redis for CONVERSATION_TTL_S.
+        keeps_its_own = turn.request.history is not None and turn.request.conversation_id is None
+        if self.conversations is None or keeps_its_own:
             return
         turn.stage = "conversation"  # a streamed turn's reader leaving during the write is reported here
         exchange = Exchange(

@@ -121,6 +121,25 @@ async def test_history_given_with_the_request_resolves_a_follow_up_without_a_sto
     assert response.metadata.reformulated_query == "What about the TTL of login sessions?"
 
 
+@pytest.mark.parametrize("history", [[], [{"question": "How are login sessions stored?", "answer": "In Redis [1]."}]])
+async def test_a_question_that_brings_its_history_is_not_stored(history):
+    conversations = MemoryConversations()
+    chat = pipeline(conversations=conversations)
+    await chat.answer(request=ChatRequest(query="What about its TTL?", history=history), caller=ANN)
+    assert conversations.turns == {}
+
+
+async def test_a_conversation_id_sent_with_a_history_is_still_continued():
+    conversations = MemoryConversations()
+    chat = pipeline(conversations=conversations)
+    first = await chat.answer(request=ChatRequest(query="How are login sessions stored?"), caller=ANN)
+    history = [{"question": "Something else?", "answer": "Yes [1]."}]  # ignored: the stored turns count
+    await chat.answer(
+        request=ChatRequest(query="and its TTL?", conversation_id=first.conversation_id, history=history), caller=ANN
+    )
+    assert len(conversations.turns[first.conversation_id]) == 2
+
+
 async def test_a_chain_of_follow_ups_in_a_given_history_keeps_its_subject_as_a_stored_one_does():
     chat = pipeline()
     asked = ["What is hybrid search?", "And what about its weights?", "Can they be changed?"]
