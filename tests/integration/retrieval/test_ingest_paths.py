@@ -8,9 +8,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.ingest import SUFFIXES, IngestError, collect_files, ingest_paths
+from cairn.ingest import (
+    MAX_DOC_ID_CHARS, MAX_SOURCE_CHARS, SUFFIXES, IngestError, collect_files, ingest_paths, source_name,
+)
+from services.retrieval import ingestion
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
 from services.retrieval.main import create_app
+from services.retrieval.models import UploadFields
 from services.retrieval.settings import Settings
 from services.retrieval.parsing import SUPPORTED_SUFFIXES
 from tests.support import free_port, serve_in_thread
@@ -143,6 +147,12 @@ def test_the_command_offers_exactly_the_types_the_service_reads() -> None:
     assert SUFFIXES == SUPPORTED_SUFFIXES
 
 
+def test_the_command_sends_ids_and_sources_within_the_service_limits() -> None:
+    assert MAX_DOC_ID_CHARS == ingestion.MAX_DOC_ID_CHARS
+    [source_limit] = [rule.max_length for rule in UploadFields.model_fields["source"].metadata if hasattr(rule, "max_length")]
+    assert MAX_SOURCE_CHARS == source_limit
+
+
 def test_broken_links_are_failures_named_as_such_and_stop_nothing(retrieval_url: str, tree: Path) -> None:
     (tree / "loop1.md").symlink_to("loop2.md")
     (tree / "loop2.md").symlink_to("loop1.md")
@@ -162,6 +172,23 @@ def test_a_file_name_that_is_not_utf8_is_ingested_under_a_readable_name(retrieva
         documents = [d["doc_id"] for d in client.get("/documents").json()["documents"]]
     assert "notes/deep/caf\ufffd.md" in documents
 
+
+def test_a_path_too_long_for_a_doc_id_goes_in_under_the_id_an_upload_of_that_name_gets(
+    retrieval_url: str, tree: Path
+) -> None:
+    # A path of over 1,000 characters: the file system takes it; a doc_id is 512 at most, a source field 1,000.
+    deep = tree.joinpath(*["d" * 250] * 5)
+    deep.mkdir(parents=True)
+    (deep / "notes.md").write_text("# Deep notes\n\nThe archive sits three folders down.\n")
+    name = source_name(deep / "notes.md")
+    summary = ingest_paths([deep], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert (summary.added, summary.failures) == (1, []), summary.describe()
+    again = ingest_paths([deep], retrieval_url=retrieval_url, service_token=TOKEN, progress=False)
+    assert again.unchanged == 1, "the same id on every run"
+    with httpx.Client(base_url=retrieval_url, headers={"X-Service-Token": TOKEN}) as client:
+        [document] = [d for d in client.get("/documents").json()["documents"] if d["title"] == "Deep notes"]
+        uploaded = client.post("/documents", files={"file": (name, b"# Other\n\ntext")}).json()
+    assert document["doc_id"] == ingestion.within_doc_id_limit(name) == uploaded["doc_id"] and document["source"] == name
 
 
 def test_ctrl_c_stops_the_run_with_what_went_in_so_far(
