@@ -118,7 +118,7 @@ def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
 
 class DocumentIn(RequestModel):
     doc_id: DocId | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
-    title: str | None = Field(None, min_length=1, max_length=500, description="Default: the first '# ' heading, else the file stem.")
+    title: str | None = Field(None, max_length=500, description="Default (also for a blank one): the first '# ' heading, else the file stem.")
     text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, json_schema_extra={"pattern": VISIBLE_TEXT_PATTERN})
     source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
     url: str | None = Field(None, max_length=2000)

@@ -220,6 +220,13 @@ def test_an_unfilled_form_field_is_taken_as_absent(client: TestClient) -> None:
     assert (response.json()["doc_id"], response.json()["title"]) == ("notes.md", "Notes")
 
 
+@pytest.mark.parametrize("title", ["", " ", "\n"])
+def test_a_blank_json_title_falls_back_to_the_heading_as_a_missing_one_does(client: TestClient, title: str) -> None:
+    response = client.post("/documents", json={"doc_id": "n", "title": title, "text": "# Notes\n\nSome text."}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    assert response.json()["title"] == "Notes"
+
+
 def test_a_file_without_a_suffix_is_read_by_its_content_type(client: TestClient) -> None:
     files = {"file": ("notes", b"Plain words.", "text/plain")}
     assert client.post("/documents", files=files, headers=AUTH).json()["doc_id"] == "notes"
