@@ -251,7 +251,7 @@ def ingest_paths(
         try:  # around the whole loop: Ctrl-C anywhere in it (the bar's redraw too) keeps the summary
             for index, path in enumerate(files):
                 sending = name = source_name(path, base)
-                bar.set_postfix_str(name[-40:], refresh=False)
+                bar.set_postfix_str(name[-40:])  # drawn now: the file may take minutes
                 try:
                     data = _read(path)
                     uploads += 1
