@@ -141,3 +141,15 @@ def test_a_migration_waits_for_another_replica_migrating_longer_than_the_timeout
             assert store.add(to_record(submitted())) is True
         finally:
             store.close()
+
+
+def test_cursors_are_planned_for_all_their_rows(postgres_url: str) -> None:
+    # The export and the time series read through a server-side cursor, which PostgreSQL plans for its first
+    # 10 % of rows; on tables autovacuum had not analyzed yet (a new or just adopted database) that plan compared
+    # every question with every other (measured: 10,000 questions exported in 5-7.5 s, the time series 5 s,
+    # where reading the export's rows whole took 0.15-0.3 s; 30,000 in 38 s).
+    store = SqlEventStore.from_url(postgres_url)
+    for _ in range(2):  # also on the pooled connection again, after the pool rolled back its transaction
+        with store.engine.connect() as conn:
+            assert float(conn.execute(text("SHOW cursor_tuple_fraction")).scalar()) == 1.0
+    store.close()
