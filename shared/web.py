@@ -126,7 +126,7 @@ class RequestContextMiddleware:
         *, client_disconnected: bool,
     ) -> None:
         elapsed = time.perf_counter() - started
-        matched = getattr(scope.get("route"), "path", None) or _route_before_routing(scope)
+        matched = _template(scope.get("route")) or _route_before_routing(scope)
         route = matched or "unmatched"
         finish_server_span(span, method=method, route=matched, status=status, request_id=request_id)
         if not self.request_lines:
@@ -206,14 +206,23 @@ async def _client_gone(receive: Receive) -> bool:
     return message.get("type") == "http.disconnect"
 
 
+def _template(route: object) -> str | None:
+    """A route's path as the guide writes it, `/documents/{doc_id}`: without the converter its path may name
+    (`{doc_id:path}`), which would make the label differ from route to route for no reader's benefit."""
+    return getattr(route, "path_format", None) or getattr(route, "path", None)
+
+
 def _route_before_routing(scope: Scope) -> str | None:
-    """The template of the route a request was for when a middleware answered it before the router ran
-    (the gateway's 413 for a declared body over its limit), so it counts under its route, not "unmatched"."""
+    """The template of the route a request was for when no route named itself in the scope: a middleware
+    answered it before the router ran (the gateway's 413 for a declared body over its limit), or a mount
+    served it (the API pages' assets), so that it counts under its route, not "unmatched"."""
     router = getattr(scope.get("app"), "router", None)
+    # A mount moved the request's root_path on by its prefix: match from the app's own, as the router did.
+    at = {**scope, "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
     # A router the app includes is one entry of its routes, with no path of its own: list the routes within.
     for route in iter_route_contexts(getattr(router, "routes", ())):
-        if route.matches(scope)[0] is Match.FULL:
-            return getattr(route, "path", None)
+        if route.matches(at)[0] is Match.FULL:
+            return _template(route)
     return None
 
 
