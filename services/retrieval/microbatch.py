@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -41,6 +42,9 @@ class MicroBatcher(Generic[K, V]):
         self._window_s = window_s
         self._max_batch = max_batch
         self._pending: dict[K, list[asyncio.Future[V]]] = {}
+        # The context (request id, trace) of the first request to ask for each pending item: a batch runs in
+        # that of its first item, not in that of whichever batch or request happened to start it.
+        self._contexts: dict[K, contextvars.Context] = {}
         self._timer: asyncio.Handle | None = None
         self._running: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -67,12 +71,14 @@ class MicroBatcher(Generic[K, V]):
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # A new event loop (a restarted app, another test): what the old one left behind died with it.
-            self._loop, self._pending, self._timer, self._running = loop, {}, None, None
+            self._loop, self._pending, self._contexts, self._timer, self._running = loop, {}, {}, None, None
             self._overlap_at = float("-inf")
         if self._pending or self._running is not None:
             self._overlap_at = loop.time()
         future: asyncio.Future[V] = loop.create_future()
         self._pending.setdefault(item, []).append(future)
+        if item not in self._contexts:
+            self._contexts[item] = contextvars.copy_context()
         return future
 
     def _wake(self) -> None:
@@ -94,9 +100,11 @@ class MicroBatcher(Generic[K, V]):
         if self._running is not None or not self._pending:
             return
         batch = {}
+        contexts = []
         for item in list(self._pending)[: self._max_batch]:
             batch[item] = self._pending.pop(item)
-        self._running = loop.create_task(self._run(batch, loop))
+            contexts.append(self._contexts.pop(item))
+        self._running = loop.create_task(self._run(batch, loop), context=contexts[0])
 
     async def _run(self, batch: dict[K, list[asyncio.Future[V]]], loop: asyncio.AbstractEventLoop) -> None:
         items = list(batch)

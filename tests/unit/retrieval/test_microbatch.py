@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from services.retrieval.microbatch import MicroBatcher
+from shared.context import request_id_var
 
 pytestmark = pytest.mark.unit
 
@@ -89,6 +90,32 @@ async def test_items_arriving_during_a_batch_go_together_in_the_next() -> None:
     assert await first == "A"
     assert await asyncio.gather(*later) == ["B", "C", "D", "E"]
     assert run.batches == [["a"], ["b", "c", "d"], ["e"]], "queued items split by max_batch, in arrival order"
+
+
+async def test_a_batch_runs_in_the_context_of_a_request_it_serves_not_of_the_batch_before() -> None:
+    """What a batch logs (a failed Chroma call, say) carries the request id of one of its own requests: the
+    batch that follows a busy one must not go on under the first request of the busy spell, long answered."""
+    seen: list[str | None] = []
+
+    async def run(items: list[str]) -> list[str]:
+        seen.append(request_id_var.get())
+        await gate.wait()
+        return items
+
+    gate = asyncio.Event()
+    batcher = MicroBatcher(run, window_s=0, max_batch=8)
+
+    async def ask(item: str) -> str:
+        request_id_var.set(f"request-{item}")
+        return await batcher.submit(item)
+
+    first = asyncio.ensure_future(ask("a"))
+    await asyncio.sleep(0.01)
+    second = asyncio.ensure_future(ask("b"))  # waits for the batch of "a", then goes in one of its own
+    await asyncio.sleep(0.01)
+    gate.set()
+    assert await asyncio.gather(first, second) == ["a", "b"]
+    assert seen == ["request-a", "request-b"]
 
 
 async def test_duplicates_in_one_batch_are_computed_once() -> None:
