@@ -19,7 +19,15 @@ from cairn.engines import EngineMissing, engines_for, ensure
 from cairn.ingest import IngestError, NotRetrieval, RetrievalUnreachable
 from cairn.settings import SERVICES, CliSettings
 from cairn.retry_after import try_again_in
-from cairn.run_state import UnreadableState, read_state, stale_state, state_file, still_running
+from cairn.run_state import (
+    UnreadableState,
+    hold_run_lock,
+    read_state,
+    run_lock_holder,
+    stale_state,
+    state_file,
+    still_running,
+)
 from cairn.supervisor import CHROMA, Child, StartFailed, Supervisor
 from services.gateway.adapters.redis_store import RedisSessionStore, RedisUserStore, connect
 from services.gateway.domain import User
@@ -50,6 +58,21 @@ def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
     except OSError as exc:
         print(f"cannot start: CAIRN_DATA_DIR: {settings.data_dir}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    try:
+        lock = hold_run_lock(settings)
+    except OSError as exc:
+        print(f"cannot start: {settings.run_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if lock is None:  # another `cairn up` of this data directory, perhaps still before its state file
+        holder = run_lock_holder(settings)
+        print(f"Cairn is already running{f' (pid {holder})' if holder else ''}; `cairn status` or `cairn down`.",
+              file=sys.stderr)
+        return 1
+    with lock:
+        return _up(settings, ingest_demo=ingest_demo)
+
+
+def _up(settings: CliSettings, *, ingest_demo: bool) -> int:
     if state := _read_state(settings):
         if still_running(state, state["supervisor"]):
             print(f"Cairn is already running (pid {state['supervisor']}); `cairn status` or `cairn down`.", file=sys.stderr)

@@ -6,8 +6,11 @@ may name another program by the time the file is read, and `cairn down` must nev
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
+from typing import IO
 
 import psutil
 from pydantic import BaseModel, ValidationError
@@ -17,6 +20,32 @@ from cairn.settings import CliSettings
 
 def state_file(settings: CliSettings) -> Path:
     return settings.run_dir / "cairn.json"
+
+
+def hold_run_lock(settings: CliSettings) -> IO[str] | None:
+    """The lock one `cairn up` per data directory holds while it runs, with its pid written in; None while
+    another process holds it. Unlike the state file, which is written only once the services are spawned, it
+    is taken at once, so that two `cairn up` started together do not both start; the system releases it
+    when its holder ends, killed too."""
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    handle = (settings.run_dir / "cairn.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def run_lock_holder(settings: CliSettings) -> int | None:
+    """The pid the holder of the run lock wrote, if it has yet."""
+    try:
+        return int((settings.run_dir / "cairn.lock").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 class RunState(BaseModel):

@@ -156,3 +156,41 @@ def test_a_state_file_that_cannot_be_removed_is_one_line_and_status_1_not_a_trac
         f"warning: unreadable state file, taken as stale: {state_file(cairn)}: Is a directory",
         f"error: cannot remove the state file {state_file(cairn)}: Is a directory",
     ]
+
+
+# A `cairn up` of the data directory `argv[1]` that is still starting Redis, long before its state file.
+UP_STARTING_REDIS = """
+import sys, time
+from cairn import commands
+from cairn.settings import CliSettings
+
+def starting_redis(**urls):
+    print("starting Redis", flush=True)
+    time.sleep(60)
+    return []
+
+commands.engines_for = starting_redis
+commands.up(CliSettings(data_dir=sys.argv[1], replicas="", chroma_server=False, chroma_url=None))
+"""
+
+
+def test_a_second_up_started_with_the_first_is_refused_though_no_state_file_is_written_yet(tmp_path, monkeypatch, capsys):
+    # Both went on to start their services: one set died on the ports the other held, and the state file of the
+    # one left running was removed by the one that gave up, so that `cairn down` could not stop it.
+    cairn = settings(tmp_path)
+
+    def no_engines(**urls):  # `cairn up` got past the check: stop it before it starts anything
+        raise EngineMissing("stopped by the test")
+
+    monkeypatch.setattr(commands, "engines_for", no_engines)
+    first = subprocess.Popen([sys.executable, "-c", UP_STARTING_REDIS, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline() == "starting Redis\n"
+        assert not state_file(cairn).exists()
+        assert commands.up(cairn) == 1
+        assert capsys.readouterr().err == f"Cairn is already running (pid {first.pid}); `cairn status` or `cairn down`.\n"
+    finally:
+        first.kill()
+        first.wait()
+    assert commands.up(cairn) == 1, "the lock of a killed `cairn up` goes with it"
+    assert capsys.readouterr().err == "cannot start: stopped by the test\n"
