@@ -36,6 +36,7 @@ from services.gateway.users import (
     UserError,
     add_user,
     check_new_username,
+    check_password,
     check_user_exists,
     disable_user,
     enable_user,
@@ -53,6 +54,12 @@ class StopRequested(Exception):
 
 
 def up(settings: CliSettings, *, ingest_demo: bool = True) -> int:
+    if settings.demo_password:  # else it is refused only once the services have started and the docs are in
+        try:
+            check_password(settings.demo_password)
+        except UserError as exc:
+            print(f"cannot start: CAIRN_DEMO_PASSWORD: {exc}", file=sys.stderr)
+            return 1
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -125,7 +132,7 @@ def _up(settings: CliSettings, *, ingest_demo: bool) -> int:
     except (StartFailed, IngestError, httpx.HTTPError, OSError) as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
-    except UserError as exc:  # the demo user: CAIRN_DEMO_PASSWORD too short, say
+    except UserError as exc:  # the demo user
         print(f"cannot start: demo user: {exc}", file=sys.stderr)
         return 1
     except DependencyUnavailable as exc:  # Redis took the connection but refused the demo user's commands

@@ -31,7 +31,8 @@ class UserChange:
     sessions_ended: int
 
 
-def _check_password(password: str) -> None:
+def check_password(password: str) -> None:
+    """Raises UserError for a password no user may have."""
     if len(password) < MIN_PASSWORD_LENGTH:
         raise UserError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
     if len(password) > MAX_PASSWORD_LENGTH:
@@ -77,7 +78,7 @@ def _taken(existing: str, username: str) -> str:
 
 async def add_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:
     await check_new_username(users=users, username=username)
-    _check_password(password)
+    check_password(password)
     user = User(
         id=uuid.uuid4().hex,
         username=username,
@@ -100,7 +101,7 @@ async def _updated(users: UserStore, username: str, **changes) -> User:
 
 
 async def set_password(*, users: UserStore, username: str, password: str) -> User:
-    _check_password(password)
+    check_password(password)
     return await _updated(users, username, password_hash=hash_password(password))
 
 
@@ -113,7 +114,7 @@ async def _change_then_end_sessions(users: UserStore, sessions: SessionStore, us
 
 async def reset_password(*, users: UserStore, sessions: SessionStore, username: str, password: str) -> UserChange:
     await _existing(users, username)  # an unknown name is the error to give, not a short password
-    _check_password(password)
+    check_password(password)
     return await _change_then_end_sessions(users, sessions, username, password_hash=hash_password(password))
 
 

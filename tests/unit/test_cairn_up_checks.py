@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cairn import commands, supervisor
+from cairn.engines import EngineMissing
 from cairn.settings import SERVICES, CliSettings
 from cairn.run_state import state_file
 from cairn.supervisor import Child, Supervisor
@@ -35,6 +36,21 @@ def test_a_data_dir_under_a_regular_file_is_refused_in_one_line(tmp_path, capsys
     data_dir = tmp_path / "afile" / "data"
     assert commands.up(settings(data_dir)) == 1
     assert capsys.readouterr().err == f"cannot start: CAIRN_DATA_DIR: {data_dir}: Not a directory\n"
+
+
+@pytest.mark.parametrize(("password", "problem"), [
+    ("short", "password must be at least 8 characters"),
+    ("x" * 1025, "password must be at most 1024 characters"),
+], ids=["too-short", "too-long"])
+def test_a_demo_password_no_user_may_have_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys, password, problem):
+    # It was refused only after the services had started and the demo collection was in: minutes on a first run.
+    def no_engines(**urls):  # `cairn up` got past the check: stop it before it starts anything
+        raise EngineMissing("stopped by the test")
+
+    monkeypatch.setattr(commands, "engines_for", no_engines)
+    assert commands.up(settings(tmp_path / "data", demo_password=password)) == 1
+    assert capsys.readouterr().err == f"cannot start: CAIRN_DEMO_PASSWORD: {problem}\n"
+    assert not (tmp_path / "data").exists()
 
 
 def reporting(**checks: bool):
