@@ -274,9 +274,11 @@ def _status_rows(settings: CliSettings, state: dict | None) -> list[tuple[str, s
 def _service_status(url: str) -> tuple[bool, str]:
     try:
         response = httpx.get(f"{url}/readyz", timeout=3)
-        checks = response.json().get("checks", {})
-    except (httpx.HTTPError, ValueError):
+    except httpx.HTTPError:
         return False, "not answering"
+    checks = (_json_object(response) or {}).get("checks")
+    if not isinstance(checks, dict):  # a proxy's error page, another program at a wrong <SERVICE>_URL or port
+        return False, f"not a Cairn service: /readyz answered {response.status_code} without its checks"
     ready = response.status_code == 200
     detail = ", ".join(f"{k}={'ok' if v else 'DOWN'}" for k, v in checks.items())
     return ready, f"{'ready' if ready else 'NOT READY'}  {detail}"
