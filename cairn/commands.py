@@ -449,6 +449,9 @@ def ingest(settings: CliSettings, *, paths: list[Path]) -> int:
     return 1 if summary.failed else 0
 
 
+REQUEST_TIMEOUT_S = 120.0  # the log-in and log-out, and the connection
+
+
 def ask(settings: CliSettings, *, question: str, username: str, password_stdin: bool, top_k: int | None) -> int:
     if is_blank(question):  # before the password is asked for: the gateway would refuse it anyway
         _refuse("the question is empty")
@@ -461,7 +464,7 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
     else:
         password = _read_password(False)
     url = settings.url_of("gateway")
-    with httpx.Client(base_url=url, timeout=120) as client:
+    with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S) as client:
         try:
             login = client.post("/auth/login", json={"username": username, "password": password})
             if login.status_code in (404, 405):  # the gateway answers every login otherwise
@@ -474,10 +477,16 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
                 return 1
             headers = {"Authorization": f"Bearer {session['token']}"}
             request = {"query": question} | ({"top_k": top_k} if top_k is not None else {})  # else DEFAULT_TOP_K
-            answer = client.post("/api/chat", json=request, headers=headers)
+            # No limit of its own on the wait for the answer: the gateway has one (UPSTREAM_TIMEOUT_S, raised with
+            # the model's LLM_DEADLINE_S) and answers 504 chat_timeout when it passes.
+            answer = client.post("/api/chat", json=request, headers=headers,
+                                 timeout=httpx.Timeout(REQUEST_TIMEOUT_S, read=None))
             client.post("/auth/logout", headers=headers)
         except httpx.ConnectError as exc:
             print(f"cannot reach Cairn at {url}: {exc}: {_not_running_hint(settings, 'gateway')}", file=sys.stderr)
+            return 1
+        except httpx.ReadTimeout:
+            print(f"no answer from Cairn at {url} within {REQUEST_TIMEOUT_S:g} s", file=sys.stderr)
             return 1
         except httpx.HTTPError as exc:
             print(f"cannot reach Cairn at {url}: {exc}", file=sys.stderr)

@@ -1,4 +1,5 @@
 """`cairn ask` and Ctrl-C against stand-ins: what the operator reads when the answer is not Cairn's."""
+import asyncio
 import email.utils
 import getpass
 import re
@@ -8,7 +9,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
-from cairn import cli
+from cairn import cli, commands
 from services.chat.models import ChatRequest
 from tests.support import serve_in_thread
 
@@ -152,3 +153,49 @@ def test_top_k_is_sent_only_when_given_so_the_services_default_top_k_applies(
 def test_the_top_k_range_is_the_chat_requests():
     schema = ChatRequest.model_json_schema()["properties"]["top_k"]["anyOf"][0]
     assert (schema["minimum"], schema["maximum"]) == (1, cli.MAX_TOP_K)
+
+
+def _slow_gateway(answer_after_s: float) -> FastAPI:
+    """A gateway whose log-in is quick and whose answer takes `answer_after_s`, as with a slow model."""
+    app = FastAPI()
+
+    @app.post("/auth/login")
+    async def login():
+        return {"token": "t"}
+
+    @app.post("/api/chat")
+    async def chat():
+        await asyncio.sleep(answer_after_s)
+        return {"answer": "Three roles.", "citations": []}
+
+    @app.post("/auth/logout")
+    async def logout():
+        return {}
+
+    return app
+
+
+def test_the_answer_is_awaited_as_long_as_the_gateway_takes_to_give_it(monkeypatch, capsys):
+    # The command gave up after 120 s, saying it could not reach Cairn, though the gateway waits as long as its
+    # UPSTREAM_TIMEOUT_S, raised for a slow model, and answers 504 itself when that passes.
+    monkeypatch.setenv("CAIRN_PASSWORD", "whatever1")
+    monkeypatch.setattr(commands, "REQUEST_TIMEOUT_S", 0.5)
+    with serve_in_thread(_slow_gateway(answer_after_s=1.5)) as url:
+        monkeypatch.setenv("GATEWAY_URL", url)
+        assert cli.main(["ask", "What roles are there?"]) == 0
+    assert capsys.readouterr().out.startswith("Three roles.")
+
+
+def test_a_gateway_that_takes_the_login_but_never_answers_it_is_said_so(monkeypatch, capsys):
+    app = FastAPI()
+
+    @app.post("/auth/login")
+    async def login():
+        await asyncio.sleep(3)
+
+    monkeypatch.setenv("CAIRN_PASSWORD", "whatever1")
+    monkeypatch.setattr(commands, "REQUEST_TIMEOUT_S", 0.5)
+    with serve_in_thread(app) as url:
+        monkeypatch.setenv("GATEWAY_URL", url)
+        assert cli.main(["ask", "anything"]) == 1
+    assert capsys.readouterr().err == f"no answer from Cairn at {url} within 0.5 s\n"
