@@ -83,7 +83,12 @@ def write_state(settings: CliSettings, *, supervisor: int, services: dict[str, i
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     started = {str(pid): _running_since(pid) for pid in (supervisor, *services.values())}
     state = {"supervisor": supervisor, "services": services, "urls": urls, "started": started}
-    state_file(settings).write_text(json.dumps(state))
+    # Whole or not at all: the supervisor rewrites it after each restart, and a `cairn down` reading it half
+    # written would take Cairn for stopped.
+    path = state_file(settings)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(state))
+    partial.replace(path)
 
 
 def still_running(state: dict, pid: int) -> bool:

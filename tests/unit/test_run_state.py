@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from cairn import commands
 from cairn.engines import EngineMissing
-from cairn.run_state import pid_alive, state_file, write_state
+from cairn.run_state import pid_alive, read_state, state_file, write_state
 from cairn.settings import CliSettings
 from tests.support import wait_until
 
@@ -194,3 +195,26 @@ def test_a_second_up_started_with_the_first_is_refused_though_no_state_file_is_w
         first.wait()
     assert commands.up(cairn) == 1, "the lock of a killed `cairn up` goes with it"
     assert capsys.readouterr().err == "cannot start: stopped by the test\n"
+
+
+def test_a_state_file_being_rewritten_is_read_whole_never_half_written(tmp_path):
+    # The supervisor rewrites it after every restart; a `cairn down` reading it half written took Cairn for
+    # stopped (an unreadable file is stale) and stopped nothing.
+    settings_ = settings(tmp_path)
+    write_state(settings_, supervisor=1, services={}, urls={})
+    done, unreadable = threading.Event(), []
+
+    def rewrite() -> None:
+        for _ in range(2000):
+            write_state(settings_, supervisor=1, services={}, urls={"gateway": "http://127.0.0.1:8000"})
+        done.set()
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    while not done.is_set():
+        try:
+            read_state(settings_)
+        except Exception as exc:
+            unreadable.append(exc)
+    writer.join()
+    assert not unreadable, unreadable[0]
