@@ -424,3 +424,16 @@ def test_chroma_is_the_same_image_as_in_compose() -> None:
     for engine in ("redis", "rabbitmq", "postgres"):
         (container,) = STATEFULSETS[engine]["spec"]["template"]["spec"]["containers"]
         assert container["image"] == compose["services"][engine]["image"], engine
+
+
+OUTBOX_DRAIN_S = 5.0  # what chat and the gateway give waiting events at shutdown (EventPublisher.close)
+
+
+@pytest.mark.parametrize("name", ["gateway", "chat"])
+def test_a_stopping_pod_finishes_the_question_it_is_answering(name: str) -> None:
+    # A rollout, a scale-down or a node drain stops the pod: after its preStop pause it finishes what it serves,
+    # which the gateway waits for up to UPSTREAM_TIMEOUT_S; killed at the grace period, the answer is cut.
+    spec = DEPLOYMENTS[name]["spec"]["template"]["spec"]
+    pause_s = float(_container(name)["lifecycle"]["preStop"]["exec"]["command"][-1])
+    answer_s = GatewaySettings(upstream_timeout_s=CONFIG.get("UPSTREAM_TIMEOUT_S", 120.0)).upstream_timeout_s
+    assert spec["terminationGracePeriodSeconds"] >= pause_s + answer_s + OUTBOX_DRAIN_S
