@@ -44,9 +44,11 @@ def observe_turn(timings: Timings) -> None:
     STAGE_SECONDS.labels("total").observe(timings.total / 1000)
 
 
-def count_tokens(generation: Generation) -> None:
-    LLM_TOKENS.labels(generation.model, "prompt").inc(generation.prompt_tokens)
-    LLM_TOKENS.labels(generation.model, "completion").inc(generation.completion_tokens)
+def count_tokens(model: str, generation: Generation) -> None:
+    """Under the model asked for, from the allow-list: the name an endpoint answers with may be any
+    (a dated snapshot, a provider's prefix), and each would be a series of its own."""
+    LLM_TOKENS.labels(model, "prompt").inc(generation.prompt_tokens)
+    LLM_TOKENS.labels(model, "completion").inc(generation.completion_tokens)
 
 
 def count_retry(reason: str) -> None:

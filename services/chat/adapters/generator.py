@@ -77,7 +77,7 @@ class OpenAIGenerator:
                 finish_reason=choice.finish_reason,
             )
             _record_on(span, generation)
-            metrics.count_tokens(generation)
+            metrics.count_tokens(model, generation)
             return generation
 
     async def stream(
@@ -114,7 +114,7 @@ class OpenAIGenerator:
             if tally.finish_reason is None:  # the connection ended cleanly, but the answer did not
                 raise LLMUnavailable("the model's answer broke off before it was finished")
             _record_on(span, tally.generation())
-            metrics.count_tokens(tally.generation())
+            metrics.count_tokens(model, tally.generation())
         except GeneratorExit:  # the reader went away: not the model's failure
             raise
         except BaseException as exc:

@@ -6,6 +6,7 @@ import logging
 import httpx2
 import pytest
 from openai import AsyncOpenAI
+from prometheus_client import REGISTRY
 
 from services.chat.adapters.generator import OpenAIGenerator, build_generator
 from services.chat.adapters.llm_retry import RetryPolicy, retry_after_s, retry_delay
@@ -377,3 +378,25 @@ async def test_closing_the_stream_early_closes_the_response():
     generator, _, _ = generator_answering(streamed(body))
     assert await collect(generator, stop_after=2) == ["one", " two"]
     assert body.closed
+
+
+def _tokens_counted(model: str) -> float:
+    return sum(
+        REGISTRY.get_sample_value("cairn_llm_tokens_total", {"model": model, "kind": kind}) or 0
+        for kind in ("prompt", "completion")
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_tokens_are_counted_under_the_model_asked_for_not_the_name_the_endpoint_answers_with(stream):
+    # An endpoint names a dated snapshot or adds a provider's prefix: each name would be a series of its own.
+    snapshot = {**COMPLETION, "model": "vendor-model-2025-06-01"}
+    answer = streamed(Body([line.replace(b"vendor-model", b"vendor-model-2025-06-01") for line in sse("Yes")]))
+    generator, _, _ = generator_answering(answer if stream else httpx2.Response(200, json=snapshot))
+    before = _tokens_counted("vendor-model")
+    if stream:
+        [part async for part in generator.stream(model="vendor-model", messages=MESSAGES, temperature=0.1, max_tokens=64)]
+    else:
+        await generate(generator)
+    assert _tokens_counted("vendor-model") > before
+    assert _tokens_counted("vendor-model-2025-06-01") == 0
