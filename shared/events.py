@@ -60,7 +60,11 @@ class ResponseGeneratedData(_Data):
         "relevant was found, or the model's answer cited nothing) or small_talk (a greeting answered without searching).",
     )
     conversation_id: str | None = Field(None, description="The conversation the answer belongs to.")
-    model: str | None = Field(None, description="The model that answered; null when no model was asked.")
+    model: str | None = Field(
+        None,
+        description="The model that answered, named as chat asked it (as in QuerySubmitted), not by the endpoint's "
+        "own name for it; null when no model was asked.",
+    )
     latency_ms: float | None = Field(
         None, ge=0, description="Milliseconds from receiving the question to the response, the same as timings_ms.total."
     )

@@ -37,7 +37,10 @@ def query_submitted(
     return QuerySubmitted(**_envelope(caller), data=data)
 
 
-def response_generated(*, caller: Caller, response: ChatResponse) -> ResponseGenerated:
+def response_generated(*, caller: Caller, response: ChatResponse, model: str) -> ResponseGenerated:
+    """`model` is the model chat asked (from CHAT_MODELS), as QuerySubmitted names it: an endpoint answers with
+    its own name for it (a dated snapshot), which the response shows but which would split the model's
+    questions in the reports between two names."""
     meta = response.metadata
     supported = sum(1 for c in response.citations if c.support and c.support.verdict == "supported")
     data = ResponseGeneratedData(
@@ -47,7 +50,7 @@ def response_generated(*, caller: Caller, response: ChatResponse) -> ResponseGen
         no_answer=meta.kind == "no_information",
         kind=meta.kind,
         conversation_id=response.conversation_id,
-        model=meta.model,
+        model=model if meta.model is not None else None,
         latency_ms=meta.timings_ms.total,
         confidence_level=response.confidence.level,
         confidence_score=response.confidence.score,

@@ -217,7 +217,7 @@ class ChatPipeline:
         if turn.small_talk is None:
             await self._remember(turn, response)
         # Last, with no await after it: a batch of events this one completes is sent once the response is out.
-        self.publisher.submit(events.response_generated(caller=turn.caller, response=response))
+        self.publisher.submit(events.response_generated(caller=turn.caller, response=response, model=turn.model))
         return response
 
     async def _remember(self, turn: Turn, response: ChatResponse) -> None:

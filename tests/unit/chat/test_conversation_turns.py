@@ -1,4 +1,6 @@
 """Follow-ups, small talk and the events of a turn, with fakes for retrieval, the model and the store."""
+import dataclasses
+
 import pytest
 
 from services.chat.errors import ConversationNotFound
@@ -111,6 +113,22 @@ async def test_response_generated_carries_the_answer_figures():
     assert data.grounding_score == response.grounding.score == 1.0
     assert data.chunks_retrieved == 3 and data.usage.total_tokens == 107
     assert data.cited_doc_ids == ["doc-1", "doc-2"]
+
+
+class SnapshotNamingGenerator(RecordingGenerator):
+    """An endpoint that answers with its own dated name for the model asked, as OpenAI's does."""
+
+    async def generate(self, **kwargs):
+        generation = await super().generate(**kwargs)
+        return dataclasses.replace(generation, model=f"{generation.model}-2025-06-01")
+
+
+async def test_the_event_names_the_model_asked_as_the_submitted_one_does_the_response_the_endpoints_name():
+    chat = pipeline(generator=SnapshotNamingGenerator())
+    response = await chat.answer(request=ChatRequest(query="How do I add a user?"), caller=ANN)
+    submitted, generated = chat.publisher.events[-2:]
+    assert submitted.data.model == generated.data.model == "m"
+    assert response.metadata.model == "m-2025-06-01"
 
 
 async def test_history_given_with_the_request_resolves_a_follow_up_without_a_store():
