@@ -7,7 +7,6 @@ whichever client sends it.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import mimetypes
 import os
@@ -21,14 +20,11 @@ import httpx
 from tqdm import tqdm
 
 from cairn.retry_after import retry_after_s
+from shared.doc_ids import MAX_SOURCE_CHARS, within_doc_id_limit
 
 # The types the retrieval service reads (services.retrieval.parsing.SUPPORTED_SUFFIXES; a test keeps them equal).
 SUFFIXES = frozenset({".md", ".markdown", ".txt", ".html", ".htm", ".pdf"})
 SERVICE_TOKEN_HEADER = "X-Service-Token"
-# The longest doc_id and source retrieval takes in a form field (services.retrieval.ingestion.MAX_DOC_ID_CHARS and
-# the models' source limit; a test keeps them equal). A longer path is shortened as retrieval shortens a file name.
-MAX_DOC_ID_CHARS = 512
-MAX_SOURCE_CHARS = 1000
 # A file whose connection drops is sent once more after this pause: a restarting replica behind a load
 # balancer, or a proxy between replicas, is often back by then. Resending is safe: the service recognises
 # content it already holds.
@@ -128,14 +124,6 @@ def _relative(path: Path, root: Path) -> str | None:
         return path.relative_to(root).as_posix()
     except ValueError:
         return None
-
-
-def doc_id_of(name: str) -> str:
-    """The name, or for a name over MAX_DOC_ID_CHARS its start and a hash of the whole: the doc_id retrieval gives an
-    upload of that file name (services.retrieval.ingestion.within_doc_id_limit), the same on every run."""
-    if len(name) <= MAX_DOC_ID_CHARS:
-        return name
-    return f"{name[: MAX_DOC_ID_CHARS - 17]}~{hashlib.sha256(name.encode('utf-8')).hexdigest()[:16]}"
 
 
 def _link_name(link: Path, base: Path | None) -> str:
@@ -311,7 +299,7 @@ def _send_retrying(client: httpx.Client, *, name: str, data: bytes) -> str:
 
 def _send(client: httpx.Client, *, name: str, data: bytes) -> str:
     media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    fields = {"doc_id": doc_id_of(name), "source": name}
+    fields = {"doc_id": within_doc_id_limit(name), "source": name}  # as retrieval shortens a file name
     if len(name) > MAX_SOURCE_CHARS:  # refused as a field; the file name is the source all the same
         del fields["source"]
     try:

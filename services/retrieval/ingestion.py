@@ -31,14 +31,13 @@ from services.retrieval.ports import (
     indexed_text,
     is_complete,
 )
+from shared.doc_ids import within_doc_id_limit
 from shared.errors import DependencyUnavailable
 
 if TYPE_CHECKING:
     from services.retrieval.contextual import Contextualizer
 
 Status = Literal["added", "unchanged", "replaced"]
-# A longer id is refused when given; one derived from a longer source is shortened (within_doc_id_limit).
-MAX_DOC_ID_CHARS = 512
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 # Model tokens kept free for a contextual prefix, so prefix + chunk still fit what the model embeds.
 CONTEXT_TOKENS = 64
@@ -93,13 +92,6 @@ def doc_id_of_path(path: str) -> str:
     such an id could be neither read nor deleted; "" for a path of no names."""
     parts = [part for part in PurePosixPath(path.replace("\\", "/")).parts if part != ".."]
     return within_doc_id_limit(PurePosixPath(*parts).as_posix()) if parts and parts != ["/"] else ""
-
-
-def within_doc_id_limit(path: str) -> str:
-    """The path, or for a path over MAX_DOC_ID_CHARS its start and a hash of the whole: still stable and unique."""
-    if len(path) <= MAX_DOC_ID_CHARS:
-        return path
-    return f"{path[: MAX_DOC_ID_CHARS - 17]}~{hashlib.sha256(path.encode('utf-8')).hexdigest()[:16]}"
 
 
 def is_markdown(source: str | None) -> bool:

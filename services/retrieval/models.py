@@ -9,10 +9,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 
 from services.retrieval.document_metadata import MAX_FIELDS, MAX_TEXT_CHARS, RESERVED_KEYS, own_fields, user_metadata
 from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, checked_filter, filter_schema
-from services.retrieval.ingestion import MAX_DOC_ID_CHARS, doc_id_of_path
+from services.retrieval.ingestion import doc_id_of_path
 from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared import json_body
+from shared.doc_ids import MAX_DOC_ID_CHARS, MAX_SOURCE_CHARS
 from shared.json_types import JSON_INTEGER, VISIBLE_TEXT_PATTERN, JsonBool, JsonNumber, is_blank, trimmed_text_pattern
 from shared.request_model import RequestModel
 
@@ -120,7 +121,7 @@ class DocumentIn(RequestModel):
     doc_id: DocId | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
     title: str | None = Field(None, max_length=500, description="Default (also for a blank one): the first '# ' heading, else the file stem.")
     text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, json_schema_extra={"pattern": VISIBLE_TEXT_PATTERN})
-    source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Path or name; a .txt suffix means plain text, else markdown.")
+    source: OneLine | None = Field(None, min_length=1, max_length=MAX_SOURCE_CHARS, description="Path or name; a .txt suffix means plain text, else markdown.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
     metadata: MetadataIn | None = Field(None, description=_METADATA_DESCRIPTION, examples=[{"team": "ops", "published": 1714521600}])
@@ -151,7 +152,7 @@ class UploadFields(RequestModel):
 
     doc_id: DocId | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
     title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.")
-    source: OneLine | None = Field(None, min_length=1, max_length=1000, description="Default: the file name.")
+    source: OneLine | None = Field(None, min_length=1, max_length=MAX_SOURCE_CHARS, description="Default: the file name.")
     url: str | None = Field(None, max_length=2000)
     category: str | None = Field(None, max_length=200)
     metadata: Annotated[

@@ -8,10 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.ingest import (
-    MAX_DOC_ID_CHARS, MAX_SOURCE_CHARS, SUFFIXES, IngestError, collect_files, ingest_paths, source_name,
-)
+from cairn.ingest import MAX_SOURCE_CHARS, SUFFIXES, IngestError, collect_files, ingest_paths, source_name
 from services.retrieval import ingestion
+from shared.doc_ids import MAX_DOC_ID_CHARS
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
 from services.retrieval.main import create_app
 from services.retrieval.models import UploadFields
@@ -148,7 +147,8 @@ def test_the_command_offers_exactly_the_types_the_service_reads() -> None:
 
 
 def test_the_command_sends_ids_and_sources_within_the_service_limits() -> None:
-    assert MAX_DOC_ID_CHARS == ingestion.MAX_DOC_ID_CHARS
+    [doc_id_limit] = [rule.max_length for rule in UploadFields.model_fields["doc_id"].metadata if hasattr(rule, "max_length")]
+    assert MAX_DOC_ID_CHARS == doc_id_limit
     [source_limit] = [rule.max_length for rule in UploadFields.model_fields["source"].metadata if hasattr(rule, "max_length")]
     assert MAX_SOURCE_CHARS == source_limit
 

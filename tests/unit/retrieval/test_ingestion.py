@@ -5,7 +5,8 @@ import asyncio
 import pytest
 
 from services.retrieval.chunking import CHUNKER_VERSION
-from services.retrieval.ingestion import MAX_DOC_ID_CHARS, NewDocument, content_hash, from_parsed, from_text, ingest_document
+from services.retrieval.ingestion import NewDocument, content_hash, from_parsed, from_text, ingest_document
+from shared.doc_ids import MAX_DOC_ID_CHARS
 from services.retrieval.parsing import parse
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
