@@ -99,12 +99,13 @@ class MicroBatcher(Generic[K, V]):
             self._timer = None
         if self._running is not None or not self._pending:
             return
+        items = list(self._pending)[: self._max_batch]
+        context = self._contexts[items[0]]  # the oldest waiting request's
         batch = {}
-        contexts = []
-        for item in list(self._pending)[: self._max_batch]:
+        for item in items:
             batch[item] = self._pending.pop(item)
-            contexts.append(self._contexts.pop(item))
-        self._running = loop.create_task(self._run(batch, loop), context=contexts[0])
+            del self._contexts[item]
+        self._running = loop.create_task(self._run(batch, loop), context=context)
 
     async def _run(self, batch: dict[K, list[asyncio.Future[V]]], loop: asyncio.AbstractEventLoop) -> None:
         items = list(batch)
