@@ -6,33 +6,23 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from fastapi.responses import StreamingResponse
 
-from shared.logging import json_handler
 from shared.web import create_service_app
 from tests.support import serve_in_thread, wait_until
+from tests.unit.shared.json_logs import json_lines_of
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
 def logs() -> Iterator[io.StringIO]:
-    written = io.StringIO()
-    handler = json_handler("probe", written)
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.INFO)
-    root.addHandler(handler)
-    try:
+    with json_lines_of("probe") as written:
         yield written
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
 @pytest.fixture(scope="module")

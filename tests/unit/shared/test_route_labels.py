@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from collections.abc import Iterator
 
 import pytest
@@ -16,9 +15,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 
-from shared.logging import json_handler
 from shared.tracing import configure_tracing
 from shared.web import DOCS_ASSETS, create_service_app
+from tests.unit.shared.json_logs import json_lines_of
 
 pytestmark = pytest.mark.unit
 
@@ -52,17 +51,8 @@ def client(tracing: tuple[TracerProvider, InMemorySpanExporter]) -> Iterator[Tes
 
 @pytest.fixture
 def logs() -> Iterator[io.StringIO]:
-    written = io.StringIO()
-    handler = json_handler(SERVICE, written)
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.INFO)
-    root.addHandler(handler)
-    try:
+    with json_lines_of(SERVICE) as written:
         yield written
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
 def _counted(route: str, status: str = "200") -> float:
