@@ -35,9 +35,9 @@ def _answer(request: Request) -> dict:
     }
 
 
-def chat_stand_in(*, dies_mid_stream: bool = False) -> FastAPI:
-    """`dies_mid_stream`: /chat/stream sends its `sources` and a first token, then fails, so that the server
-    can only drop the connection."""
+def chat_like_app(*models: str) -> FastAPI:
+    """An app that answers as chat does at /healthz and /models (`stand-in-llm` first and the default), for the
+    stand-ins to add their /chat routes to."""
     app = FastAPI()
 
     @app.get("/healthz")
@@ -45,8 +45,16 @@ def chat_stand_in(*, dies_mid_stream: bool = False) -> FastAPI:
         return {"status": "ok"}
 
     @app.get("/models")
-    async def models() -> dict:
-        return {"default": "stand-in-llm", "models": ["stand-in-llm"]}
+    async def listed_models() -> dict:
+        return {"default": "stand-in-llm", "models": ["stand-in-llm", *models]}
+
+    return app
+
+
+def chat_stand_in(*, dies_mid_stream: bool = False) -> FastAPI:
+    """`dies_mid_stream`: /chat/stream sends its `sources` and a first token, then fails, so that the server
+    can only drop the connection."""
+    app = chat_like_app()
 
     @app.post("/chat")
     async def chat(request: Request) -> dict:

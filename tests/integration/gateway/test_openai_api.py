@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from services.gateway.main import create_app
-from tests.integration.gateway.chat_stand_in import gateway_settings, login
+from tests.integration.gateway.chat_stand_in import chat_like_app, gateway_settings, login
 from tests.support import free_port, serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -33,15 +33,7 @@ def unreliable_chat() -> FastAPI:
     streams "cut" without its `done` event and "silent" with a pause of 5 s before it; "busy" ends its stream
     with chat's `error` event for a rate-limited model before any token, "gone" with nothing after `sources`,
     and "late busy" with that error 1 s after `sources`."""
-    app = FastAPI()
-
-    @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"status": "ok"}
-
-    @app.get("/models")
-    async def models() -> dict:
-        return {"default": "stand-in-llm", "models": ["stand-in-llm", "other-llm"]}
+    app = chat_like_app("other-llm")
 
     @app.post("/chat")
     async def chat(request: Request):
@@ -433,15 +425,7 @@ def test_a_chat_answering_garbage_with_200_is_chat_unavailable_not_an_internal_e
 
 def page_streaming_chat() -> FastAPI:
     """A chat (or a proxy in front of it) that answers POST /chat/stream with 200 and a web page, no event stream."""
-    app = FastAPI()
-
-    @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"status": "ok"}
-
-    @app.get("/models")
-    async def models() -> dict:
-        return {"default": "stand-in-llm", "models": ["stand-in-llm"]}
+    app = chat_like_app()
 
     @app.post("/chat/stream")
     async def chat_stream() -> Response:
