@@ -9,13 +9,14 @@ A request id a client sends is kept for its first question only: reusing it, eve
 refused (409), or another user could make someone else's answer theirs to rate.
 
 Rating the same answer again replaces the earlier rating: every rating is published, and the latest
-(by `occurred_at`) is the one that counts.
+(by `occurred_at`) is the one that counts. Each user may publish `FEEDBACK_PER_MINUTE` ratings in any 60 seconds.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from services.gateway.domain import Session
+from services.gateway.rate_limits import Limit, RateLimiter, count_rating
 from shared.context import current_trace_id, current_traceparent, request_id_var
 from shared.errors import NotFound, ServiceError
 from shared.events import FeedbackReceived, FeedbackReceivedData
@@ -61,14 +62,17 @@ async def rate_answer(
     *,
     owners: RequestOwners,
     publisher: EventPublisher,
+    limiter: RateLimiter,
+    limit: Limit,
     session: Session,
     rated_request_id: str,
     rating: Literal[-1, 1],
     comment: str | None,
 ) -> FeedbackReceived:
-    """Publish the caller's rating of one of their own answers; 404 for any other request id."""
+    """Publish the caller's rating of one of their own answers; 404 for any other request id, 429 over `limit`."""
     if await owners.owner(rated_request_id) != session.user_id:
         raise NotFound("no answer of yours has this request id (answers can be rated for a limited time)")
+    await count_rating(limiter=limiter, limit=limit, user_id=session.user_id)
     event = FeedbackReceived(
         source_service=SOURCE,
         request_id=request_id_var.get(),

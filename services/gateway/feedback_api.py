@@ -7,7 +7,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 
 from services.gateway import feedback
-from services.gateway.deps import PublisherDep, RequestOwnersDep, UserSession
+from services.gateway.deps import PublisherDep, RateLimiterDep, RequestOwnersDep, SettingsDep, UserSession
+from services.gateway.rate_limits import Limit
 from services.gateway.responses import FEEDBACK
 from shared.json_body import StrictJsonRoute
 from shared.request_model import RequestModel
@@ -43,12 +44,19 @@ class FeedbackAccepted(BaseModel):
     responses=FEEDBACK,
 )
 async def rate_answer(
-    body: FeedbackRequest, session: UserSession, owners: RequestOwnersDep, publisher: PublisherDep
+    body: FeedbackRequest,
+    session: UserSession,
+    owners: RequestOwnersDep,
+    publisher: PublisherDep,
+    limiter: RateLimiterDep,
+    settings: SettingsDep,
 ) -> FeedbackAccepted:
     """Rate one of your answers; rating it again replaces the earlier rating."""
     await feedback.rate_answer(
         owners=owners,
         publisher=publisher,
+        limiter=limiter,
+        limit=Limit(settings.feedback_per_minute, window_s=60),
         session=session,
         rated_request_id=body.request_id,
         rating=body.rating,

@@ -1,4 +1,5 @@
-"""Rate limits: failed logins per username and per client address (an IPv6 client's /64), chat requests per user.
+"""Rate limits: failed logins per username and per client address (an IPv6 client's /64), chat requests and
+ratings per user.
 
 Counts live in a shared store (Redis), so every gateway replica sees the same numbers, as a sliding
 window: at most `events` in any `window_s` seconds.
@@ -167,17 +168,32 @@ def _chat_key(user_id: str) -> str:
     return f"chat:user:{user_id}"
 
 
+def _rating_key(user_id: str) -> str:
+    return f"feedback:user:{user_id}"
+
+
+async def _count(limiter: RateLimiter, bucket: Bucket, *, what: str) -> str:
+    event_id = secrets.token_hex(8)
+    wait_s = await limiter.take([bucket], event_id=event_id)
+    if wait_s > 0:
+        message = f"at most {bucket.limit.events} {what} per {bucket.limit.window_s:g} s; try again later"
+        raise RateLimited(message, retry_after_s=wait_s)
+    return event_id
+
+
 async def count_chat_request(*, limiter: RateLimiter, limit: Limit, user_id: str) -> str | None:
     """Count one question of the user and return its event id (None when there is no limit);
     RateLimited when the user has asked `limit.events` in the window."""
     if not limit.enabled:
         return None
-    event_id = secrets.token_hex(8)
-    wait_s = await limiter.take([Bucket(_chat_key(user_id), limit)], event_id=event_id)
-    if wait_s > 0:
-        message = f"at most {limit.events} questions per {limit.window_s:g} s; try again later"
-        raise RateLimited(message, retry_after_s=wait_s)
-    return event_id
+    return await _count(limiter, Bucket(_chat_key(user_id), limit), what="questions")
+
+
+async def count_rating(*, limiter: RateLimiter, limit: Limit, user_id: str) -> None:
+    """Count one rating by the user; RateLimited when the user has rated `limit.events` times in the window.
+    Each rating is a row in analytics, rating the same answer again too, so this bounds what one user can add."""
+    if limit.enabled:
+        await _count(limiter, Bucket(_rating_key(user_id), limit), what="ratings")
 
 
 async def give_back_chat_request(*, limiter: RateLimiter, user_id: str, event_id: str | None) -> None:

@@ -48,6 +48,7 @@ FEEDBACK = error_responses(
         **_ROLE,
         404: "No answer of the caller has this request id, or it is older than FEEDBACK_WINDOW_S (not_found)",
         422: "Invalid body: rating not 1 or -1, comment over 2000 characters (invalid_request)",
+        429: "The caller has sent FEEDBACK_PER_MINUTE ratings in the last 60 seconds (rate_limited)",
     }
 )
 

@@ -63,6 +63,8 @@ class Settings(CommonSettings):
     )
     # How long after asking a user may rate the answer (the gateway remembers who asked for that long).
     feedback_window_s: int = Field(604_800, gt=0, validation_alias=aliases("FEEDBACK_WINDOW_S"))
+    # Ratings (POST /api/feedback) per user per minute, 0 turning the limit off: each is a row in analytics.
+    feedback_per_minute: int = Field(60, ge=0, validation_alias=aliases("FEEDBACK_PER_MINUTE"))
 
     @field_validator("trusted_proxies", "cors_origins", mode="before")
     @classmethod

@@ -137,6 +137,24 @@ def test_chat_requests_per_user_are_limited_across_the_chat_routes(settings):
         assert client.post("/api/search", json={"query": "q"}, headers=ann).status_code != 429  # not a question
 
 
+def test_ratings_per_user_are_limited(settings):
+    settings = settings.model_copy(update={"feedback_per_minute": 2})
+    with TestClient(create_app(settings)) as client:
+        ann, bob = login(client, "ann"), login(client, "bob")
+        answer = client.post("/api/chat", json={"query": "q"}, headers=ann).json()["metadata"]["request_id"]
+        rating = {"request_id": answer, "rating": 1}
+        assert [client.post("/api/feedback", json=rating, headers=ann).status_code for _ in range(2)] == [202, 202]
+        refused = client.post("/api/feedback", json=rating, headers=ann)
+        assert refused.status_code == 429 and refused.json()["error"] == "rate_limited"
+        assert 50 <= int(refused.headers["retry-after"]) <= 60
+        unknown = client.post("/api/feedback", json={"request_id": "not-asked", "rating": 1}, headers=bob)
+        assert unknown.status_code == 404  # only ratings that are published count
+        asked = client.post("/api/chat", json={"query": "q"}, headers=bob).json()["metadata"]["request_id"]
+        rated = client.post("/api/feedback", json={"request_id": asked, "rating": -1}, headers=bob)
+        assert rated.status_code == 202  # bob's own budget
+        assert client.post("/api/chat", json={"query": "q"}, headers=ann).status_code == 200  # questions apart
+
+
 def test_two_gateways_on_one_redis_share_the_limits(settings):
     settings = settings.model_copy(update={"login_attempts_per_username": 4, "chat_requests_per_minute": 4})
     with serve_in_thread(create_app(settings)) as one, serve_in_thread(create_app(settings)) as two:

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from services.gateway import rate_limits
 from services.gateway.domain import Session, User
+from services.gateway.rate_limits import Bucket
 from shared.errors import DependencyUnavailable
 
 
@@ -83,3 +86,46 @@ class FakeSessionStore:
 
     async def ping(self) -> bool:
         return not self.down
+
+
+class FakeRateLimiter:
+    """The sliding window of the Redis adapter, in memory, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.events: dict[str, dict[str, float]] = {}
+        self.under_way: set[str] = set()
+
+    async def take(self, buckets: Sequence[Bucket], *, event_id: str, under_way: bool = False) -> float:
+        wait = 0.0
+        for bucket in buckets:
+            times = self.events.setdefault(bucket.key, {})
+            for old, at in list(times.items()):
+                if at <= self.now - bucket.limit.window_s:
+                    del times[old]
+            if len(times) >= bucket.limit.events:
+                wait = max(wait, self._wait(times, len(times) - bucket.limit.events + 1, bucket.limit.window_s))
+        if wait > 0:
+            return wait
+        for bucket in buckets:
+            self.events[bucket.key][event_id] = self.now
+        if under_way:
+            self.under_way.add(event_id)
+        return 0.0
+
+    def _wait(self, times: dict[str, float], leaving: int, window_s: float) -> float:
+        settled_from = self.now - rate_limits.UNDER_WAY_AT_MOST_S
+        settled = sorted(at for event, at in times.items() if event not in self.under_way or at <= settled_from)
+        under_way = len(times) - len(settled)
+        oldest_leaving = sorted(times.values())[leaving - 1] + window_s - self.now
+        if leaving <= under_way:
+            return min(rate_limits.UNDER_WAY_WAIT_S, oldest_leaving)
+        return settled[leaving - under_way - 1] + window_s - self.now
+
+    async def settle(self, keys: Sequence[str], *, event_id: str) -> None:
+        self.under_way.discard(event_id)
+
+    async def give_back(self, keys: Sequence[str], *, event_id: str) -> None:
+        for key in keys:
+            self.events.get(key, {}).pop(event_id, None)
+        self.under_way.discard(event_id)

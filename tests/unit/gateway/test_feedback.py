@@ -5,14 +5,17 @@ import pytest
 from services.gateway import feedback
 from services.gateway.domain import Session
 from services.gateway.feedback import RequestIdTaken
+from services.gateway.rate_limits import Limit, RateLimited
 from shared.context import request_id_var
 from shared.errors import NotFound
 from shared.events import FeedbackReceived, routing_key
 from shared.tracing import continued_trace
+from tests.unit.gateway.fakes import FakeRateLimiter
 
 pytestmark = pytest.mark.unit
 NOW = datetime.now(UTC)
 TRACE = "0af7651916cd43dd8448eb211c80319c"
+NO_LIMIT = Limit(0, window_s=60)
 
 
 class FakeRequestOwners:
@@ -48,6 +51,13 @@ def _session(user_id: str) -> Session:
     )
 
 
+async def _rate(owners, publisher, user_id, rated, rating, comment=None, limiter=None, limit=NO_LIMIT):
+    return await feedback.rate_answer(
+        owners=owners, publisher=publisher, limiter=limiter or FakeRateLimiter(), limit=limit,
+        session=_session(user_id), rated_request_id=rated, rating=rating, comment=comment,
+    )
+
+
 @pytest.fixture
 def request_context():
     token = request_id_var.set("feedback-req")
@@ -61,10 +71,7 @@ async def test_the_asker_rates_their_answer_and_the_rating_is_published(request_
     await feedback.remember_request(owners=owners, request_id="asked-1", user_id="u1", ttl_s=604_800)
     assert owners.ttls["asked-1"] == 604_800
 
-    event = await feedback.rate_answer(
-        owners=owners, publisher=publisher, session=_session("u1"), rated_request_id="asked-1", rating=-1,
-        comment="  the second citation is wrong  ",
-    )
+    event = await _rate(owners, publisher, "u1", "asked-1", -1, comment="  the second citation is wrong  ")
     assert publisher.events == [event] and isinstance(event, FeedbackReceived)
     assert routing_key(event) == "analytics.feedback.received"
     assert (event.source_service, event.request_id, event.trace_id) == ("gateway", "feedback-req", TRACE)
@@ -78,10 +85,7 @@ async def test_rating_again_publishes_the_new_rating():
     owners, publisher = FakeRequestOwners(), FakePublisher()
     await feedback.remember_request(owners=owners, request_id="asked-1", user_id="u1", ttl_s=60)
     for rating in (1, -1):
-        await feedback.rate_answer(
-            owners=owners, publisher=publisher, session=_session("u1"), rated_request_id="asked-1", rating=rating,
-            comment="   ",
-        )
+        await _rate(owners, publisher, "u1", "asked-1", rating, comment="   ")
     assert [e.data.rating for e in publisher.events] == [1, -1]
     assert all(e.data.comment is None for e in publisher.events)
 
@@ -91,9 +95,7 @@ async def test_another_users_or_an_unknown_request_is_not_found(rated):
     owners, publisher = FakeRequestOwners(), FakePublisher()
     await feedback.remember_request(owners=owners, request_id="asked-by-u2", user_id="u2", ttl_s=60)
     with pytest.raises(NotFound):
-        await feedback.rate_answer(
-            owners=owners, publisher=publisher, session=_session("u1"), rated_request_id=rated, rating=1, comment=None
-        )
+        await _rate(owners, publisher, "u1", rated, 1)
     assert publisher.events == []
 
 
@@ -105,3 +107,14 @@ async def test_a_request_id_names_one_question_only():
             await feedback.remember_request(owners=owners, request_id="r1", user_id=user, ttl_s=60)
         assert taken.value.status_code == 409 and taken.value.code == "request_id_taken"
     assert owners.owners == {"r1": "u1"}
+
+
+async def test_a_rating_over_the_limit_is_refused_and_not_published():
+    owners, publisher, limiter = FakeRequestOwners(), FakePublisher(), FakeRateLimiter()
+    await feedback.remember_request(owners=owners, request_id="asked-1", user_id="u1", ttl_s=60)
+    with pytest.raises(NotFound):  # only ratings of one's own answers are counted
+        await _rate(owners, publisher, "u1", "never-asked", 1, limiter=limiter, limit=Limit(1, 60))
+    await _rate(owners, publisher, "u1", "asked-1", 1, limiter=limiter, limit=Limit(1, 60))
+    with pytest.raises(RateLimited):
+        await _rate(owners, publisher, "u1", "asked-1", -1, limiter=limiter, limit=Limit(1, 60))
+    assert [e.data.rating for e in publisher.events] == [1]

@@ -1,55 +1,12 @@
 import ipaddress
-from collections.abc import Sequence
 
 import pytest
 
 from services.gateway import rate_limits
-from services.gateway.rate_limits import Bucket, Limit, LoginLimits, RateLimited, client_address, parse_networks
+from services.gateway.rate_limits import Limit, LoginLimits, RateLimited, client_address, parse_networks
+from tests.unit.gateway.fakes import FakeRateLimiter
 
 pytestmark = pytest.mark.unit
-
-
-class FakeRateLimiter:
-    """The sliding window of the Redis adapter, in memory, on a clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.events: dict[str, dict[str, float]] = {}
-        self.under_way: set[str] = set()
-
-    async def take(self, buckets: Sequence[Bucket], *, event_id: str, under_way: bool = False) -> float:
-        wait = 0.0
-        for bucket in buckets:
-            times = self.events.setdefault(bucket.key, {})
-            for old, at in list(times.items()):
-                if at <= self.now - bucket.limit.window_s:
-                    del times[old]
-            if len(times) >= bucket.limit.events:
-                wait = max(wait, self._wait(times, len(times) - bucket.limit.events + 1, bucket.limit.window_s))
-        if wait > 0:
-            return wait
-        for bucket in buckets:
-            self.events[bucket.key][event_id] = self.now
-        if under_way:
-            self.under_way.add(event_id)
-        return 0.0
-
-    def _wait(self, times: dict[str, float], leaving: int, window_s: float) -> float:
-        settled_from = self.now - rate_limits.UNDER_WAY_AT_MOST_S
-        settled = sorted(at for event, at in times.items() if event not in self.under_way or at <= settled_from)
-        under_way = len(times) - len(settled)
-        oldest_leaving = sorted(times.values())[leaving - 1] + window_s - self.now
-        if leaving <= under_way:
-            return min(rate_limits.UNDER_WAY_WAIT_S, oldest_leaving)
-        return settled[leaving - under_way - 1] + window_s - self.now
-
-    async def settle(self, keys: Sequence[str], *, event_id: str) -> None:
-        self.under_way.discard(event_id)
-
-    async def give_back(self, keys: Sequence[str], *, event_id: str) -> None:
-        for key in keys:
-            self.events.get(key, {}).pop(event_id, None)
-        self.under_way.discard(event_id)
 
 
 LIMITS = LoginLimits(per_username=Limit(3, 60), per_address=Limit(5, 60))
@@ -184,6 +141,19 @@ async def test_chat_requests_are_limited_per_user():
         await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u1")
     assert refused.value.retry_after_s == 60 and "2 questions per 60 s" in refused.value.message
     await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u2")
+
+
+async def test_ratings_are_limited_per_user_apart_from_questions():
+    limiter = FakeRateLimiter()
+    limit = Limit(2, 60)
+    for _ in range(2):
+        await rate_limits.count_rating(limiter=limiter, limit=limit, user_id="u1")
+    with pytest.raises(RateLimited) as refused:
+        await rate_limits.count_rating(limiter=limiter, limit=limit, user_id="u1")
+    assert refused.value.retry_after_s == 60 and "2 ratings per 60 s" in refused.value.message
+    await rate_limits.count_rating(limiter=limiter, limit=limit, user_id="u2")
+    await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u1")
+    await rate_limits.count_rating(limiter=limiter, limit=Limit(0, 60), user_id="u1")  # off
 
 
 @pytest.mark.parametrize("events, window", [(-1, 60), (5, 0), (5, -1)])
