@@ -129,31 +129,28 @@ async def test_a_limit_of_zero_is_off():
     for _ in range(50):
         await rate_limits.start_login(limiter=limiter, limits=limits, username="ann", address="192.0.2.1")
         await rate_limits.count_chat_request(limiter=limiter, limit=Limit(0, 60), user_id="u1")
+        await rate_limits.count_rating(limiter=limiter, limit=Limit(0, 60), user_id="u1")
     assert limiter.events == {}
 
 
-async def test_chat_requests_are_limited_per_user():
+@pytest.mark.parametrize(
+    ("count", "other", "what"),
+    [
+        (rate_limits.count_chat_request, rate_limits.count_rating, "questions"),
+        (rate_limits.count_rating, rate_limits.count_chat_request, "ratings"),
+    ],
+    ids=["questions", "ratings"],
+)
+async def test_questions_and_ratings_are_limited_per_user_each_apart(count, other, what):
     limiter = FakeRateLimiter()
     limit = Limit(2, 60)
     for _ in range(2):
-        await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u1")
+        await count(limiter=limiter, limit=limit, user_id="u1")
     with pytest.raises(RateLimited) as refused:
-        await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u1")
-    assert refused.value.retry_after_s == 60 and "2 questions per 60 s" in refused.value.message
-    await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u2")
-
-
-async def test_ratings_are_limited_per_user_apart_from_questions():
-    limiter = FakeRateLimiter()
-    limit = Limit(2, 60)
-    for _ in range(2):
-        await rate_limits.count_rating(limiter=limiter, limit=limit, user_id="u1")
-    with pytest.raises(RateLimited) as refused:
-        await rate_limits.count_rating(limiter=limiter, limit=limit, user_id="u1")
-    assert refused.value.retry_after_s == 60 and "2 ratings per 60 s" in refused.value.message
-    await rate_limits.count_rating(limiter=limiter, limit=limit, user_id="u2")
-    await rate_limits.count_chat_request(limiter=limiter, limit=limit, user_id="u1")
-    await rate_limits.count_rating(limiter=limiter, limit=Limit(0, 60), user_id="u1")  # off
+        await count(limiter=limiter, limit=limit, user_id="u1")
+    assert refused.value.retry_after_s == 60 and f"2 {what} per 60 s" in refused.value.message
+    await count(limiter=limiter, limit=limit, user_id="u2")
+    await other(limiter=limiter, limit=limit, user_id="u1")
 
 
 @pytest.mark.parametrize("events, window", [(-1, 60), (5, 0), (5, -1)])
