@@ -13,7 +13,8 @@ def hash_password(password: str) -> str:
 
 
 def verify_password(password_hash: str | None, password: str) -> bool:
+    """Whether `password` opens `password_hash`; a missing or blank hash opens to none (checked all the same)."""
     try:
-        return _hasher.verify(password_hash or _DUMMY_HASH, password) and password_hash is not None
+        return _hasher.verify(password_hash or _DUMMY_HASH, password) and bool(password_hash)
     except (VerificationError, InvalidHashError):
         return False

@@ -53,6 +53,17 @@ async def test_bad_credentials_get_one_indistinct_error(stores, username, passwo
     assert sessions.sessions == {}
 
 
+async def test_a_user_whose_password_hash_is_blank_cannot_log_in(stores):
+    """A blanked hash (an operator locking a user by hand in Redis) opens to no password: not even the
+    one the stand-in hash for unknown users is made from."""
+    users, sessions = stores
+    users.users["ann"] = replace(users.users["ann"], password_hash="")
+    for password in ("cairn-no-such-user", "correct horse"):
+        with pytest.raises(Unauthorized):
+            await auth.login(users=users, sessions=sessions, username="ann", password=password, **LIFETIME)
+    assert sessions.sessions == {}
+
+
 async def test_disabled_user_cannot_log_in(stores):
     users, sessions = stores
     users.users["ann"] = replace(users.users["ann"], disabled=True)
