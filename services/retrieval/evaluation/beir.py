@@ -10,6 +10,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.json_types import is_blank
+
 
 class DatasetError(ValueError):
     """The folder is not a readable BEIR dataset; the message says which file and why."""
@@ -122,6 +124,17 @@ def _id(record: dict, path: Path, number: int, seen: dict[str, int]) -> str:
     return record_id
 
 
+def _query_text(record: dict, path: Path, number: int, query_id: str) -> str:
+    """A judged query's text: searched as "", it would be scored on whatever an empty query ranks first."""
+    text = record.get("text")
+    if text is not None and not isinstance(text, str):
+        shown = json.dumps(text)[:40]
+        raise DatasetError(f"{path.name} line {number}: query {query_id!r}: text must be a string, not {shown}")
+    if text is None or is_blank(text):
+        raise DatasetError(f"{path.name} line {number}: query {query_id!r} has no text")
+    return text
+
+
 def _is_header(row: list[str]) -> bool:
     return len(row) == 3 and not any(character.isdigit() for character in row[2])  # "score", "rel", "relevance" ...
 
@@ -176,7 +189,7 @@ def load_beir(folder: Path, *, split: str = "test") -> BeirDataset:
     seen = {}
     for number, record in _records(queries_path):
         if (query_id := _id(record, queries_path, number, seen)) in qrels:
-            queries[query_id] = str(record.get("text") or "")
+            queries[query_id] = _query_text(record, queries_path, number, query_id)
     if missing := sorted(set(qrels) - set(queries)):
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise DatasetError(f"qrels/{split}.tsv judges queries not in the queries file: {', '.join(missing[:5])}{more}")

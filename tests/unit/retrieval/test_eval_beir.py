@@ -286,3 +286,31 @@ def test_unicode_ids_and_text_load_unchanged(tmp_path: Path) -> None:
     dataset = load_beir(folder)
     assert (dataset.name, dataset.queries, dataset.qrels) == ("ünï", {"q-ü": "日本"}, {"q-ü": {"doc-é": 1}})
     assert dataset.corpus["doc-é"].text == "日本語の文"
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ({"_id": "q1"}, "query 'q1' has no text"),
+        ({"_id": "q1", "text": None}, "query 'q1' has no text"),
+        ({"_id": "q1", "text": " \n "}, "query 'q1' has no text"),
+        ({"_id": "q1", "text": "\u200b "}, "query 'q1' has no text"),
+        ({"_id": "q1", "query": "what purrs"}, "query 'q1' has no text"),
+        ({"_id": "q1", "text": ["what", "purrs"]}, 'query \'q1\': text must be a string, not ["what", "purrs"]'),
+    ],
+    ids=["missing", "null", "blank", "invisible", "other key", "list"],
+)
+def test_a_judged_query_without_text_is_refused_with_its_line(tmp_path: Path, record: dict, problem: str) -> None:
+    # Searched as "", it would be scored on whatever an empty query happens to rank first.
+    folder = write_dataset(tmp_path / "d", gz=False)
+    lines = (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "queries.jsonl").write_text(json.dumps(record) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    with pytest.raises(DatasetError) as refused:
+        load_beir(folder)
+    assert str(refused.value) == f"queries.jsonl line 1: {problem}"
+
+
+def test_a_query_without_text_that_the_split_does_not_judge_is_left_alone(tmp_path: Path) -> None:
+    folder = write_dataset(tmp_path / "d", gz=False)
+    insert_line(folder / "queries.jsonl", b'{"_id": "q9"}\n', at=3)
+    assert load_beir(folder).queries == {"q1": "what purrs", "q2": "what barks"}
