@@ -20,6 +20,7 @@ from services.gateway.middleware import gateway_middleware
 from services.gateway.model_offer import OfferedModels
 from services.gateway.openai_api import router as openai_router
 from services.gateway.sessions_api import sessions_router
+from services.gateway.users_api import router as users_router
 from services.gateway.settings import Settings
 from services.gateway.web_page import router as web_page_router
 from shared.broker import open_publisher
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sessions_router)
     app.include_router(api_router)
     app.include_router(feedback_router)
+    app.include_router(users_router)
     app.include_router(openai_router)
     app.add_exception_handler(HTTPException, openai_errors.under_v1(app.exception_handlers[HTTPException]))
     app.include_router(web_page_router)

@@ -53,6 +53,28 @@ FEEDBACK = error_responses(
 )
 
 
+_ADMIN = {**_BODY_LIMIT, **_SIGNED_IN, **_ROLE}
+_UNKNOWN_USER = {404: "No user has exactly this name (not_found)"}
+USERS = error_responses(_ADMIN)
+NEW_USER = error_responses(
+    {
+        **_ADMIN,
+        409: "A user has this name, as typed or in another case (user_exists)",
+        422: "Invalid name, password or roles (invalid_request)",
+    }
+)
+A_USER = error_responses({**_ADMIN, **_UNKNOWN_USER})
+USER_CHANGE = error_responses(
+    {
+        **_ADMIN,
+        **_UNKNOWN_USER,
+        409: "The caller would disable, or take the admin role from, its own account (own_account)",
+        422: "Invalid roles, or nothing to change (invalid_request)",
+    }
+)
+PASSWORD_RESET = error_responses({**_ADMIN, **_UNKNOWN_USER, 422: "Invalid password (invalid_request)"})
+
+
 def forwarded(service: str, extra: dict[int, str] | None = None, *, asking: bool = False) -> dict[int | str, dict[str, Any]]:
     """A route passed on to `service`: the gateway's own checks, then that service's answers (`extra`:
     the statuses particular to the route, e.g. 404 for a document that does not exist)."""

@@ -1,4 +1,5 @@
-"""Managing users (used by `cairn user ...`): names, passwords and roles checked here, stored by a UserStore.
+"""Managing users (`cairn user ...` and an admin's /api/users): names, passwords and roles checked here,
+stored by a UserStore.
 
 A change that takes rights away or may answer a leaked password ends the user's sessions at once:
 disabling, changing roles (a session carries the roles it was opened with) and resetting the password.
@@ -6,6 +7,7 @@ The user logs in again and gets a session with what the user record now says.
 """
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from datetime import UTC, datetime
 
 from services.gateway.domain import User
 from services.gateway.passwords import hash_password
-from services.gateway.roles import validate_roles
+from services.gateway.roles import grants, validate_roles
 from services.gateway.stores import SessionStore, UserStore
 
 _USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")  # fullmatch: "$" would let a final newline through
@@ -23,6 +25,19 @@ MAX_PASSWORD_LENGTH = 1024  # what POST /auth/login takes: a longer password cou
 
 class UserError(ValueError):
     """A user command that cannot be carried out as asked."""
+
+
+class UnknownUser(UserError):
+    def __init__(self, username: str) -> None:
+        super().__init__(f"no user {username!r}")
+
+
+class UserExists(UserError):
+    """The name is taken, as typed or in another case."""
+
+
+class OwnAccount(UserError):
+    """An admin's change that would lock the admin out of the very account making it."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +64,13 @@ def _checked_roles(roles: list[str]) -> tuple[str, ...]:
 async def _existing(users: UserStore, username: str) -> User:
     user = await users.get(username)
     if user is None:
-        raise UserError(f"no user {username!r}")
+        raise UnknownUser(username)
     return user
+
+
+async def find_user(*, users: UserStore, username: str) -> User:
+    """The user named exactly `username`; UnknownUser when there is none."""
+    return await _existing(users, username)
 
 
 async def check_user_exists(*, users: UserStore, username: str) -> None:
@@ -63,11 +83,11 @@ async def check_new_username(*, users: UserStore, username: str) -> None:
     if not _USERNAME.fullmatch(username):
         raise UserError("username: 1-64 ASCII letters, digits or . _ @ -")
     if await users.get(username):
-        raise UserError(_taken(username, username))
+        raise UserExists(_taken(username, username))
     # Names are kept as typed, but "Admin" beside "admin" would pass for one user to people reading them
     # (and failed logins are counted per name without case, so one would lock the other out).
     if alike := [u.username for u in await users.list() if u.username.casefold() == username.casefold()]:
-        raise UserError(_taken(alike[0], username))
+        raise UserExists(_taken(alike[0], username))
 
 
 def _taken(existing: str, username: str) -> str:
@@ -82,13 +102,13 @@ async def add_user(*, users: UserStore, username: str, password: str, roles: lis
     user = User(
         id=uuid.uuid4().hex,
         username=username,
-        password_hash=hash_password(password),
+        password_hash=await _hashed(password),
         roles=_checked_roles(roles),
         created_at=datetime.now(UTC),
     )
     # Checked again in the same step as the store: another add may have taken the name meanwhile.
     if taken := await users.create(user):
-        raise UserError(_taken(taken, username))
+        raise UserExists(_taken(taken, username))
     return user
 
 
@@ -96,13 +116,18 @@ async def _updated(users: UserStore, username: str, **changes) -> User:
     # Only the changed fields are written: a command changing another field at once keeps its change.
     user = await users.update(username, **changes)
     if user is None:
-        raise UserError(f"no user {username!r}")
+        raise UnknownUser(username)
     return user
+
+
+async def _hashed(password: str) -> str:
+    # A hash takes a fifth of a second of CPU on purpose: off the event loop, where the gateway calls this.
+    return await asyncio.to_thread(hash_password, password)
 
 
 async def set_password(*, users: UserStore, username: str, password: str) -> User:
     check_password(password)
-    return await _updated(users, username, password_hash=hash_password(password))
+    return await _updated(users, username, password_hash=await _hashed(password))
 
 
 async def _change_then_end_sessions(users: UserStore, sessions: SessionStore, username: str, **changes) -> UserChange:
@@ -115,7 +140,7 @@ async def _change_then_end_sessions(users: UserStore, sessions: SessionStore, us
 async def reset_password(*, users: UserStore, sessions: SessionStore, username: str, password: str) -> UserChange:
     await _existing(users, username)  # an unknown name is the error to give, not a short password
     check_password(password)
-    return await _change_then_end_sessions(users, sessions, username, password_hash=hash_password(password))
+    return await _change_then_end_sessions(users, sessions, username, password_hash=await _hashed(password))
 
 
 async def disable_user(*, users: UserStore, sessions: SessionStore, username: str) -> UserChange:
@@ -130,6 +155,32 @@ async def enable_user(*, users: UserStore, username: str) -> User:
 async def set_roles(*, users: UserStore, sessions: SessionStore, username: str, roles: list[str]) -> UserChange:
     """Replace the user's roles and end its sessions, which still carry the old ones."""
     return await _change_then_end_sessions(users, sessions, username, roles=_checked_roles(roles))
+
+
+async def change_user(
+    *, users: UserStore, sessions: SessionStore, username: str, roles: list[str] | None, disabled: bool | None
+) -> UserChange:
+    """Set the user's roles, whether it is disabled, or both, in one step. The user's sessions end unless the
+    change only enables it: a disabled user has none, and a session carries the roles it was opened with."""
+    if roles is None and disabled is None:
+        raise UserError("nothing to change: give roles, disabled or both")
+    checked = None if roles is None else _checked_roles(roles)
+    if checked is None and disabled is False:
+        return UserChange(await enable_user(users=users, username=username), sessions_ended=0)
+    return await _change_then_end_sessions(users, sessions, username, roles=checked, disabled=disabled)
+
+
+def check_own_change(*, caller_id: str, user: User, roles: list[str] | None, disabled: bool | None) -> None:
+    """Raises OwnAccount for an admin disabling, or taking the admin role from, its own account: the change
+    would end the admin's session and leave it unable to undo it (another admin, or `cairn user`, can)."""
+    if user.id != caller_id:
+        return
+    if disabled:
+        raise OwnAccount("you cannot disable your own account; another admin can, or `cairn user disable`")
+    if roles is not None and not grants(tuple(roles), "admin"):
+        raise OwnAccount(
+            "you cannot take the admin role from your own account; another admin can, or `cairn user set-role`"
+        )
 
 
 async def ensure_user(*, users: UserStore, username: str, password: str, roles: list[str]) -> User:

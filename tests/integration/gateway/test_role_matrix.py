@@ -62,13 +62,21 @@ ACCESS = {
     ("GET", "/api/documents/{doc_id:path}"): ADMIN,
     ("DELETE", "/api/documents/{doc_id:path}"): ADMIN,
     ("GET", "/api/analytics/{report}"): ANALYST,
+    ("GET", "/api/users"): ADMIN,
+    ("POST", "/api/users"): ADMIN,
+    ("GET", "/api/users/{username}"): ADMIN,
+    ("PATCH", "/api/users/{username}"): ADMIN,
+    ("PUT", "/api/users/{username}/password"): ADMIN,
     ("GET", "/v1/models"): USER,
     ("GET", "/v1/models/{model:path}"): USER,
     ("POST", "/v1/chat/completions"): USER,
 }
 
 # A value for each path parameter, so that the request reaches the route it is meant for.
-SAMPLES = {"name": "app.js", "session_id": "0123456789abcdef", "doc_id": "d1", "report": "summary", "model": "cairn"}
+SAMPLES = {
+    "name": "app.js", "session_id": "0123456789abcdef", "doc_id": "d1", "report": "summary", "model": "cairn",
+    "username": "nobody",
+}
 MOUNT_SAMPLES = {"/docs/assets": "swagger-ui.css"}
 CALLERS = ("no token", "bad token", *USERS)
 PASSES = "neither 401 nor 403"
@@ -165,11 +173,15 @@ def test_a_method_no_route_takes_is_405_token_or_not(settings):
     app = create_app(settings)
     wrong = []
     with serve_in_thread(app) as gateway, httpx.Client(base_url=gateway, timeout=10) as http:
-        for url in sorted({url for _, _, url in route_methods(app)}):
+        taken: dict[str, set[str]] = {}
+        for method, _, url in route_methods(app):
+            taken.setdefault(url, set()).add(method)
+        for url, methods in sorted(taken.items()):
+            method = next(m for m in ("PUT", "PATCH", "DELETE") if m not in methods)
             for headers in ({}, _bearer("not-a-token-of-anyone")):
-                response = http.request("PUT", url, headers=headers, json={})  # no route takes PUT
+                response = http.request(method, url, headers=headers, json={})
                 if response.status_code != 405:
-                    wrong.append(f"PUT {url} with {headers or 'no token'}: {response.status_code}")
+                    wrong.append(f"{method} {url} with {headers or 'no token'}: {response.status_code}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -189,7 +201,7 @@ def test_a_body_refused_as_sent_gets_401_or_403_first(settings):
     with serve_in_thread(app) as gateway, httpx.Client(base_url=gateway, timeout=10) as http:
         tokens = Tokens(http)
         for method, path, url in route_methods(app):
-            if method not in ("POST", "DELETE") or ACCESS[(method, path)] == PUBLIC:
+            if method not in ("POST", "PUT", "PATCH", "DELETE") or ACCESS[(method, path)] == PUBLIC:
                 continue
             for caller in CALLERS:
                 want = expected(ACCESS[(method, path)], caller)

@@ -1,8 +1,19 @@
-"""`cairn user` rules: disabling, new roles and a new password end the user's sessions at once."""
+"""`cairn user` and /api/users rules: disabling, new roles and a new password end the user's sessions at once."""
 import pytest
 
 from services.gateway import auth
-from services.gateway.users import UserError, add_user, disable_user, enable_user, reset_password, set_roles
+from services.gateway.users import (
+    OwnAccount,
+    UnknownUser,
+    UserError,
+    add_user,
+    change_user,
+    check_own_change,
+    disable_user,
+    enable_user,
+    reset_password,
+    set_roles,
+)
 from shared.errors import Unauthorized
 from tests.unit.gateway.fakes import FakeSessionStore, FakeUserStore
 
@@ -86,7 +97,46 @@ async def test_unknown_users_are_named_in_the_error(stores):
         enable_user(users=users, username="zed"),
         set_roles(users=users, sessions=sessions, username="zed", roles=["user"]),
         reset_password(users=users, sessions=sessions, username="zed", password="long enough"),
+        change_user(users=users, sessions=sessions, username="zed", roles=None, disabled=False),
     )
     for call in calls:
-        with pytest.raises(UserError, match="no user 'zed'"):
+        with pytest.raises(UnknownUser, match="no user 'zed'"):
             await call
+
+
+
+async def test_one_change_sets_roles_and_enables_and_only_enabling_keeps_the_sessions(stores):
+    users, sessions = stores
+    token = await _login(users, sessions)
+    enabled = await change_user(users=users, sessions=sessions, username="ann", roles=None, disabled=False)
+    assert enabled.sessions_ended == 0 and await _is_live(sessions, token)
+    await disable_user(users=users, sessions=sessions, username="ann")
+    both = await change_user(users=users, sessions=sessions, username="ann", roles=["analyst"], disabled=False)
+    assert (both.user.roles, both.user.disabled) == (("analyst",), False)
+    token = await _login(users, sessions)
+    demoted = await change_user(users=users, sessions=sessions, username="ann", roles=["user"], disabled=None)
+    assert demoted.sessions_ended == 1 and not await _is_live(sessions, token)
+    with pytest.raises(UserError, match="nothing to change"):
+        await change_user(users=users, sessions=sessions, username="ann", roles=None, disabled=None)
+
+
+@pytest.mark.parametrize(
+    ("roles", "disabled", "refused"),
+    [
+        (None, True, True),
+        (["user", "analyst"], None, True),
+        (["admin"], True, True),
+        (["analyst", "admin"], False, False),
+        (None, False, False),
+    ],
+    ids=["disable", "drop admin", "keep admin but disable", "keep admin", "enable"],
+)
+async def test_an_admin_may_not_lock_its_own_account_out(stores, roles, disabled, refused):
+    users, _ = stores
+    admin = await add_user(users=users, username="ada", password=PASSWORD, roles=["admin"])
+    if refused:
+        with pytest.raises(OwnAccount):
+            check_own_change(caller_id=admin.id, user=admin, roles=roles, disabled=disabled)
+    else:
+        check_own_change(caller_id=admin.id, user=admin, roles=roles, disabled=disabled)
+    check_own_change(caller_id="another admin", user=admin, roles=roles, disabled=disabled)  # never refused
