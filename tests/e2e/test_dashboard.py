@@ -10,6 +10,7 @@ session store outage while the page opens (a gateway on its own redis-server).
 """
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -589,6 +590,21 @@ def test_log_out_leaves_none_of_the_figures_in_the_tab(gateway, browser, figures
     assert "Exactly the command I needed." not in hidden and "How do I add a user?" not in hidden
     assert page.locator(".chart svg").count() == 0
     assert problems == [], problems
+
+
+def test_too_many_failed_logins_say_how_long_to_wait_as_the_chat_page_does(browser, redis_url, amqp_url):
+    """The gateway refuses a user name's logins for a while after failed ones (429 with Retry-After)."""
+    with serve_in_thread(analytics_stand_in(StandInState())) as analytics:
+        settings = gateway_settings(redis_url, amqp_url, analytics, login_attempts_per_username=1)
+        with serve_in_thread(create_app(settings)) as url:
+            page, problems = open_page(browser, f"{url}/dashboard")
+            log_in(page, "ana", "not-the-password")
+            expect(page.locator("#login-message")).to_have_text("Wrong user name or password.")
+            log_in(page, "ana", STAND_IN_PASSWORD)
+            expect(page.locator("#login-message")).to_have_text(
+                re.compile(r"^Too many requests\. Try again in \d+ seconds\.$")
+            )
+            assert problems == [], problems
 
 
 def test_a_session_store_outage_when_the_page_opens_keeps_the_session(browser, amqp_url):

@@ -32,12 +32,6 @@ const view = {
 // tab (saved-conversation.js) so that a reload shows them again.
 const state = { token: sessionStorage.getItem(TOKEN_KEY), conversationId: null, busy: null, owner: null, turns: [] };
 
-/** When to try again: in the seconds a 429's or 503's Retry-After gave, else "in a moment". */
-function tryAgain(error) {
-  const seconds = error.retryAfter;
-  return seconds ? `Try again in ${seconds} second${seconds === 1 ? "" : "s"}.` : "Try again in a moment.";
-}
-
 /** What to tell the user about a failed call. */
 function describe(error) {
   if (error instanceof api.ApiError) {
@@ -45,12 +39,12 @@ function describe(error) {
       case 0:
         return "Cairn could not be reached. Check your connection and try again.";
       case 429:
-        return `Too many requests. ${tryAgain(error)}`;
+        return `Too many requests. ${api.tryAgain(error)}`;
       case 502:
         return "The language model is not answering right now. Try again in a moment.";
       case 503:
         // Not in brackets: the message often holds its own ("retrieval is unavailable (unreachable)").
-        return `Cairn is partly unavailable: ${error.message.replace(/\.$/, "")}. ${tryAgain(error)}`;
+        return `Cairn is partly unavailable: ${error.message.replace(/\.$/, "")}. ${api.tryAgain(error)}`;
       case 504:
         return "Cairn took too long to answer. Try again in a moment.";
       default:

@@ -61,7 +61,9 @@ function say(node, message, kind = "notice") {
 function describe(error) {
   if (!(error instanceof api.ApiError)) return error.message || "Something went wrong.";
   if (error.status === 0) return "Cairn could not be reached. Check your connection and try again.";
-  if (error.status === 503) return `The figures are unavailable right now (${error.message}). Try again in a moment.`;
+  // Too many failed logins, or too many exports streaming at once: both say when to try again.
+  if (error.status === 429) return `Too many requests. ${api.tryAgain(error)}`;
+  if (error.status === 503) return `The figures are unavailable right now (${error.message}). ${api.tryAgain(error)}`;
   if (error.status === 504) return "The analytics service took too long to answer. Try again in a moment.";
   if (error.status >= 500) return "Something went wrong on Cairn's side. Try again in a moment.";
   return error.message || `Something went wrong (${error.status}).`;
