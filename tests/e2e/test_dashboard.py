@@ -226,7 +226,7 @@ def test_each_figure_is_written_with_its_unit_and_user_text_stays_text(gateway, 
     page.get_by_test_id("model").select_option("gpt-4o-mini")
     wait_for_figures(page)
     assert "model=gpt-4o-mini" in page.url
-    assert "model=gpt-4o-mini" in figures.seen[-1][1]
+    assert "model=gpt-4o-mini" in [query for path, query, _ in figures.seen if path == "/analytics/summary"][-1]
     expect(page.get_by_test_id("model-row")).to_have_count(1)
 
     with page.expect_download() as download:
@@ -589,6 +589,22 @@ def test_log_out_leaves_none_of_the_figures_in_the_tab(gateway, browser, figures
     hidden = page.get_by_test_id("dashboard").text_content()
     assert "Exactly the command I needed." not in hidden and "How do I add a user?" not in hidden
     assert page.locator(".chart svg").count() == 0
+    assert problems == [], problems
+
+
+def test_an_address_with_a_model_chosen_still_offers_the_other_models_of_the_range(gateway, browser, figures):
+    """A reloaded or shared view of one model: the analyst switches to another model in one step."""
+    page, problems = open_page(browser, f"{gateway}/dashboard?range=24h&model=gpt-4o-mini")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    model = page.get_by_test_id("model")
+    expect(model).to_have_value("gpt-4o-mini")
+    expect(model.locator("option")).to_have_text(["All models", "offline", "gpt-4o-mini"])
+    expect(page.get_by_test_id("model-row")).to_have_count(1)  # the figures are still those of the chosen model
+    model.select_option("offline")
+    wait_for_figures(page)
+    assert "model=offline" in page.url and kpi(page, "queries") == "42"
+    expect(model.locator("option")).to_have_text(["All models", "offline", "gpt-4o-mini"])
     assert problems == [], problems
 
 

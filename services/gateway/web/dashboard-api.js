@@ -21,17 +21,20 @@ export async function report(token, name, query, { signal } = {}) {
 const LIMITS = { "top-queries": 10, gaps: 10, documents: 10, feedback: 20 };
 
 /** Every report the page shows, fetched at once and keyed by name; the time series in buckets of `timeZone`'s
- * clock. Without a bucket (a range too long for any), the time series is not asked for and is null. */
+ * clock. Without a bucket (a range too long for any), the time series is not asked for and is null.
+ * `modelChoices`: the models of the range for the Model list, all of them also while one model is chosen. */
 export async function allReports(token, range, { bucket, timeZone, signal }) {
   const extras = { timeseries: { bucket, tz: timeZone } };
   for (const [name, limit] of Object.entries(LIMITS)) extras[name] = { limit };
   const names = ["summary", "timeseries", "top-queries", "gaps", "documents", "models", "feedback"].filter(
     (name) => bucket || name !== "timeseries",
   );
-  const bodies = await Promise.all(
-    names.map((name) => report(token, name, reportQuery(range, extras[name] ?? {}), { signal })),
-  );
-  return { timeseries: null, ...Object.fromEntries(names.map((name, i) => [name, bodies[i]])) };
+  const calls = names.map((name) => report(token, name, reportQuery(range, extras[name] ?? {}), { signal }));
+  if (range.model) calls.push(report(token, "models", reportQuery({ ...range, model: "" }), { signal }));
+  const bodies = await Promise.all(calls);
+  const reports = { timeseries: null, ...Object.fromEntries(names.map((name, i) => [name, bodies[i]])) };
+  const everyModel = range.model ? bodies[names.length] : reports.models;
+  return { ...reports, modelChoices: everyModel.items.map((item) => item.model) };
 }
 
 // A UTF-8 byte order mark: without it, Excel reads a CSV file in the computer's own code page, and every

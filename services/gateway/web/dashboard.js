@@ -120,9 +120,11 @@ function addModelOption(model) {
   view.model.append(new Option(model, model));
 }
 
-/** The models of the range shown with no model chosen, after "All models". */
+/** The models of the range after "All models", and the chosen one (it may have none in this range) still chosen. */
 function setModelOptions(models) {
   view.model.replaceChildren(new Option("All models", ""), ...models.map((model) => new Option(model, model)));
+  addModelOption(state.filters.model);
+  view.model.value = state.filters.model;
 }
 
 /** The instant an input holds: the range's own while the input still shows its time, as that may be one the
@@ -194,7 +196,7 @@ async function load() {
   try {
     const bucket = range.bucketFor(resolved.from, resolved.to, timeZone);
     const reports = await allReports(state.token, query, { bucket, timeZone, signal: controller.signal });
-    if (!state.filters.model) setModelOptions(reports.models.items.map((item) => item.model));
+    setModelOptions(reports.modelChoices);
     renderTiles(view.tiles, reports.summary);
     renderModels(view.modelRows, reports.models);
     renderFeedback(view.feedbackFigures, view.feedbackList, reports.feedback);
