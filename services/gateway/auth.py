@@ -1,4 +1,5 @@
-"""Logging in, checking a bearer token, listing and ending the caller's sessions, logging out."""
+"""Logging in, checking a bearer token, listing and ending the caller's sessions, logging out, and a user
+changing its own password."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 from services.gateway.domain import Session, SessionLifetime, User
 from services.gateway.passwords import verify_password
 from services.gateway.stores import SessionStore, UserStore
-from shared.errors import DependencyUnavailable, NotFound, Unauthorized
+from services.gateway.users import set_password
+from shared.errors import DependencyUnavailable, NotFound, ServiceError, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -125,3 +127,29 @@ async def end_session(*, sessions: SessionStore, caller: Session, public_id: str
             await sessions.delete(session)
             return
     raise NotFound("no such session")
+
+
+class WrongPassword(ServiceError):
+    """The caller's current password, asked for before a change, is not the one given. Not a 401: the token
+    is fine, and a client that logs out on 401 would lose its session over a typo."""
+
+    status_code = 403
+    code = "wrong_password"
+
+
+async def check_own_password(*, users: UserStore, caller: Session, password: str) -> None:
+    """WrongPassword unless `password` is the caller's current password."""
+    user = await users.get(caller.username)
+    matches = await asyncio.to_thread(verify_password, user.password_hash if user else None, password)
+    if not matches or user is None or user.id != caller.user_id:
+        raise WrongPassword("the current password is wrong")
+
+
+async def set_own_password(*, users: UserStore, sessions: SessionStore, caller: Session, password: str) -> int:
+    """Set the caller's new password and end its other sessions, returning how many: whoever held one may have
+    had the old password. The session making the change stays."""
+    await set_password(users=users, username=caller.username, password=password)
+    others = [s for s in await sessions.list_for_user(caller.user_id) if s.id != caller.id]
+    for session in others:
+        await sessions.delete(session)
+    return len(others)

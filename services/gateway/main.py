@@ -19,6 +19,7 @@ from services.gateway.feedback_api import router as feedback_router
 from services.gateway.middleware import gateway_middleware
 from services.gateway.model_offer import OfferedModels
 from services.gateway.openai_api import router as openai_router
+from services.gateway.password_api import router as password_router
 from services.gateway.sessions_api import sessions_router
 from services.gateway.users_api import router as users_router
 from services.gateway.settings import Settings
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(auth_router)
     app.include_router(sessions_router)
+    app.include_router(password_router)
     app.include_router(api_router)
     app.include_router(feedback_router)
     app.include_router(users_router)

@@ -85,3 +85,12 @@ class PasswordRequest(RequestModel):
 class UserChanged(BaseModel):
     user: UserRecord
     sessions_ended: int = Field(description="The user's sessions the change ended")
+
+
+class PasswordChangeRequest(RequestModel):
+    current_password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
+    new_password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH, description="8 to 1024 characters")
+
+
+class PasswordChanged(BaseModel):
+    sessions_ended: int = Field(description="The caller's other sessions, ended by the change")

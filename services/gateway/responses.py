@@ -75,6 +75,17 @@ USER_CHANGE = error_responses(
 PASSWORD_RESET = error_responses({**_ADMIN, **_UNKNOWN_USER, 422: "Invalid password (invalid_request)"})
 
 
+OWN_PASSWORD = error_responses(
+    {
+        **_BODY_LIMIT,
+        **_SIGNED_IN,
+        403: "current_password is not the caller's password (wrong_password)",
+        422: "new_password shorter than 8 or longer than 1024 characters (invalid_request)",
+        429: "Too many failed logins, or wrong current passwords, for this user or address (rate_limited)",
+    }
+)
+
+
 def forwarded(service: str, extra: dict[int, str] | None = None, *, asking: bool = False) -> dict[int | str, dict[str, Any]]:
     """A route passed on to `service`: the gateway's own checks, then that service's answers (`extra`:
     the statuses particular to the route, e.g. 404 for a document that does not exist)."""

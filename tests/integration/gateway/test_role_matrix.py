@@ -53,6 +53,7 @@ ACCESS = {
     ("GET", "/auth/me"): USER,
     ("GET", "/auth/sessions"): USER,
     ("DELETE", "/auth/sessions/{session_id}"): USER,
+    ("POST", "/auth/password"): USER,
     ("POST", "/api/chat"): USER,
     ("POST", "/api/chat/stream"): USER,
     ("POST", "/api/search"): USER,
