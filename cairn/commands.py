@@ -479,9 +479,11 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
             request = {"query": question} | ({"top_k": top_k} if top_k is not None else {})  # else DEFAULT_TOP_K
             # No limit of its own on the wait for the answer: the gateway has one (UPSTREAM_TIMEOUT_S, raised with
             # the model's LLM_DEADLINE_S) and answers 504 chat_timeout when it passes.
-            answer = client.post("/api/chat", json=request, headers=headers,
-                                 timeout=httpx.Timeout(REQUEST_TIMEOUT_S, read=None))
-            client.post("/auth/logout", headers=headers)
+            try:
+                answer = client.post("/api/chat", json=request, headers=headers,
+                                     timeout=httpx.Timeout(REQUEST_TIMEOUT_S, read=None))
+            finally:
+                _log_out(client, headers)
         except httpx.ConnectError as exc:
             print(f"cannot reach Cairn at {url}: {exc}: {_not_running_hint(settings, 'gateway')}", file=sys.stderr)
             return 1
@@ -496,6 +498,13 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
         return 1
     _print_answer(body)
     return 0
+
+
+def _log_out(client: httpx.Client, headers: dict[str, str]) -> None:
+    """End the command's session, also after a failed or interrupted question: its token leaves with the
+    command, and the session would stay among the user's sessions for SESSION_TTL_SECONDS. Best effort."""
+    with contextlib.suppress(httpx.HTTPError):
+        client.post("/auth/logout", headers=headers)
 
 
 def _not_running_hint(settings: CliSettings, service: str) -> str:

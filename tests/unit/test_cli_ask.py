@@ -199,3 +199,32 @@ def test_a_gateway_that_takes_the_login_but_never_answers_it_is_said_so(monkeypa
         monkeypatch.setenv("GATEWAY_URL", url)
         assert cli.main(["ask", "anything"]) == 1
     assert capsys.readouterr().err == f"no answer from Cairn at {url} within 0.5 s\n"
+
+
+def test_a_question_cut_off_mid_answer_still_logs_out(monkeypatch, capsys):
+    # The session would otherwise stay among the user's sessions for a day, its token gone with the command.
+    logged_out = []
+
+    async def gateway(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/auth/login":
+            json_type = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": json_type})
+            await send({"type": "http.response.body", "body": b'{"token": "t"}'})
+        elif scope["path"] == "/api/chat":  # the answer begins, then the connection is dropped
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]})
+            await send({"type": "http.response.body", "body": b'{"answer": ', "more_body": True})
+            raise RuntimeError("the gateway stopped")
+        else:  # /auth/logout, and the /healthz that serve_in_thread waits for
+            if scope["path"] == "/auth/logout":
+                logged_out.append(scope["path"])
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+    monkeypatch.setenv("CAIRN_PASSWORD", "whatever1")
+    with serve_in_thread(gateway) as url:
+        monkeypatch.setenv("GATEWAY_URL", url)
+        assert cli.main(["ask", "anything"]) == 1
+    assert logged_out == ["/auth/logout"]
+    assert capsys.readouterr().err.startswith(f"cannot reach Cairn at {url}: ")
