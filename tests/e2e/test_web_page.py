@@ -44,9 +44,9 @@ def open_page(browser: Browser, url: str, width: int) -> tuple[Page, list[str]]:
     return page, problems
 
 
-def log_in(page: Page) -> None:
+def log_in(page: Page, username: str = "demo") -> None:
     expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
-    page.get_by_label("User name").fill("demo")
+    page.get_by_label("User name").fill(username)
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_label("Your question")).to_be_focused()
@@ -154,6 +154,23 @@ def test_a_bad_password_and_an_expired_session_bring_back_the_login_form(cairn, 
     page.reload()
     expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
     expect(page.locator("#login-message")).to_contain_text("session has ended")
+    assert problems == [], problems
+
+
+def test_the_dashboard_link_is_offered_to_analysts_and_admins_only(cairn, browser):
+    demo = httpx.post(f"{cairn.gateway}/auth/login", json={"username": "demo", "password": PASSWORD}).json()
+    reader = {"username": "reader", "password": PASSWORD, "roles": ["user"]}
+    added = httpx.post(f"{cairn.gateway}/api/users", json=reader, headers={"Authorization": f"Bearer {demo['token']}"})
+    assert added.status_code in (201, 409), added.text  # 409: added by an earlier run of this module's Cairn
+
+    page, problems = open_page(browser, cairn.gateway + "/", 1280)
+    log_in(page, "reader")
+    expect(page.get_by_role("link", name="Dashboard")).to_be_hidden()
+    page.get_by_role("button", name="Log out").click()
+    log_in(page)  # demo: every role
+    page.get_by_role("link", name="Dashboard").click()
+    expect(page).to_have_url(cairn.gateway + "/dashboard")
+    expect(page.get_by_test_id("whoami")).to_have_text("demo")  # the same session, no second log-in
     assert problems == [], problems
 
 

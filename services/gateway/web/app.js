@@ -17,6 +17,7 @@ const view = {
   chat: $("chat-view"),
   session: $("session"),
   whoami: $("whoami"),
+  dashboardLink: $("dashboard-link"),
   turns: $("turns"),
   intro: $("intro"),
   askForm: $("ask-form"),
@@ -154,10 +155,12 @@ function fitQuestion() {
   view.question.rows = Math.min(view.question.value.split("\n").length, 6);
 }
 
-function showChat(username) {
+/** `roles`: the user's, when known, to offer analysts and admins the dashboard. */
+function showChat(username, roles = []) {
   if (state.owner !== username) forgetConversation(); // another user: nothing of the last one's
   state.owner = username;
   view.whoami.textContent = username;
+  view.dashboardLink.hidden = !roles.some((role) => role === "analyst" || role === "admin");
   view.login.hidden = true;
   view.chat.hidden = false;
   view.session.hidden = false;
@@ -197,7 +200,7 @@ view.loginForm.addEventListener("submit", async (event) => {
     sessionStorage.setItem(TOKEN_KEY, session.token);
     sessionStorage.setItem(USER_KEY, session.user.username);
     view.password.value = "";
-    showChat(session.user.username);
+    showChat(session.user.username, session.user.roles);
   } catch (error) {
     say(error.status === 401 ? "Wrong user name or password." : describe(error), "error");
     view.password.select();
@@ -331,7 +334,7 @@ async function start() {
   restoreConversation();
   try {
     const who = await api.me(state.token);
-    showChat(who.user.username);
+    showChat(who.user.username, who.user.roles);
   } catch (error) {
     if (error.status === 401) sessionEnded();
     else showChat(sessionStorage.getItem(USER_KEY) ?? "");
