@@ -2,10 +2,12 @@
 
 Three kinds of answer: small talk (no search, no model), "no information" (nothing relevant was
 retrieved, or the model's answer cited nothing and so is not shown — said so when the model's content
-filter withheld it, finish_reason "content_filter"), and a cited answer.
+filter withheld it, finish_reason "content_filter", or its token limit stopped it first, "length"), and a
+cited answer.
 """
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -23,12 +25,20 @@ from services.chat.turn import Turn, elapsed_ms
 from shared.context import request_id_var
 from shared.reasoning import without_reasoning
 
+log = logging.getLogger(__name__)
+
 NO_INFORMATION = "I couldn't find relevant information in the documents to answer that."
 CONTENT_FILTERED = "The language model's content filter withheld its answer to that question, so there is none to show."
 CONTENT_FILTER = "content_filter"  # the finish_reason of OpenAI and Azure OpenAI for a withheld answer
+LENGTH_REACHED = (
+    "The language model reached its length limit before it wrote a cited answer to that question, so there is none "
+    "to show."
+)
 CUT_OFF = "(This answer is incomplete: the language model stopped at its length limit.)"
 LENGTH = "length"  # the finish_reason of an answer the model stopped at max_tokens (LLM_MAX_TOKENS)
 FILTERED_REST = "(This answer is incomplete: the language model's content filter withheld the rest of it.)"
+# The answer instead of an uncited one the model was stopped in, by finish_reason.
+_UNANSWERED = {LENGTH: LENGTH_REACHED, CONTENT_FILTER: CONTENT_FILTERED}
 # The note after an answer the model was stopped in (else it reads as complete), by finish_reason.
 _CUT_SHORT = {LENGTH: CUT_OFF, CONTENT_FILTER: FILTERED_REST}
 _FENCE_LINE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
@@ -91,8 +101,14 @@ def _outcome(turn: Turn, generation: Generation | None, relevance_threshold: flo
         grounding=grounding.summary,
     )
     if not cited.citations:  # anti-hallucination: an answer that cites nothing is not shown
-        withheld = generation.finish_reason == CONTENT_FILTER  # not that the documents lack the information
-        answer = CONTENT_FILTERED if withheld else NO_INFORMATION
+        # Not that the documents lack the information: the model's filter, or its token limit, stopped it.
+        answer = _UNANSWERED.get(generation.finish_reason or "", NO_INFORMATION)
+        if generation.finish_reason == LENGTH:
+            # Most often a reasoning model that spent every token thinking: a setting the operator can change.
+            log.warning(
+                "the model reached LLM_MAX_TOKENS before citing anything: raise LLM_MAX_TOKENS",
+                extra={"model": generation.model, "completion_tokens": generation.completion_tokens},
+            )
         return _Outcome("no_information", CitedAnswer(answer, []), confidence, grounding)
     if note := _CUT_SHORT.get(generation.finish_reason or ""):
         cited = CitedAnswer(f"{_with_fences_closed(cited.answer)}\n\n{note}", cited.citations)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.chat.answering import CONTENT_FILTERED, CUT_OFF, FILTERED_REST
+from services.chat.answering import CONTENT_FILTERED, CUT_OFF, FILTERED_REST, LENGTH_REACHED
 from services.chat.main import create_app as create_chat_app
 from services.chat.settings import Settings as ChatSettings
 from services.retrieval.main import create_app as create_retrieval_app
@@ -167,6 +167,23 @@ def test_an_answer_cut_off_at_the_token_limit_says_so_streamed_or_not(chat, scri
     events = sse_events(r)
     assert "".join(data["text"] for name, data in events if name == "token") == cut
     assert events[-1][0] == "done" and events[-1][1]["answer"] == body["answer"]
+
+
+def test_an_answer_the_token_limit_stopped_before_any_citation_says_so_not_that_nothing_was_found(chat, script):
+    # A reasoning model (vLLM, Ollama, llama.cpp) that spent LLM_MAX_TOKENS thinking: the documents hold the
+    # answer, yet it was told "I couldn't find relevant information", and the operator had no hint to act on.
+    thinking = "<think>The user asks how to add a user. Passage [1] says to run"
+    publisher = chat[1]
+    script.reset(text=thinking, finish_reason="length")
+    body = ask(chat[0]).json()
+    assert body["answer"] == LENGTH_REACHED and "couldn't find" not in body["answer"]
+    assert (body["metadata"]["kind"], body["metadata"]["finish_reason"]) == ("no_information", "length")
+    generated = publisher.events[-1]
+    assert generated.event_type == "ResponseGenerated" and generated.data.finish_reason == "length"
+    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
+        r.read()
+    events = sse_events(r)
+    assert events[-1][0] == "done" and events[-1][1]["answer"] == LENGTH_REACHED
 
 
 def test_an_answer_the_content_filter_cut_short_says_so_streamed_or_not(chat, script):
