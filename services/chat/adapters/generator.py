@@ -31,6 +31,9 @@ OFFLINE_BASE_URL = "http://offline-llm/v1"
 COMPLETION = "a chat completion"
 STREAM = "a stream of chat completion chunks"
 ERROR_MESSAGE_CHARS = 200  # of an endpoint's own error message: enough to act on, not a quoted prompt
+# The finish_reason of an answer the model failed part way: OpenRouter's "error", vLLM's "abort". The text
+# so far is no answer, however complete it reads.
+FAILED_FINISH = frozenset({"error", "abort"})
 
 
 class OpenAIGenerator:
@@ -111,7 +114,8 @@ class OpenAIGenerator:
                         yield text
             finally:
                 await chunks.close()
-            if tally.finish_reason is None:  # the connection ended cleanly, but the answer did not
+            # The connection ended cleanly, but the answer did not, or the model failed part way.
+            if tally.finish_reason is None or tally.finish_reason in FAILED_FINISH:
                 raise LLMUnavailable("the model's answer broke off before it was finished")
             _record_on(span, tally.generation())
             metrics.count_tokens(model, tally.generation())
@@ -167,6 +171,8 @@ class OpenAIGenerator:
             if (error := _error_object(response.http_response)) is not None:  # as the SDK raises it in a stream
                 raise openai.APIError(_error_message(error), response.http_response.request, body=error)
             raise _not_a(COMPLETION, response.http_response)
+        if (error := _failed_choice_error(completion)) is not None:  # retried and judged as that error object
+            raise openai.APIError(_error_message(error), response.http_response.request, body=error)
         return completion
 
     async def _open_stream(
@@ -307,6 +313,18 @@ def _error_object(response: httpx2.Response) -> dict | None:
     if isinstance(error, str) and error.strip():
         return {"message": error}
     return error if isinstance(error, dict) else None
+
+
+def _failed_choice_error(completion: ChatCompletion) -> dict | None:
+    """The error a completion's choice ended in: its own `error` object (OpenRouter sends one, with the
+    status it stands for), else one that names the finish_reason; None for an answer that did not fail."""
+    choice = completion.choices[0] if completion.choices else None
+    if choice is None or choice.finish_reason not in FAILED_FINISH:
+        return None
+    error = getattr(choice, "error", None)  # not in the SDK's model: kept as the JSON it came as
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error
+    return {"message": f'the answer ended with finish_reason "{choice.finish_reason}" before it was finished'}
 
 
 def _is_error_body(body: object) -> bool:

@@ -240,6 +240,30 @@ async def test_an_error_answered_with_200_that_names_a_refused_prompt_is_mapped_
     assert len(seen) == 1 and sleeps == []
 
 
+def ended_in_error(**choice) -> httpx2.Response:
+    """OpenRouter's answer when the model failed after it began: 200, finish_reason "error", the text so far."""
+    cut = {"index": 0, "message": {"role": "assistant", "content": "Yes"}, "finish_reason": "error", **choice}
+    return httpx2.Response(200, json={**COMPLETION, "choices": [cut]})
+
+
+async def test_an_answer_that_ended_in_an_error_is_retried_as_the_error_it_names():
+    provider_down = ended_in_error(error={"code": 502, "message": "Provider disconnected"})
+    generator, seen, sleeps = generator_answering(provider_down, OK)
+    assert (await generate(generator)).text == "Yes [1]." and len(seen) == 2 and sleeps == [0.1]
+    generator, seen, _ = generator_answering(provider_down)
+    with pytest.raises(LLMUnavailable, match="^the model endpoint answered an error: Provider disconnected$"):
+        await generate(generator)
+    assert len(seen) == 4
+
+
+@pytest.mark.parametrize("finish_reason", ["error", "abort"])
+async def test_an_answer_that_ended_in_an_error_naming_none_is_llm_unavailable_not_a_complete_answer(finish_reason):
+    generator, seen, _ = generator_answering(ended_in_error(finish_reason=finish_reason))
+    with pytest.raises(LLMUnavailable, match=f'finish_reason "{finish_reason}"'):
+        await generate(generator)
+    assert len(seen) == 1
+
+
 async def test_usage_of_another_shape_counts_no_tokens_and_keeps_the_answer():
     generator, _, _ = generator_answering(httpx2.Response(200, json={**COMPLETION, "usage": {"input_tokens": 9}}))
     result = await generate(generator)
@@ -343,6 +367,17 @@ async def test_stream_that_ends_without_a_finish_reason_is_llm_unavailable():
         async for item in generator.stream(model="m", messages=MESSAGES, temperature=0, max_tokens=8):
             items.append(item)
     assert items == ["Yes", " [1]", "."]
+
+
+async def test_stream_that_ends_with_finish_reason_error_is_llm_unavailable():
+    """OpenRouter's chunk for a model that failed part way, when it carries the error in its choice alone."""
+    cut = [event.replace(b'"finish_reason": "stop"', b'"finish_reason": "error"') for event in sse("Yes", " [1]")]
+    generator, _, _ = generator_answering(streamed(Body(cut)))
+    items = []
+    with pytest.raises(LLMUnavailable, match="broke off"):
+        async for item in generator.stream(model="m", messages=MESSAGES, temperature=0, max_tokens=8):
+            items.append(item)
+    assert items == ["Yes", " [1]"]
 
 
 async def test_stream_failing_before_any_delta_after_every_retry_is_llm_unavailable():
