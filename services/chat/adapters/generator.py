@@ -4,6 +4,7 @@ real request and response handling runs in the demo and in every test."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +28,7 @@ from services.chat.settings import Settings
 from shared.context import request_id_var
 from shared.tracing import client_span, inject, start_span
 
+log = logging.getLogger(__name__)
 OFFLINE_BASE_URL = "http://offline-llm/v1"
 COMPLETION = "a chat completion"
 STREAM = "a stream of chat completion chunks"
@@ -337,20 +339,30 @@ def _error_message(error: dict) -> str:
 
 
 def _answered_error(exc: openai.APIError, api_key: str | None) -> LLMUnavailable:
-    """An error object the endpoint answered with 200, whole or in its stream: its own message, cut short
-    and without the API key, which some servers quote."""
+    """An error object the endpoint answered with 200, whole or in its stream: its own message."""
+    return answered_failure(exc, f"the model endpoint answered an error: {_endpoint_said(exc, api_key)}")
+
+
+def _endpoint_said(exc: openai.APIError, api_key: str | None) -> str:
+    """The endpoint's own message, cut short and without the API key, which some servers quote."""
     message = exc.message if isinstance(exc.message, str) else "no message"
-    if isinstance(exc.body, str):  # a stream's `{"error": "..."}`: the SDK gives the text as body, not as message
+    if isinstance(exc.body, str):  # a text body, or a stream's `{"error": "..."}`: the SDK gives it as body
         message = exc.body
     if api_key and len(api_key) >= 8:
         message = message.replace(api_key, "***")
     if len(message) > ERROR_MESSAGE_CHARS:
         message = message[:ERROR_MESSAGE_CHARS] + "..."
-    return answered_failure(exc, f"the model endpoint answered an error: {message}")
+    return message
 
 
 def _unavailable(exc: Exception, api_key: str | None = None) -> LLMUnavailable:
     if isinstance(exc, openai.APIStatusError):
+        # The answer names the status only (the message may quote the prompt); the operator needs the
+        # endpoint's words: a model id it does not know, credits spent, a parameter it refuses.
+        log.warning(
+            "the model endpoint refused the request",
+            extra={"status": exc.status_code, "endpoint_message": _endpoint_said(exc, api_key)},
+        )
         return status_failure(exc)
     if type(exc) is openai.APIError and _is_error_body(exc.body):  # an error object in a 200 answer
         return _answered_error(exc, api_key)

@@ -186,6 +186,31 @@ async def test_each_retry_logs_one_warning_without_the_key(caplog):
     assert "sk-secret-key" not in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("refusal", "said"),
+    [
+        (httpx2.Response(400, json={"error": {"message": "vendor/x is not a valid model ID (key sk-secret-key)"}}),
+         "Error code: 400 - vendor/x is not a valid model ID (key ***)"),
+        (httpx2.Response(402, json={"error": {"message": "Insufficient credits", "code": 402}}),
+         "Error code: 402 - Insufficient credits"),
+        (httpx2.Response(400, text="x" * 500), "x" * 200 + "..."),
+    ],
+    ids=["model id", "credits", "long text"],
+)
+async def test_a_refusal_the_answer_does_not_quote_is_logged_for_the_operator_without_the_key(refusal, said, caplog):
+    # The client hears only "answered 400": the endpoint's own words, which may quote the prompt, go to the
+    # log, else the operator has nothing to act on (OpenRouter's bad model id, spent credits, a bad parameter).
+    generator, _, _ = generator_answering(refusal)
+    with caplog.at_level(logging.WARNING, logger="services.chat.adapters.generator"):
+        with pytest.raises(LLMUnavailable) as caught:
+            await generate(generator)
+    assert caught.value.message == f"the model endpoint answered {refusal.status_code}"
+    [record] = caplog.records
+    assert record.getMessage() == "the model endpoint refused the request"
+    assert (record.status, record.endpoint_message) == (refusal.status_code, said)
+    assert "sk-secret-key" not in caplog.text
+
+
 async def test_unreachable_endpoint_becomes_llm_unavailable_and_not_ready():
     settings = Settings(llm_base_url=f"http://127.0.0.1:{free_port()}/v1", llm_model="m", llm_max_retries=0)
     generator = build_generator(settings)
