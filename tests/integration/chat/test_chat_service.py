@@ -139,21 +139,6 @@ def test_a_retry_after_over_the_backoff_cap_gives_503_at_once_with_it(chat, scri
     assert time.monotonic() - started < 2.0
 
 
-def test_an_answer_the_content_filter_withheld_says_so(chat, script):
-    publisher = chat[1]
-    script.reset(mode="content_filter")
-    body = ask(chat[0]).json()
-    assert body["answer"] == CONTENT_FILTERED and "couldn't find" not in body["answer"]
-    assert (body["metadata"]["kind"], body["metadata"]["finish_reason"]) == ("no_information", "content_filter")
-    generated = publisher.events[-1]
-    assert generated.event_type == "ResponseGenerated" and generated.data.finish_reason == "content_filter"
-    with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
-        r.read()
-    events = sse_events(r)
-    assert [name for name, _ in events] == ["sources", "token", "done"]
-    assert events[1][1]["text"] == events[2][1]["answer"] == CONTENT_FILTERED
-
-
 def test_an_answer_cut_off_at_the_token_limit_says_so_streamed_or_not(chat, script):
     # Shown as if complete before, even mid-sentence inside a code block, with a High confidence.
     cut = "Run this to add a user [1]:\n\n```\ncairn user add NAME --ro"
@@ -169,21 +154,34 @@ def test_an_answer_cut_off_at_the_token_limit_says_so_streamed_or_not(chat, scri
     assert events[-1][0] == "done" and events[-1][1]["answer"] == body["answer"]
 
 
-def test_an_answer_the_token_limit_stopped_before_any_citation_says_so_not_that_nothing_was_found(chat, script):
-    # A reasoning model (vLLM, Ollama, llama.cpp) that spent LLM_MAX_TOKENS thinking: the documents hold the
-    # answer, yet it was told "I couldn't find relevant information", and the operator had no hint to act on.
-    thinking = "<think>The user asks how to add a user. Passage [1] says to run"
+THINKING = "<think>The user asks how to add a user. Passage [1] says to run"
+
+
+@pytest.mark.parametrize(
+    ("scripted", "finish_reason", "said", "streamed"),
+    [
+        ({"mode": "content_filter"}, "content_filter", CONTENT_FILTERED, CONTENT_FILTERED),
+        ({"text": THINKING, "finish_reason": "length"}, "length", LENGTH_REACHED, THINKING),
+    ],
+    ids=["content filter", "token limit"],
+)
+def test_an_uncited_answer_the_model_was_stopped_in_says_why_not_that_nothing_was_found(
+    chat, script, scripted, finish_reason, said, streamed
+):
+    # The model's content filter, or LLM_MAX_TOKENS spent thinking (a reasoning model on vLLM, Ollama or
+    # llama.cpp): the documents may hold the answer, and "I couldn't find relevant information" would say not.
     publisher = chat[1]
-    script.reset(text=thinking, finish_reason="length")
+    script.reset(**scripted)
     body = ask(chat[0]).json()
-    assert body["answer"] == LENGTH_REACHED and "couldn't find" not in body["answer"]
-    assert (body["metadata"]["kind"], body["metadata"]["finish_reason"]) == ("no_information", "length")
+    assert body["answer"] == said and "couldn't find" not in body["answer"]
+    assert (body["metadata"]["kind"], body["metadata"]["finish_reason"]) == ("no_information", finish_reason)
     generated = publisher.events[-1]
-    assert generated.event_type == "ResponseGenerated" and generated.data.finish_reason == "length"
+    assert generated.event_type == "ResponseGenerated" and generated.data.finish_reason == finish_reason
     with httpx.stream("POST", f"{chat[0]}/chat/stream", json={"query": "How do I add a user?"}, headers=HEADERS) as r:
         r.read()
     events = sse_events(r)
-    assert events[-1][0] == "done" and events[-1][1]["answer"] == LENGTH_REACHED
+    assert "".join(data["text"] for name, data in events if name == "token") == streamed
+    assert events[-1][0] == "done" and events[-1][1]["answer"] == said
 
 
 def test_an_answer_the_content_filter_cut_short_says_so_streamed_or_not(chat, script):
