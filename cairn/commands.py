@@ -250,7 +250,7 @@ def status(settings: CliSettings) -> int:
     width = max(10, *(len(name) for name, _ in rows))
     all_ready = True
     for name, url in rows:
-        ready, line = _chroma_status(url) if name == CHROMA else _service_status(url)
+        ready, line = _chroma_status(url) if name == CHROMA else _service_status(url, service=name.split("-")[0])
         all_ready &= ready
         print(f"{name:<{width}} {url:<24} {line}")
     if state and not still_running(state, state["supervisor"]):
@@ -271,7 +271,7 @@ def _status_rows(settings: CliSettings, state: dict | None) -> list[tuple[str, s
     return rows
 
 
-def _service_status(url: str) -> tuple[bool, str]:
+def _service_status(url: str, *, service: str) -> tuple[bool, str]:
     try:
         response = httpx.get(f"{url}/readyz", timeout=3)
     except httpx.HTTPError:
@@ -279,9 +279,21 @@ def _service_status(url: str) -> tuple[bool, str]:
     checks = (_json_object(response) or {}).get("checks")
     if not isinstance(checks, dict):  # a proxy's error page, another program at a wrong <SERVICE>_URL or port
         return False, f"not a Cairn service: /readyz answered {response.status_code} without its checks"
+    # Every Cairn service answers /readyz with checks: only /healthz names which one is at a mistyped URL or port.
+    if (found := _service_named_at(url)) not in (None, service):
+        return False, f"not {service}: the {found} service answers here"
     ready = response.status_code == 200
     detail = ", ".join(f"{k}={'ok' if v else 'DOWN'}" for k, v in checks.items())
     return ready, f"{'ready' if ready else 'NOT READY'}  {detail}"
+
+
+def _service_named_at(url: str) -> str | None:
+    """The service that /healthz at `url` names; None when it names none."""
+    try:
+        name = (_json_object(httpx.get(f"{url}/healthz", timeout=3)) or {}).get("service")
+    except httpx.HTTPError:
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _chroma_status(url: str) -> tuple[bool, str]:
