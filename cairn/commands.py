@@ -467,6 +467,7 @@ REQUEST_TIMEOUT_S = 120.0  # the log-in and log-out, and the connection
 def ask(settings: CliSettings, *, question: str, username: str, password_stdin: bool, top_k: int | None) -> int:
     if is_blank(question):  # before the password is asked for: the gateway would refuse it anyway
         _refuse("the question is empty")
+    kept = None
     if password_stdin:
         password = _read_password(True)
     elif os.environ.get("CAIRN_PASSWORD"):
@@ -485,7 +486,7 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
                       f"is {setting} right?", file=sys.stderr)
                 return 1
             if (session := _answered(login, "token")) is None:
-                print(f"login failed: {_message_of(login)}", file=sys.stderr)
+                print(f"login failed: {_message_of(login)}{_stale_demo_hint(login, password, kept)}", file=sys.stderr)
                 return 1
             headers = {"Authorization": f"Bearer {session['token']}"}
             request = {"query": question} | ({"top_k": top_k} if top_k is not None else {})  # else DEFAULT_TOP_K
@@ -510,6 +511,15 @@ def ask(settings: CliSettings, *, question: str, username: str, password_stdin: 
         return 1
     _print_answer(body)
     return 0
+
+
+def _stale_demo_hint(login: httpx.Response, password: str, kept: str | None) -> str:
+    """For a refused login with the demo password cairn up knows: changed since (POST /auth/password, cairn
+    user reset-password), it no longer logs in, and the refusal alone does not say which password was sent."""
+    if login.status_code != 401 or password != kept:
+        return ""
+    return (" (the demo password known to cairn up was refused: if it has changed, give the current one with"
+            " CAIRN_PASSWORD or --password-stdin)")
 
 
 def _log_out(client: httpx.Client, headers: dict[str, str]) -> None:

@@ -228,3 +228,24 @@ def test_a_question_cut_off_mid_answer_still_logs_out(monkeypatch, capsys):
         assert cli.main(["ask", "anything"]) == 1
     assert logged_out == ["/auth/logout"]
     assert capsys.readouterr().err.startswith(f"cannot reach Cairn at {url}: ")
+
+
+@pytest.mark.parametrize("given", ["CAIRN_PASSWORD", "CAIRN_DEMO_PASSWORD"])
+def test_a_refused_kept_demo_password_says_how_to_give_the_new_one(given, monkeypatch, capsys):
+    # The demo user's password changed (POST /auth/password, cairn user reset-password): the one cairn up
+    # keeps no longer logs in, and "invalid username or password" alone left the user guessing which.
+    app = FastAPI()
+
+    @app.post("/auth/login")
+    async def login():
+        return JSONResponse({"error": "unauthorized", "message": "invalid username or password"}, status_code=401)
+
+    monkeypatch.delenv("CAIRN_PASSWORD", raising=False)
+    monkeypatch.setenv(given, "whatever1")
+    with serve_in_thread(app) as url:
+        monkeypatch.setenv("GATEWAY_URL", url)
+        assert cli.main(["ask", "anything"]) == 1
+    hint = (" (the demo password known to cairn up was refused: if it has changed, give the current one with"
+            " CAIRN_PASSWORD or --password-stdin)")
+    expected = "login failed: invalid username or password" + (hint if given == "CAIRN_DEMO_PASSWORD" else "")
+    assert capsys.readouterr().err == expected + "\n"
