@@ -109,6 +109,7 @@ def _up(settings: CliSettings, *, ingest_demo: bool) -> int:
 
     try:
         supervisor = Supervisor(settings)
+        supervisor.check_ports()  # before "starting ...": a port in use is one line, and nothing to stop
     except StartFailed as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1

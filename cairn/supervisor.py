@@ -175,14 +175,19 @@ class Supervisor:
             )
         log.close()
 
-    def start_all(self) -> None:
+    def check_ports(self) -> None:
+        """StartFailed naming the first port another program (or a Cairn) holds: else the service would die at
+        start, saying why only in its log."""
         for child in self.children:
             if _answers(child.health_url):
                 raise StartFailed(
                     f"port {child.port} for {child.name} is already taken (is Cairn already running? try `cairn status`)"
                 )
-            if not _port_free(child.port):  # else the service would die at start, saying why only in its log
+            if not _port_free(child.port):
                 raise StartFailed(f"port {child.port} for {child.name} is used by another program")
+
+    def start_all(self) -> None:
+        self.check_ports()
         # Retrieval opens its collection as it starts: the Chroma server must answer first.
         servers = [child for child in self.children if child.service == CHROMA]
         services = [child for child in self.children if child.service != CHROMA]

@@ -7,6 +7,7 @@ import errno
 import io
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -53,6 +54,20 @@ def test_a_demo_password_no_user_may_have_is_refused_before_anything_starts(tmp_
     assert not (tmp_path / "data").exists()
 
 
+def test_a_port_another_program_holds_is_refused_in_one_line_before_starting_is_said(tmp_path, monkeypatch, capsys):
+    # It printed "starting gateway, ..." and "stopping Cairn ..." around the refusal, though nothing had started.
+    monkeypatch.setattr(commands, "engines_for", lambda **urls: [])
+    monkeypatch.setattr(Supervisor, "spawn", lambda self, child: pytest.fail(f"{child.name} was started"))
+    with socket.socket() as other_program:
+        other_program.bind(("127.0.0.1", 0))
+        other_program.listen()
+        port = other_program.getsockname()[1]
+        ports = {f"{name}_port": free_port() for name in ("gateway", "retrieval", "analytics")}
+        assert commands.up(settings(tmp_path / "data", chat_port=port, **ports)) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"cannot start: port {port} for chat is used by another program\n")
+
+
 def reporting(**checks: bool):
     async def readiness() -> dict[str, bool]:
         return checks
@@ -87,6 +102,7 @@ def stand_ins(**readiness) -> Iterator[dict[str, int]]:
 def up_with_the_services_already_started(cairn: CliSettings, monkeypatch, **options) -> int:
     """`cairn up` past its start of the processes, which the stand-ins replace; its watch ends at once."""
     monkeypatch.setattr(commands, "engines_for", lambda **urls: [])
+    monkeypatch.setattr(Supervisor, "check_ports", lambda self: None)  # the stand-ins hold them
     monkeypatch.setattr(Supervisor, "start_all", lambda self: None)
     monkeypatch.setattr(Supervisor, "watch", lambda self, should_stop: None)
     monkeypatch.setattr(commands.demo, "create_demo_user", lambda settings: "demo-password")
@@ -156,6 +172,7 @@ def test_closing_the_terminal_stops_the_services_though_nothing_can_be_printed(t
 
     monkeypatch.setattr(commands, "engines_for", lambda **urls: [])
     monkeypatch.setattr(supervisor, "READY_WINDOW_S", 0.0)
+    monkeypatch.setattr(Supervisor, "check_ports", lambda self: None)  # the default ports: whatever holds them
     monkeypatch.setattr(Supervisor, "start_all", start_all)
     monkeypatch.setattr(Supervisor, "watch", watch)
     monkeypatch.setattr(commands.demo, "create_demo_user", lambda settings: "demo-password")

@@ -75,6 +75,7 @@ def test_cairn_up_with_a_redis_that_refuses_the_demo_user_stops_in_one_line(tmp_
 
     stopped = []
     monkeypatch.setattr(commands, "engines_for", lambda **urls: [])
+    monkeypatch.setattr(Supervisor, "check_ports", lambda self: None)
     monkeypatch.setattr(Supervisor, "start_all", lambda self: None)
     monkeypatch.setattr(Supervisor, "not_ready", lambda self: {})
     monkeypatch.setattr(Supervisor, "stop_all", lambda self: stopped.append(True))
