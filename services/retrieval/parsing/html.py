@@ -40,6 +40,9 @@ _BLOCKS = {
     "fieldset", "figcaption", "figure", "footer", "form", "head", "header", "hr", "html", "li", "main", "ol", "p",
     "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "ul",
 }
+# What a row of data never holds: a row with one of these lays out the page (legacy sites, HTML mail put the whole
+# page in a table), and its cells are read as the page's blocks, not joined into one line.
+_LAYOUT = {*_HEADINGS, "pre", "table"}
 _SPACE = re.compile(r"[ \t\r\n\f\v\u00a0]+")
 _SKIPPED = (Comment, Declaration, Doctype, ProcessingInstruction)
 # The web's default for a page that declares no encoding, also read for pages labelled Latin-1 or ASCII
@@ -140,9 +143,8 @@ def _walk(root: Tag, out: _Writer) -> None:
         elif name == "li":
             out.list_item()
             stack.append((iter(child.children), out.end_list_item))
-        elif name == "tr":
-            cells = [_SPACE.sub(" ", cell.get_text(" ")).strip() for cell in child.find_all(["td", "th"], recursive=False)]
-            out.block(" | ".join(cells))
+        elif name == "tr" and not _lays_out(child):
+            out.block(" | ".join(_cell_text(cell) for cell in child.find_all(["td", "th"], recursive=False)))
         elif name in _BOXES:
             out.text(" ")
             stack.append((iter(child.children), lambda: out.text(" ")))
@@ -151,6 +153,41 @@ def _walk(root: Tag, out: _Writer) -> None:
             stack.append((iter(child.children), out.flush))
         else:
             stack.append((iter(child.children), None))
+
+
+def _lays_out(row: Tag) -> bool:
+    """Whether the row holds a heading, code block or table. Searched to the first one found: Tag.find() walks the
+    whole row first, which made a page of thousands of nested tables take quadratic time."""
+    pending = list(row.children)
+    while pending:
+        element = pending.pop()
+        if isinstance(element, Tag):
+            if element.name in _LAYOUT:
+                return True
+            pending.extend(element.children)
+    return False
+
+
+def _cell_text(cell: Tag) -> str:
+    """A table cell's text on one line, without what the page leaves out (scripts, hidden elements, a drop-down's
+    choices, navigation): get_text() kept them. Blocks, line breaks and form controls are kept apart by a space."""
+    parts: list[str] = []
+    pending: list[PageElement | str] = [cell]
+    while pending:
+        element = pending.pop()
+        if isinstance(element, _SKIPPED):
+            continue
+        if isinstance(element, str):  # a NavigableString, or the space written after a block
+            parts.append(str(element))
+            continue
+        if not isinstance(element, Tag) or element.name in _DROP or _unseen_or_furniture(element):
+            continue
+        apart = element.name in _BLOCKS or element.name in _BOXES or element.name == "br"
+        if apart:
+            parts.append(" ")
+            pending.append(" ")
+        pending.extend(reversed(list(element.children)))
+    return _SPACE.sub(" ", "".join(parts)).strip()
 
 
 def _unseen_or_furniture(tag: Tag) -> bool:

@@ -440,3 +440,25 @@ def test_utf16_text_with_its_byte_order_mark_is_read(encoding: str) -> None:
     parsed = parse("notes.md", data)
     assert parsed.text == text and parsed.title == "Caf\xe9 notes"
     assert parse("notes.txt", data).text == text
+
+
+def test_a_table_that_lays_out_the_page_keeps_its_headings_code_and_furniture_rules() -> None:
+    """Legacy pages and HTML mail put the whole page in a table: read as one row, it lost every section, ran its
+    code block onto one line and kept its navigation."""
+    page = (
+        b"<table><tr><td><nav>Home | About</nav></td><td><h1>Pump</h1><p>It moves water.</p><h2>Wiring</h2>"
+        b"<p>Brown is live.</p><ul><li>Fuse it.</li></ul><pre>pump --start\n  --fast</pre></td></tr></table>"
+    )
+    parsed = parse("pump.html", page)
+    assert sections(parsed) == [
+        ("", "# Pump\n\nIt moves water."),
+        ("Wiring", "## Wiring\n\nBrown is live.\n\n- Fuse it.\n\n```\npump --start\n  --fast\n```"),
+    ]
+
+
+def test_a_table_cell_leaves_out_what_the_page_leaves_out() -> None:
+    page = (
+        b"<table><tr><th>Part</th><th>Price</th></tr><tr><td>Pump<span style='display: none'>sku-4411</span></td>"
+        b"<td>5<select><option>EUR</option><option>USD</option></select><nav>compare</nav></td></tr></table>"
+    )
+    assert parse("parts.html", page).text == "Part | Price\n\nPump | 5"
