@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -52,6 +52,15 @@ class InboundMessage(Protocol):
         ...
 
     async def nack(self, requeue: bool = True) -> None: ...
+
+
+class Renewals(Protocol):
+    """Where a held message goes back as a fresh copy (see `settle_batch`)."""
+
+    async def send(self, message: InboundMessage) -> None:
+        """Put a copy of `message` at the back of its queue, as if never delivered before; returns once the
+        broker has confirmed it, raises otherwise."""
+        ...
 
 
 class DeadLetters(Protocol):
@@ -115,6 +124,7 @@ async def settle_batch(
     dead_letters: DeadLetters,
     stop: asyncio.Event,
     delivery_limit: int,
+    renewals: Renewals | None = None,
     retry_delay_s: float = 0.5,
     max_retry_delay_s: float = 30.0,
 ) -> list[Outcome]:
@@ -122,9 +132,12 @@ async def settle_batch(
     transaction) and ack them only after its commit; returns what was done with each message, in order.
 
     Invalid messages are dead-lettered one by one first, each with its reason. While the database is down
-    the batch is held and retried in place, and requeued on `stop`. Any other store error makes the batch
-    fall back to `settle` for each of its events, so that a bad event is requeued (or dead-lettered on its
-    last delivery) on its own while the others are stored.
+    the batch is held and retried in place, and requeued on `stop`. The broker counts each return of a message
+    against the queue's delivery limit, a connection lost or a restart of analytics too, so a long outage would
+    have it dead-letter the held events: at each refusal, each held message that was returned before goes to
+    `renewals` as a fresh copy and is acked (outcome RETRY), and the copy comes back to be held with a count
+    of nought. Any other store error makes the batch fall back to `settle` for each of its events, so that a
+    bad event is requeued (or dead-lettered on its last delivery) on its own while the others are stored.
 
     `messages` come in delivery order from one channel, and every message delivered before them on it is
     settled already: the stored ones are then acked by one `ack(multiple=True)` on the last of them.
@@ -141,10 +154,33 @@ async def settle_batch(
             valid.append((place, message, parsed))
     if not valid:
         return outcomes
+
+    async def renew_returned() -> list[EventRecord]:
+        nonlocal valid
+        kept, failed = [], []
+        for place, message, event in valid:
+            if renewals is None or _earlier_deliveries(message) == 0:
+                kept.append((place, message, event))
+                continue
+            try:
+                await renewals.send(message)
+            except Exception as exc:  # not confirmed (its channel not restored yet, say): tried at the next retry
+                failed.append(exc)
+                kept.append((place, message, event))
+                continue
+            with suppress(Exception):  # its channel closed: the broker has it back, beside the copy
+                await message.ack()
+            outcomes[place] = Outcome.RETRY
+        if failed:
+            log.warning("renewing held messages failed, holding them as they are",
+                        extra={"messages": len(failed), "error": repr(failed[0])})
+        valid = kept
+        return [to_record(event) for _, _, event in valid]
+
     try:
         new = await _add_held(
             store, [to_record(event) for _, _, event in valid], stop=stop,
-            delay=retry_delay_s, max_delay=max_retry_delay_s,
+            delay=retry_delay_s, max_delay=max_retry_delay_s, on_hold=renew_returned,
         )
     except Exception as exc:
         if len(valid) == 1:  # nothing to isolate: requeue it as `settle` would
@@ -169,6 +205,8 @@ async def settle_batch(
             await message.nack(requeue=True)
             outcomes[place] = Outcome.RETRY
         return outcomes
+    if not valid:  # every message was renewed
+        return outcomes
     _log_stored([event for _, _, event in valid], new)
     last = valid[-1][1]
     if len(valid) == 1:
@@ -181,16 +219,24 @@ async def settle_batch(
 
 
 async def _add_held(
-    store: EventStore, records: list[EventRecord], *, stop: asyncio.Event, delay: float, max_delay: float
+    store: EventStore, records: list[EventRecord], *, stop: asyncio.Event, delay: float, max_delay: float,
+    on_hold: Callable[[], Awaitable[list[EventRecord]]] | None = None,
 ) -> list[bool] | None:
     """store.add_many(records), retried with backoff while the database is down; None when `stop` came first.
-    The store says once why it refuses writes; each retry is only a debug line."""
+    `on_hold`, called at each refusal, returns the records still to hold. The store says once why it refuses
+    writes; each retry is only a debug line."""
     while True:
+        if not records:
+            return []
         try:
             return await asyncio.to_thread(store.add_many, records)
         except DependencyUnavailable:
             if stop.is_set():
                 return None
+            if on_hold is not None:
+                records = await on_hold()
+                if not records:
+                    return []
             log.debug("database unavailable, events held for retry", extra={"events": len(records)})
             await _pause(stop, delay)
             delay = min(delay * 2, max_delay)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import aio_pika
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+from aio_pika.exceptions import ChannelInvalidStateError
 
 from services.analytics import metrics
 from services.analytics.adapters.amqp_timestamps import read_unreadable_timestamps_as_absent
@@ -37,28 +38,52 @@ class DeadLetterPublisher:
         self._timeout_s = timeout_s
 
     async def send(self, message: AbstractIncomingMessage, *, reason: str) -> None:
-        headers = {k: v for k, v in (message.headers or {}).items() if k not in _BROKER_HEADERS}
-        headers |= {
+        routing_key = _routing_key(message)
+        copy = _copy(message, {
             "x-cairn-dead-reason": reason,
-            "x-cairn-dead-routing-key": message.routing_key or "",
+            "x-cairn-dead-routing-key": routing_key,
             "x-cairn-dead-queue": self._queue,
             "x-cairn-dead-consumer": self._consumer,
             "x-cairn-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-        }
-        copy = aio_pika.Message(
-            body=message.body,
-            headers=headers,
-            content_type=message.content_type,
-            content_encoding=message.content_encoding,
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            message_id=message.message_id,
-            correlation_id=message.correlation_id,
-            timestamp=message.timestamp,
-            type=message.type,
-            app_id=message.app_id,
-        )
-        await self._exchange.publish(copy, routing_key=message.routing_key or "", timeout=self._timeout_s)
+        })
+        await self._exchange.publish(copy, routing_key=routing_key, timeout=self._timeout_s)
         metrics.dead_lettered(reason)
+
+
+class QueueRenewals:
+    """Puts a fresh copy of a held message at the back of `queue` through the default exchange, without the
+    broker's delivery count, and with its routing key in `x-cairn-routing-key` (the copy's own is the queue's
+    name). Needs a channel with publisher confirms that raises on returns, as DeadLetterPublisher does."""
+
+    def __init__(self, default_exchange: AbstractExchange, *, queue: str, timeout_s: float = 5.0) -> None:
+        self._exchange = default_exchange
+        self._queue = queue
+        self._timeout_s = timeout_s
+
+    async def send(self, message: AbstractIncomingMessage) -> None:
+        copy = _copy(message, {"x-cairn-routing-key": _routing_key(message)})
+        await self._exchange.publish(copy, routing_key=self._queue, timeout=self._timeout_s)
+
+
+def _routing_key(message: AbstractIncomingMessage) -> str:
+    """The key the message was published with, also after QueueRenewals sent it again."""
+    return str((message.headers or {}).get("x-cairn-routing-key") or message.routing_key or "")
+
+
+def _copy(message: AbstractIncomingMessage, headers: dict) -> aio_pika.Message:
+    """A persistent copy of `message` with `headers` added to its own, less those the broker set."""
+    return aio_pika.Message(
+        body=message.body,
+        headers={k: v for k, v in (message.headers or {}).items() if k not in _BROKER_HEADERS} | headers,
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        message_id=message.message_id,
+        correlation_id=message.correlation_id,
+        timestamp=message.timestamp,
+        type=message.type,
+        app_id=message.app_id,
+    )
 
 
 class EventConsumer:
@@ -158,7 +183,7 @@ class EventConsumer:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                queue, dead_letters = await self._subscribe()
+                queue, dead_letters, renewals = await self._subscribe()
                 break
             except asyncio.CancelledError:
                 raise
@@ -183,7 +208,7 @@ class EventConsumer:
             while not self._stop.is_set():
                 batch = await self._next_batch()
                 if batch:
-                    await self._settle(batch, dead_letters)
+                    await self._settle(batch, dead_letters, renewals)
         finally:
             depths.cancel()
             await self._requeue_waiting()
@@ -215,10 +240,21 @@ class EventConsumer:
             batch.append(message)
         return batch
 
-    async def _settle(self, batch: list[AbstractIncomingMessage], dead_letters: DeadLetterPublisher) -> None:
+    async def _settle(
+        self, batch: list[AbstractIncomingMessage], dead_letters: DeadLetterPublisher, renewals: QueueRenewals
+    ) -> None:
+        # Deliveries of a channel that closed since are back in the queue, and come again on the new one.
+        batch = [message for message in batch if not _returned(message)]
+        if not batch:
+            return
+        # A batch held while the database is down is let go when its channel closes: the broker has its
+        # messages back, and delivers them again to be held (and renewed) on the new channel.
+        released, closing = asyncio.Event(), batch[-1].channel.closing
+        watch = asyncio.create_task(self._release_on_stop_or(closing, released))
         try:
             outcomes = await settle_batch(
-                batch, store=self._store, dead_letters=dead_letters, stop=self._stop, delivery_limit=DELIVERY_LIMIT,
+                batch, store=self._store, dead_letters=dead_letters, stop=released, delivery_limit=DELIVERY_LIMIT,
+                renewals=renewals,
             )
             self.outcomes.update(outcomes)
             metrics.settled(batch, outcomes)
@@ -228,6 +264,17 @@ class EventConsumer:
             for message in batch:
                 if not message.processed:
                     await _requeue(message)
+        finally:
+            watch.cancel()
+            closing.cancel()  # an observer of the channel: it would stay until the channel closes
+
+    async def _release_on_stop_or(self, closing: asyncio.Future, released: asyncio.Event) -> None:
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({closing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        released.set()
 
     async def _cancel_deliveries(self) -> None:
         source, tag, self._consumer_tag = self._source, self._consumer_tag, None
@@ -246,7 +293,7 @@ class EventConsumer:
             if message is not None:
                 await _requeue(message)
 
-    async def _subscribe(self) -> tuple[AbstractQueue, DeadLetterPublisher]:
+    async def _subscribe(self) -> tuple[AbstractQueue, DeadLetterPublisher, QueueRenewals]:
         self._connection = await aio_pika.connect_robust(self._amqp_url, timeout=self._connect_timeout_s)
         channel = await self._connection.channel()
         await channel.set_qos(prefetch_count=self._prefetch)
@@ -255,11 +302,12 @@ class EventConsumer:
         dead_channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
         dlx = await dead_channel.get_exchange(dead_letter_names(self._queue)[0], ensure=True)
         dead_letters = DeadLetterPublisher(dlx, queue=self._queue, consumer=self.name)
+        renewals = QueueRenewals(dead_channel.default_exchange, queue=self._queue)
         # A passive declare of a missing queue closes its channel: never the one we consume on.
         watch = await self._connection.channel()
         dead_queue = dead_letter_names(self._queue)[1]
         self._depths = {"events": await watch.get_queue(self._queue), "dead_letters": await watch.get_queue(dead_queue)}
-        return await channel.get_queue(self._queue, ensure=True), dead_letters
+        return await channel.get_queue(self._queue, ensure=True), dead_letters, renewals
 
     async def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
@@ -269,6 +317,14 @@ class EventConsumer:
                     await connection.close()
             except Exception:  # already broken; nothing left to release
                 pass
+
+
+def _returned(message: AbstractIncomingMessage) -> bool:
+    """Whether the channel `message` came on has closed, which returned it to the queue."""
+    try:
+        return message.channel.is_closed
+    except ChannelInvalidStateError:
+        return True
 
 
 async def _requeue(message: AbstractIncomingMessage) -> None:

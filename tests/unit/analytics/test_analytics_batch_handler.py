@@ -144,6 +144,70 @@ async def test_a_held_batch_is_requeued_on_shutdown_and_its_invalid_messages_sti
     assert [body for body, _ in dead.sent] == [b"{not json"] and store.rows == {}
 
 
+class FakeRenewals:
+    """Records the messages sent back as fresh copies; set `broken` to act as a publish the broker did not confirm."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.broken: Exception | None = None
+
+    async def send(self, message) -> None:
+        if self.broken is not None:
+            raise self.broken
+        self.sent.append(message.body)
+
+
+async def test_a_held_message_the_broker_returned_before_is_renewed_and_the_rest_held() -> None:
+    store, renewals = FakeEventStore(), FakeRenewals()
+    store.down = True
+    channel = FakeChannel(store.journal)
+    bodies = [body_of(submitted(request_id=f"n{i}")) for i in range(3)]
+    messages = [channel.deliver(bodies[0], earlier_deliveries=2), channel.deliver(bodies[1]),
+                channel.deliver(bodies[2], earlier_deliveries=1)]
+
+    async def recover() -> None:
+        while store.add_calls < 3:
+            await asyncio.sleep(0.005)
+        store.down = False
+
+    recovering = asyncio.create_task(recover())
+    outcomes = await settle_all(messages, store, renewals=renewals, retry_delay_s=0.01, max_retry_delay_s=0.02)
+    await recovering
+    assert outcomes == [Outcome.RETRY, Outcome.ACK, Outcome.RETRY]
+    assert renewals.sent == [bodies[0], bodies[2]]  # their copies come back with no delivery counted
+    assert [message.settled for message in messages] == [[("ack", None)]] * 3
+    assert set(store.batches) == {3, 1} and list(store.rows) == [submitted_id(bodies[1])]
+
+
+async def test_a_held_batch_whose_messages_are_all_renewed_ends_without_waiting_for_the_database() -> None:
+    store, renewals = FakeEventStore(), FakeRenewals()
+    store.down = True
+    messages = on_one_channel(store, body_of(submitted()), body_of(responded()), earlier_deliveries=1)
+    outcomes = await asyncio.wait_for(settle_all(messages, store, renewals=renewals, retry_delay_s=10), 2)
+    assert outcomes == [Outcome.RETRY] * 2 and store.batches == [2]
+    assert [message.settled for message in messages] == [[("ack", None)]] * 2
+
+
+async def test_a_renewal_the_broker_did_not_confirm_leaves_the_message_held_and_is_tried_again() -> None:
+    store, renewals = FakeEventStore(), FakeRenewals()
+    store.down = True
+    renewals.broken = RuntimeError("not confirmed")  # its channel not restored yet after a reconnection, say
+    [message] = on_one_channel(store, body_of(submitted()), earlier_deliveries=LIMIT)
+    settling = asyncio.create_task(
+        settle_all([message], store, renewals=renewals, retry_delay_s=0.01, max_retry_delay_s=0.02)
+    )
+    while store.add_calls < 3:
+        await asyncio.sleep(0.005)
+    assert message.settled == [] and renewals.sent == []
+    renewals.broken = None
+    assert await asyncio.wait_for(settling, 2) == [Outcome.RETRY]
+    assert message.settled == [("ack", None)] and renewals.sent == [message.body]
+
+
+def submitted_id(body: bytes) -> str:
+    return json.loads(body)["event_id"]
+
+
 def traced(request_id: str, trace_id: str):
     """An event published within the trace `trace_id`, as chat and the gateway publish them."""
     return submitted(request_id=request_id).model_copy(
