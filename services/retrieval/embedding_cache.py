@@ -4,11 +4,15 @@ Vectors are keyed by (model id, sha256 of the text) in one SQLite file, so re-in
 embedded before — an unchanged corpus in `cairn eval`, the unchanged chunks of an edited document, an
 index rebuilt after wiping Chroma — reads vectors instead of encoding them again. Queries are not
 cached here: the wrapped embedder keeps its own in-memory LRU for those.
+
+The file only saves encodes: one that cannot be read or written (locked past its timeout, corrupt, on a
+full disk) is logged and treated as empty, so the ingest goes on, as with the contextual prefix cache.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import sqlite3
 import threading
 from array import array
@@ -17,6 +21,8 @@ from pathlib import Path
 
 from services.retrieval import metrics
 from services.retrieval.ports import Embedder
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
@@ -66,18 +72,31 @@ class CachingEmbedder:
     fresh one. Safe for several processes sharing the file (SQLite WAL).
     """
 
-    def __init__(self, inner: Embedder, *, path: Path, model_id: str) -> None:
+    def __init__(self, inner: Embedder, *, path: Path, model_id: str, lock_timeout_s: float = 30.0) -> None:
         if not model_id:
             raise ValueError("model_id must name the model (and backend) the vectors come from")
         self._inner = inner
         self._model_id = model_id
         self.stats = CacheStats()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(_SCHEMA)
-        self._db.commit()
+        self._path = Path(path)
+        self._lock_timeout_s = lock_timeout_s
+        self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+
+    def _db(self) -> sqlite3.Connection:
+        """The open connection; opened (and the table made) on first use, so a bad file fails a lookup, not the start."""
+        if self._connection is None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(str(self._path), check_same_thread=False, timeout=self._lock_timeout_s)
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(_SCHEMA)
+                connection.commit()
+            except sqlite3.Error:
+                connection.close()
+                raise
+            self._connection = connection
+        return self._connection
 
     @property
     def max_tokens(self) -> int:
@@ -91,7 +110,11 @@ class CachingEmbedder:
 
     async def embed_documents(self, texts: list[str]) -> list[list[float]]:
         digests = [text_digest(t) for t in texts]
-        found = await asyncio.to_thread(self._load, sorted(set(digests)))
+        try:
+            found = await asyncio.to_thread(self._load, sorted(set(digests)))
+        except sqlite3.Error as exc:
+            log.warning("embedding cache unreadable; texts encoded again", extra=self._failure(exc))
+            found = {}
         missing: dict[str, str] = {}
         for digest, text in zip(digests, texts):
             if digest not in found:
@@ -102,7 +125,10 @@ class CachingEmbedder:
         if missing:
             vectors = await self._inner.embed_documents(list(missing.values()))
             fresh = dict(zip(missing, vectors, strict=True))
-            await asyncio.to_thread(self._store, fresh)
+            try:
+                await asyncio.to_thread(self._store, fresh)
+            except sqlite3.Error as exc:
+                log.warning("embedding cache unwritable; vectors not kept", extra=self._failure(exc))
             found |= fresh
         return [found[d] for d in digests]
 
@@ -111,7 +137,7 @@ class CachingEmbedder:
         with self._lock:
             for start in range(0, len(digests), _LOOKUP_BATCH):
                 batch = digests[start : start + _LOOKUP_BATCH]
-                rows = self._db.execute(
+                rows = self._db().execute(
                     f"SELECT digest, vector FROM embeddings WHERE model = ? AND digest IN ({','.join('?' * len(batch))})",
                     [self._model_id, *batch],
                 )
@@ -121,12 +147,18 @@ class CachingEmbedder:
 
     def _store(self, vectors: dict[str, list[float]]) -> None:
         with self._lock:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO embeddings (model, digest, vector) VALUES (?, ?, ?)",
-                [(self._model_id, digest, array("f", vector).tobytes()) for digest, vector in vectors.items()],
-            )
-            self._db.commit()
+            db = self._db()
+            with db:  # rolled back when it fails, so the next write does not find a transaction left open
+                db.executemany(
+                    "INSERT OR REPLACE INTO embeddings (model, digest, vector) VALUES (?, ?, ?)",
+                    [(self._model_id, digest, array("f", vector).tobytes()) for digest, vector in vectors.items()],
+                )
+
+    def _failure(self, exc: sqlite3.Error) -> dict[str, str]:
+        return {"path": str(self._path), "error": str(exc)[:200]}
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None

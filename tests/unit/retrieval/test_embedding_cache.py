@@ -1,6 +1,7 @@
 """The persistent embedding cache: encode a text once per model, read it back afterwards."""
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +125,45 @@ def test_the_service_reuses_cached_vectors_when_embedding_cache_is_on(tmp_path: 
             assert client.post("/documents", json=document, headers=auth).json()["status"] == "added"
         assert len(inner.document_calls) == expected_calls, f"EMBEDDING_CACHE={enabled}"
         assert (tmp_path / str(enabled) / "embedding-cache.sqlite3").exists() is enabled
+
+
+async def test_a_corrupt_cache_file_costs_encodes_not_the_ingest(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The file only saves encodes: a damaged one (a disk error, a copy cut short) stopped retrieval at start with
+    a traceback, and one damaged while it ran failed every ingest with 500."""
+    (tmp_path / "cache.sqlite3").write_bytes(b"not a database " * 600)
+    inner = CountingEmbedder()
+    vectors = await cache(inner, tmp_path).embed_documents(["alpha", "beta"])
+    assert np.allclose(vectors, await FakeEmbedder().embed_documents(["alpha", "beta"]), atol=1e-7)
+    assert inner.document_calls == [["alpha", "beta"]]
+    assert "embedding cache unreadable" in caplog.text and "embedding cache unwritable" in caplog.text
+
+
+async def test_a_locked_cache_file_costs_encodes_not_the_ingest(tmp_path: Path) -> None:
+    """Another process holding the file (a backup tool, sqlite3 left open in a shell) failed every ingest with 500."""
+    warm = cache(CountingEmbedder(), tmp_path)
+    await warm.embed_documents(["alpha"])
+    warm.close()
+    holder = sqlite3.connect(tmp_path / "cache.sqlite3", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        inner = CountingEmbedder()
+        embedder = CachingEmbedder(inner, path=tmp_path / "cache.sqlite3", model_id="fake:torch", lock_timeout_s=0.2)
+        vectors = await embedder.embed_documents(["alpha", "beta"])
+        assert np.allclose(vectors, await FakeEmbedder().embed_documents(["alpha", "beta"]), atol=1e-7)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    calls = len(inner.document_calls)
+    await embedder.embed_documents(["beta"])
+    assert len(inner.document_calls) == calls + 1, "a vector not kept while the file was locked is encoded again"
+    await embedder.embed_documents(["beta"])
+    assert len(inner.document_calls) == calls + 1, "and kept once the file is free"
+
+
+def test_the_service_starts_and_ingests_on_a_corrupt_cache_file(tmp_path: Path) -> None:
+    auth = {"X-Service-Token": "cache-token"}
+    tmp_path.joinpath("embedding-cache.sqlite3").write_bytes(b"not a database " * 600)
+    settings = Settings(service_token="cache-token", data_dir=tmp_path, embedding_cache=True)
+    with TestClient(create_app(settings, embedder=CountingEmbedder(), store=FakeStore())) as client:
+        added = client.post("/documents", json={"text": "# Tides\n\nThe moon pulls the sea.", "doc_id": "t.md"}, headers=auth)
+        assert added.status_code == 200 and added.json()["status"] == "added", added.text
