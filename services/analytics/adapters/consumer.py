@@ -184,6 +184,11 @@ class EventConsumer:
         while not self._stop.is_set():
             try:
                 queue, dead_letters, renewals = await self._subscribe()
+                if self._stop.is_set():  # close() came while we were subscribing
+                    return
+                # Within the retries: a broker drop right here would otherwise end consuming for good.
+                # A robust queue consumes again with the same callback after a reconnection.
+                self._source, self._consumer_tag = queue, await queue.consume(self._inbox.put)
                 break
             except asyncio.CancelledError:
                 raise
@@ -198,10 +203,6 @@ class EventConsumer:
                 delay = min(delay * 2, self._max_backoff_s)
         else:
             return
-        if self._stop.is_set():  # close() came while we were subscribing
-            return
-        # A robust queue consumes again with the same callback after a reconnection.
-        self._source, self._consumer_tag = queue, await queue.consume(self._inbox.put)
         log.info("consuming", extra={"queue": self._queue, "exchange": self._exchange, "consumer": self.name})
         depths = asyncio.create_task(metrics.poll_queue_depths(self._depths), name="analytics-queue-depths")
         try:

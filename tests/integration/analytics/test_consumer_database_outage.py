@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlparse
 
 import pytest
+from aio_pika.exceptions import ChannelInvalidStateError
+from aio_pika.robust_queue import RobustQueue
 
 from services.analytics.adapters.consumer import EventConsumer
 from services.analytics.handler import Outcome
@@ -103,3 +105,30 @@ async def test_events_held_through_more_broker_drops_than_the_delivery_limit_are
         await consumer.close()
         await proxy.stop()
     await stored_once_the_database_is_back(amqp_url, names, store, events)
+
+
+async def test_a_broker_drop_between_subscribing_and_consuming_is_retried_not_the_end_of_consuming(
+    amqp_url: str, names: dict, monkeypatch
+) -> None:
+    # The consume call sat outside the retry loop: had it failed, the consumer task ended for good, silently,
+    # with the process up and its /readyz 503.
+    real_consume = RobustQueue.consume
+    failures = []
+
+    async def consume_failing_once(queue, callback, *args, **kwargs):
+        if not failures:
+            failures.append(queue)
+            raise ChannelInvalidStateError("the broker dropped the channel")
+        return await real_consume(queue, callback, *args, **kwargs)
+
+    events = [submitted(request_id=f"drop-{i}") for i in range(3)]
+    store = FakeEventStore()
+    consumer = EventConsumer(amqp_url=amqp_url, store=store, max_backoff_s=0.5, **names)
+    monkeypatch.setattr(RobustQueue, "consume", consume_failing_once)
+    await consumer.start()
+    try:
+        await publish_raw(amqp_url, messages=[as_message(e) for e in events], **names)
+        await eventually(lambda: len(store.rows) == len(events), what="the events, consumed after the retry")
+    finally:
+        await consumer.close()
+    assert failures, "the drop was to happen"
