@@ -69,7 +69,7 @@ class OpenAIGenerator:
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model did not answer within {self._deadline_s:g} s") from exc
             except openai.OpenAIError as exc:
-                raise _unavailable(exc, self._client.api_key) from exc
+                raise _unavailable(exc, model, self._client.api_key) from exc
             if not completion.choices:
                 raise LLMUnavailable("the model returned no choices")
             choice = completion.choices[0]
@@ -105,7 +105,7 @@ class OpenAIGenerator:
             except TimeoutError as exc:
                 raise LLMUnavailable(f"the model sent no text within {self._deadline_s:g} s") from exc
             except openai.OpenAIError as exc:
-                raise _unavailable(exc, self._client.api_key) from exc
+                raise _unavailable(exc, model, self._client.api_key) from exc
             tally = _Tally(model=model)
             try:  # closing the response is what tells the server that the reader went away
                 for chunk in head:
@@ -355,7 +355,7 @@ def _endpoint_said(exc: openai.APIError, api_key: str | None) -> str:
     return message
 
 
-def _unavailable(exc: Exception, api_key: str | None = None) -> LLMUnavailable:
+def _unavailable(exc: Exception, model: str, api_key: str | None = None) -> LLMUnavailable:
     if isinstance(exc, openai.APIStatusError):
         # The answer names the status only (the message may quote the prompt); the operator needs the
         # endpoint's words: a model id it does not know, credits spent, a parameter it refuses.
@@ -363,7 +363,7 @@ def _unavailable(exc: Exception, api_key: str | None = None) -> LLMUnavailable:
             "the model endpoint refused the request",
             extra={"status": exc.status_code, "endpoint_message": _endpoint_said(exc, api_key)},
         )
-        return status_failure(exc)
+        return status_failure(exc, model=model)
     if type(exc) is openai.APIError and _is_error_body(exc.body):  # an error object in a 200 answer
         return _answered_error(exc, api_key)
     if isinstance(exc, openai.APIConnectionError) and (failure := _connect_failure(exc)):

@@ -46,8 +46,8 @@ def is_context_overflow(exc: openai.APIError) -> bool:
     return isinstance(message, str) and CONTEXT_WORDING.search(message) is not None
 
 
-def status_failure(exc: openai.APIStatusError) -> LLMUnavailable:
-    """The error a question fails with when the endpoint answered `exc` (after any retries)."""
+def status_failure(exc: openai.APIStatusError, *, model: str) -> LLMUnavailable:
+    """The error a question fails with when the endpoint answered `exc` to a call for `model` (after any retries)."""
     status = exc.status_code
     if refused := _refused_prompt(exc):
         return refused
@@ -62,7 +62,10 @@ def status_failure(exc: openai.APIStatusError) -> LLMUnavailable:
     if status == 403:
         return LLMUnavailable("the model endpoint denied access (403): check that LLM_API_KEY may use the model")
     if status == 404:
-        return LLMUnavailable("the model endpoint answered 404: check LLM_BASE_URL and the model name (LLM_MODEL)")
+        return LLMUnavailable(
+            f"the model endpoint answered 404: check LLM_BASE_URL and that it serves the model {model!r} "
+            "(LLM_MODEL or CHAT_MODELS)"
+        )
     return LLMUnavailable(f"the model endpoint answered {status}")
 
 

@@ -145,6 +145,17 @@ async def test_other_client_errors_fail_at_once(status):
     assert caught.value.status_code == 502 and caught.value.body()["error"] == "llm_unavailable"
 
 
+async def test_a_404_names_the_model_asked_for_as_chat_models_may_have_chosen_it():
+    # It named LLM_MODEL alone, though the caller's model_id (CHAT_MODELS) may be the one the endpoint lacks.
+    generator, _, _ = generator_answering(httpx2.Response(404, json={"error": {"message": "model not found"}}))
+    with pytest.raises(LLMUnavailable) as caught:
+        await generate(generator)
+    assert caught.value.message == (
+        "the model endpoint answered 404: check LLM_BASE_URL and that it serves the model 'vendor-model' "
+        "(LLM_MODEL or CHAT_MODELS)"
+    )
+
+
 @pytest.mark.parametrize(
     "failure",
     [
