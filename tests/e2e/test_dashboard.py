@@ -58,7 +58,7 @@ def open_page(browser: Browser, url: str, *, width: int = 1280, **context) -> tu
 def log_in(page: Page, username: str, password: str) -> None:
     expect(page.get_by_role("heading", name="Log in to Cairn analytics")).to_be_visible()
     page.get_by_label("User name").fill(username)
-    page.get_by_label("Password").fill(password)
+    page.get_by_label("Password", exact=True).fill(password)
     page.get_by_role("button", name="Log in").click()
 
 
@@ -570,8 +570,8 @@ def test_logging_in_with_the_keyboard_puts_the_focus_on_the_dashboard_heading(ga
     """The form that held the focus disappears: the focus goes where a keyboard or screen reader user continues."""
     page, problems = open_page(browser, f"{gateway}/dashboard")
     page.get_by_label("User name").fill("ana")
-    page.get_by_label("Password").fill(STAND_IN_PASSWORD)
-    page.get_by_label("Password").press("Enter")
+    page.get_by_label("Password", exact=True).fill(STAND_IN_PASSWORD)
+    page.get_by_label("Password", exact=True).press("Enter")
     expect(page.get_by_role("heading", name="Questions and answers")).to_be_focused()
     page.keyboard.press("Tab")  # on into the dashboard's own controls, not back at the top of the page
     assert page.evaluate("document.activeElement.closest('[data-testid=dashboard]') !== null")

@@ -47,7 +47,7 @@ def open_page(browser: Browser, url: str, width: int) -> tuple[Page, list[str]]:
 def log_in(page: Page, username: str = "demo") -> None:
     expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
     page.get_by_label("User name").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_label("Your question")).to_be_focused()
 
@@ -146,8 +146,8 @@ def test_log_in_ask_open_a_citation_follow_up_rate_and_log_out(cairn, browser, s
 def test_a_bad_password_and_an_expired_session_bring_back_the_login_form(cairn, browser):
     page, problems = open_page(browser, cairn.gateway + "/", 1280)
     page.get_by_label("User name").fill("demo")
-    page.get_by_label("Password").fill("not-the-password")
-    page.get_by_label("Password").press("Enter")
+    page.get_by_label("Password", exact=True).fill("not-the-password")
+    page.get_by_label("Password", exact=True).press("Enter")
     expect(page.locator("#login-message")).to_have_text("Wrong user name or password.")
 
     page.evaluate("sessionStorage.setItem('cairn.token', 'revoked-or-expired')")
@@ -171,6 +171,42 @@ def test_the_dashboard_link_is_offered_to_analysts_and_admins_only(cairn, browse
     page.get_by_role("link", name="Dashboard").click()
     expect(page).to_have_url(cairn.gateway + "/dashboard")
     expect(page.get_by_test_id("whoami")).to_have_text("demo")  # the same session, no second log-in
+    assert problems == [], problems
+
+
+def test_a_user_changes_its_password_from_the_chat_page(cairn, browser, screenshots):
+    demo = httpx.post(f"{cairn.gateway}/auth/login", json={"username": "demo", "password": PASSWORD}).json()
+    admin = {"Authorization": f"Bearer {demo['token']}"}
+    changer = {"username": "changer", "password": PASSWORD, "roles": ["user"]}
+    if httpx.post(f"{cairn.gateway}/api/users", json=changer, headers=admin).status_code == 409:  # an earlier run
+        httpx.put(f"{cairn.gateway}/api/users/changer/password", json={"password": PASSWORD}, headers=admin)
+    new_password = "a fresh passphrase"
+
+    page, problems = open_page(browser, cairn.gateway + "/", 375)
+    log_in(page, "changer")
+    page.get_by_role("button", name="Password").click()
+    dialog = page.get_by_role("dialog", name="Change your password")
+    expect(dialog.get_by_label("Current password")).to_be_focused()
+    dialog.get_by_label("Current password").fill("not my password")
+    dialog.get_by_label("New password", exact=True).fill(new_password)
+    dialog.get_by_label("New password again").fill(new_password + "!")
+    dialog.get_by_role("button", name="Change password").click()
+    expect(page.locator("#password-message")).to_have_text("The two new passwords differ.")
+    dialog.get_by_label("New password again").fill(new_password)
+    dialog.get_by_role("button", name="Change password").click()
+    expect(page.locator("#password-message")).to_have_text("The current password is wrong.")
+    dialog.get_by_label("Current password").fill(PASSWORD)
+    dialog.get_by_role("button", name="Change password").click()
+    expect(page.locator("#password-message")).to_have_text("Your password was changed.")
+    fits(page, 375)
+    page.screenshot(path=screenshots / "375-password.png")
+    dialog.get_by_role("button", name="Close").click()
+    expect(dialog).to_be_hidden()
+    expect(page.get_by_label("Your question")).to_be_visible()  # this session goes on
+
+    logins = [httpx.post(f"{cairn.gateway}/auth/login", json={"username": "changer", "password": p}).status_code
+              for p in (PASSWORD, new_password)]
+    assert logins == [401, 200]
     assert problems == [], problems
 
 
@@ -403,7 +439,7 @@ def fake() -> Iterator[tuple[FakeGateway, str]]:
 
 def log_in_as(page: Page, username: str) -> None:
     page.get_by_label("User name").fill(username)
-    page.get_by_label("Password").fill("any")
+    page.get_by_label("Password", exact=True).fill("any")
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_label("Your question")).to_be_focused()
 
@@ -695,7 +731,7 @@ def test_an_ended_session_keeps_the_question_and_the_conversation_for_the_same_u
     box.press("Enter")
     expect(page.get_by_role("heading", name="Log in to Cairn")).to_be_visible()
     expect(page.locator("#login-message")).to_contain_text("session has ended")
-    expect(page.get_by_label("Password")).to_be_focused()  # the user name is still filled in
+    expect(page.get_by_label("Password", exact=True)).to_be_focused()  # the user name is still filled in
 
     log_in_as(page, "demo")
     expect(box).to_have_value("And roles?")

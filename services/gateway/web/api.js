@@ -1,4 +1,4 @@
-// Calls to the gateway (same origin): log-in, log-out, who am I, the streamed answer, feedback.
+// Calls to the gateway (same origin): log-in, log-out, who am I, the streamed answer, feedback, a new password.
 
 export class ApiError extends Error {
   constructor({ status, code, message, retryAfter = null }) {
@@ -71,6 +71,12 @@ export async function logout(token) {
 
 export async function me(token) {
   return (await call("/auth/me", { token, method: "GET" })).json();
+}
+
+/** Change the caller's password; resolves to how many of its other sessions ended. */
+export async function changePassword(token, { current, next }) {
+  const response = await call("/auth/password", { token, body: { current_password: current, new_password: next } });
+  return (await response.json()).sessions_ended;
 }
 
 export async function sendFeedback(token, { requestId, rating }) {

@@ -1,5 +1,6 @@
-// The chat page: log in, ask, follow up in the same conversation, log out.
+// The chat page: log in, ask, follow up in the same conversation, change the password, log out.
 import * as api from "./api.js";
+import { setUpPasswordDialog } from "./password-dialog.js";
 import * as saved from "./saved-conversation.js";
 import { Turn } from "./turn.js";
 
@@ -218,6 +219,8 @@ view.logout.addEventListener("click", async () => {
     // the session is forgotten here either way; an expired one is already gone
   }
 });
+
+setUpPasswordDialog({ token: () => state.token, sessionEnded, describe });
 
 view.newConversation.addEventListener("click", () => {
   const draft = view.question.value; // typed, or put back after a failure: it is asked in the new conversation
