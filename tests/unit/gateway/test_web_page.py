@@ -23,6 +23,7 @@ class PageParser(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.urls: list[str] = []
+        self.assets: list[str] = []  # what the page loads: not its links to other pages (<a href>)
         self.scripts: list[dict[str, str | None]] = []
         self.inline_script = False
         self.inline_code: list[str] = []
@@ -33,6 +34,7 @@ class PageParser(HTMLParser):
         attributes = dict(attrs)
         self.attributes += list(attributes)
         self.urls += [value for name, value in attrs if name in ("src", "href", "action") and value]
+        self.assets += [value for name, value in attrs if value and (name == "src" or (tag == "link" and name == "href"))]
         if tag == "script":
             self.scripts.append(attributes)
             self.inline_script = True
@@ -70,7 +72,7 @@ def test_the_page_loads_every_asset_from_its_own_origin(page):
 
 
 def test_every_referenced_asset_is_served_with_its_content_type(client, page):
-    local = [url for url in page.urls if url.startswith("/") and not url.startswith("#")]
+    local = [url for url in page.assets if url.startswith("/")]
     assert {"/web/app.js", "/web/style.css"} <= set(local)
     for url in local:
         response = client.get(url)
