@@ -9,7 +9,15 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
-from services.analytics.deps import ExportSlotsDep, LibraryDep, LimitQuery, ScopeDep, StoreDep, TimeZoneQuery
+from services.analytics.deps import (
+    ExportSlotsDep,
+    LibraryDep,
+    LimitQuery,
+    PricesDep,
+    ScopeDep,
+    StoreDep,
+    TimeZoneQuery,
+)
 from services.analytics.export_slots import ExportStream
 from services.analytics.models import (
     Bucket,
@@ -116,9 +124,9 @@ async def documents(
 
 
 @router.get("/models", response_model=ModelsResponse, responses=_ERRORS)
-async def models(store: StoreDep, scope: ScopeDep, limit: LimitQuery = 20) -> ModelsResponse:
-    """Requests, share, latency percentiles and tokens per model."""
-    return await asyncio.to_thread(store.read, per_model.models, scope=scope, limit=limit)
+async def models(store: StoreDep, prices: PricesDep, scope: ScopeDep, limit: LimitQuery = 20) -> ModelsResponse:
+    """Requests, share, latency percentiles, tokens and their cost per model."""
+    return await asyncio.to_thread(store.read, per_model.models, scope=scope, limit=limit, prices=prices)
 
 
 @router.get("/feedback", response_model=FeedbackResponse, responses=_ERRORS)

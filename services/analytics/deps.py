@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
@@ -10,6 +11,7 @@ from pydantic import AfterValidator, BeforeValidator
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import DocumentLibrary
 from services.analytics.export_slots import ExportSlots
+from services.analytics.pricing import ModelPrice
 from services.analytics.reports.buckets import time_zone
 from services.analytics.reports.scope import Scope
 from shared.errors import ServiceError
@@ -27,9 +29,14 @@ async def _export_slots(request: Request) -> ExportSlots:
     return request.app.state.export_slots
 
 
+async def _prices(request: Request) -> Mapping[str, ModelPrice]:
+    return request.app.state.settings.model_prices
+
+
 StoreDep = Annotated[SqlEventStore, Depends(_store)]
 ExportSlotsDep = Annotated[ExportSlots, Depends(_export_slots)]
 LibraryDep = Annotated[DocumentLibrary, Depends(_library)]
+PricesDep = Annotated[Mapping[str, ModelPrice], Depends(_prices)]
 
 _STARTS_WITH_A_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # A date-time whose offset's "+" became a space: a query string reads an unencoded "+" as one, and curl or an

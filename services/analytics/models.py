@@ -161,6 +161,9 @@ class ModelFigures(BaseModel):
     latency_ms: Percentiles
     tokens: Tokens
     mean_total_tokens: float | None = Field(description="Total tokens per response of this model; null without one.")
+    cost_usd: float | None = Field(
+        None, description="Its prompt and completion tokens at its MODEL_PRICES price, in US dollars; null without one."
+    )
 
 
 class ModelsResponse(_Range):

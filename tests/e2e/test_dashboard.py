@@ -211,6 +211,8 @@ def test_each_figure_is_written_with_its_unit_and_user_text_stays_text(gateway, 
     expect(page.get_by_test_id("never-cited")).to_have_text("Never cited in this range: docs/benchmarks.md, docs/operations.md.")
     expect(page.get_by_test_id("model-row")).to_have_count(2)
     expect(page.get_by_test_id("model-row").first).to_contain_text("offline")
+    costs = page.get_by_test_id("model-row").locator("td:last-child")  # a dash for a model without a price
+    expect(costs).to_have_text(["—", "0.003344"])
     expect(page.get_by_test_id("feedback-item")).to_have_count(3)
     expect(page.get_by_test_id("feedback-list")).to_contain_text(MARKUP_QUERY)  # the comment, as text
     assert page.title() == "Cairn analytics" and page.locator("img[src=x]").count() == 0

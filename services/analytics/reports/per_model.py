@@ -1,7 +1,8 @@
-"""Figures per model: requests, share, latency percentiles and tokens."""
+"""Figures per model: requests, share, latency percentiles, tokens and their cost."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 
 from sqlalchemy import BigInteger, Connection, case, cast, desc, func, select
@@ -9,13 +10,18 @@ from sqlalchemy import BigInteger, Connection, case, cast, desc, func, select
 from services.analytics.adapters.schema import request_outcomes as requests
 from services.analytics.domain import PENDING, RESPONSE_OUTCOMES
 from services.analytics.models import ModelFigures, ModelsResponse, Tokens
+from services.analytics.pricing import ModelPrice, cost_usd
 from services.analytics.reports.percentiles import percentiles, ratio
 from services.analytics.reports.ordering import by_code_point
 from services.analytics.reports.scope import Scope, model_name
 
 
-def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
-    """Requests with an outcome, by the model that answered them (else the one they asked for, else `unknown`)."""
+def models(
+    conn: Connection, *, scope: Scope, limit: int, prices: Mapping[str, ModelPrice] | None = None
+) -> ModelsResponse:
+    """Requests with an outcome, by the model that answered them (else the one they asked for, else `unknown`);
+    the cost of a model's tokens at its price in `prices`."""
+    prices = prices or {}
     model = model_name  # the name the model filter compares with (reports/scope.py)
     done = [*scope.conditions(), requests.c.outcome != PENDING]
     count = func.count()
@@ -55,6 +61,7 @@ def models(conn: Connection, *, scope: Scope, limit: int) -> ModelsResponse:
             latency_ms=percentiles(latencies[row.model]),
             tokens=Tokens(prompt=row.prompt, completion=row.completion, total=row.total),
             mean_total_tokens=ratio(row.total, row.responses),
+            cost_usd=cost_usd(prices.get(row.model), prompt_tokens=row.prompt, completion_tokens=row.completion),
         )
         for row in totals
     ]

@@ -17,6 +17,13 @@ export function ms(value) {
   return missing(value) ? NONE : `${Math.round(value).toLocaleString("en")} ms`;
 }
 
+/** An amount in US dollars, to the cent, or to a millionth of a dollar below a cent: 0.018 → "0.02". */
+export function dollars(value) {
+  if (missing(value)) return NONE;
+  const digits = value === 0 || value >= 0.01 ? 2 : 6;
+  return value.toLocaleString("en", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
 export function decimal(value, digits = 2) {
   return missing(value) ? NONE : value.toFixed(digits);
 }

@@ -62,7 +62,7 @@ export function renderModels(body, models) {
   const items = models?.items ?? [];
   if (!items.length) {
     const cell = el("td", { text: EMPTY, className: "empty-row" });
-    cell.colSpan = 9;
+    cell.colSpan = 10;
     const row = el("tr");
     row.append(cell);
     body.replaceChildren(row);
@@ -82,6 +82,7 @@ export function renderModels(body, models) {
         fmt.count(m.tokens.prompt),
         fmt.count(m.tokens.completion),
         fmt.count(m.mean_total_tokens),
+        fmt.dollars(m.cost_usd),
       ];
       row.append(...numbers.map((text) => el("td", { text })));
       return row;

@@ -161,7 +161,8 @@ def analytics_stand_in(state: StandInState) -> FastAPI:
             ModelFigures(model="offline", requests=30, share=0.75, latency_ms=Percentiles(p50=380, p95=1500, p99=2400),
                          tokens=Tokens(prompt=40000, completion=6000, total=46000), mean_total_tokens=1533.3),
             ModelFigures(model="gpt-4o-mini", requests=10, share=0.25, latency_ms=Percentiles(p50=900, p95=2600, p99=3100),
-                         tokens=Tokens(prompt=11234, completion=2765, total=13999), mean_total_tokens=1399.9),
+                         tokens=Tokens(prompt=11234, completion=2765, total=13999), mean_total_tokens=1399.9,
+                         cost_usd=0.0033441),
         ]
         model = request.query_params.get("model")
         chosen = [m for m in items if not model or m.model == model]

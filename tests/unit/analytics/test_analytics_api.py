@@ -4,7 +4,7 @@ import csv
 import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -39,9 +39,9 @@ def store(tmp_path) -> SqlEventStore:
     store.close()
 
 
-def app_with(store: SqlEventStore, tmp_path, *, consumer_connected: bool = True):
+def app_with(store: SqlEventStore, tmp_path, *, consumer_connected: bool = True, **settings):
     # No lifespan here: the test puts the store and doubles where the lifespan would put the real ones.
-    app = create_app(Settings(service_token=TOKEN, data_dir=tmp_path))
+    app = create_app(Settings(service_token=TOKEN, data_dir=tmp_path, **settings))
     app.state.store, app.state.consumer = store, FakeConsumer(consumer_connected)
     app.state.library = FakeLibrary(LIBRARY)
     return app
@@ -265,3 +265,19 @@ async def test_database_down_is_503_naming_it_on_every_report(tmp_path) -> None:
 async def test_readiness_reports_database_and_broker(client: httpx.AsyncClient) -> None:
     response = await client.get("/readyz")
     assert (response.status_code, response.json()["checks"]) == (200, {"database": True, "database_writes": True, "broker": True})
+
+
+async def test_each_priced_model_reports_the_cost_of_its_tokens(store: SqlEventStore, tmp_path) -> None:
+    # DESIGN.md's per-model cost: tokens at MODEL_PRICES, US dollars per million; a model without a price has
+    # no cost (null), not a cost of nought.
+    at = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+    for n, (model, tokens) in enumerate([("gpt-4o", (1000, 200, 1200)), ("gpt-4o", (3000, 600, 3600)),
+                                         ("local-llama", (500, 100, 600))]):
+        store.add(to_record(submitted(at=at, request_id=f"c{n}", model=model)))
+        store.add(to_record(responded(at=at, request_id=f"c{n}", model=model, tokens=tokens)))
+    prices = {"gpt-4o": {"input": 2.5, "output": 10.0}}
+    app = app_with(store, tmp_path, model_prices=prices)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
+        body = (await client.get("/analytics/models", params=RANGE, headers=AUTH)).json()
+    costs = {item["model"]: item["cost_usd"] for item in body["items"]}
+    assert costs == {"gpt-4o": pytest.approx((4000 * 2.5 + 800 * 10.0) / 1_000_000), "local-llama": None}
