@@ -13,6 +13,7 @@ from pytest import approx
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import to_record
 from services.analytics.errors import TooManyBuckets
+from services.analytics.pricing import ModelPrice
 from services.analytics.reports import export
 from services.analytics.reports.documents import documents
 from services.analytics.reports.feedback import feedback
@@ -212,13 +213,15 @@ class ReportsContract:
         assert (everything.never_cited, everything.never_cited_total) == (["zeta"], 1)
 
     def test_figures_per_model(self, loaded: SqlEventStore) -> None:
-        assert loaded.read(models, scope=RANGE, limit=20).model_dump()["items"] == [
+        prices = {"gpt-x": ModelPrice(input=1.5, output=6.0)}  # US dollars per million tokens; offline has none
+        assert loaded.read(models, scope=RANGE, limit=20, prices=prices).model_dump()["items"] == [
             {"model": "offline", "requests": 5, "share": approx(5 / 7),
              "latency_ms": {"p50": 50.0, "p95": approx(260.0), "p99": approx(292.0)},  # 5, 20, 50, 100, 300
-             "tokens": {"prompt": 300, "completion": 60, "total": 360}, "mean_total_tokens": 90.0},
+             "tokens": {"prompt": 300, "completion": 60, "total": 360}, "mean_total_tokens": 90.0, "cost_usd": None},
             {"model": "gpt-x", "requests": 2, "share": approx(2 / 7),
              "latency_ms": {"p50": 600.0, "p95": approx(960.0), "p99": approx(992.0)},  # 200, 1000
-             "tokens": {"prompt": 300, "completion": 60, "total": 360}, "mean_total_tokens": 360.0},
+             "tokens": {"prompt": 300, "completion": 60, "total": 360}, "mean_total_tokens": 360.0,
+             "cost_usd": approx((300 * 1.5 + 60 * 6.0) / 1_000_000)},
         ]
 
     def test_a_models_share_under_the_model_filter_is_of_every_models_requests(

@@ -211,6 +211,7 @@ def test_the_models_table_names_its_tokens_column_as_the_report_and_the_guide_do
     assert table.columns == [
         "Model", "Requests", "Share", "p50 (ms)", "p95 (ms)", "p99 (ms)", "Prompt tokens", "Completion tokens",
         "Tokens per response",  # the report's mean_total_tokens: total tokens per response of the model
+        "Cost (USD)",  # the report's cost_usd
     ]
     guide = (WEB_DIR.parents[2] / "docs" / "dashboard.md").read_text()
     assert '"Tokens per response"' in guide and "tokens per request" not in guide.lower()
