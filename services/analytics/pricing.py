@@ -1,6 +1,8 @@
 """What a model's tokens cost, at the prices an operator sets in MODEL_PRICES (US dollars)."""
 from __future__ import annotations
 
+import json
+
 from pydantic import BaseModel, ConfigDict, Field
 
 PER = 1_000_000  # prices are quoted per million tokens, as vendors publish them
@@ -18,3 +20,15 @@ def cost_usd(price: ModelPrice | None, *, prompt_tokens: int, completion_tokens:
     if price is None:
         return None
     return (prompt_tokens * price.input + completion_tokens * price.output) / PER
+
+
+def prices_from_text(value: object) -> object:
+    """MODEL_PRICES as written: JSON, or nothing (an empty value in .env or a ConfigMap prices no model)."""
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return {}
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        raise ValueError('must be a JSON object, such as {"gpt-4o": {"input": 2.5, "output": 10}}') from None

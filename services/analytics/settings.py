@@ -4,10 +4,11 @@ from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, model_validator
+from pydantic_settings import NoDecode
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from services.analytics.pricing import ModelPrice
+from services.analytics.pricing import ModelPrice, prices_from_text
 from shared.replicas import UrlList
 from shared.settings import CommonSettings, aliases, unusable_folder
 from shared.urls import unset_when_empty
@@ -73,7 +74,7 @@ class Settings(CommonSettings):
     retrieval_timeout_s: float = Field(
         5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S")
     )
-    model_prices: dict[str, ModelPrice] = Field(
+    model_prices: Annotated[dict[str, ModelPrice], NoDecode, BeforeValidator(prices_from_text)] = Field(
         {}, validation_alias=aliases("MODEL_PRICES"),
         description='US dollars per million tokens by model, as JSON: {"gpt-4o": {"input": 2.5, "output": 10}}; '
         "the models report gives each priced model's cost.",
