@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from urllib.parse import urlencode
 
@@ -199,16 +200,28 @@ class Upstream:
 
     async def _relay(self, upstream: UpstreamStream, *, route: str) -> AsyncIterator[bytes]:
         # The service's own `error` events pass through uncounted here: the service counts them.
+        events = _is_event_stream(upstream)
+        # An event stream goes on in whole events: a part of an event the service never finished would reach
+        # the client cut short (a `token` whose JSON breaks off), dispatched by the error event's blank line.
+        held = bytearray()
         try:
             async for chunk in upstream.aiter_raw():
-                yield chunk
+                if not events:
+                    yield chunk
+                    continue
+                searched_from = max(len(held) - 3, 0)  # a blank line may straddle two chunks
+                held += chunk
+                if (end := _end_of_last_event(held, searched_from)) > 0:
+                    yield bytes(held[:end])
+                    del held[:end]
+            if held:  # the stream ended without the last event's blank line: passed on as the service sent it
+                yield bytes(held)
         except (aiohttp.ClientError, TimeoutError) as exc:  # the service went away or went silent mid-stream
             failure = _failure(self.name, exc)
             count_stream_failure(service="gateway", route=route, reason=failure.code)
-            if not _is_event_stream(upstream):
+            if not events:
                 raise  # too late for an error status: the connection is dropped, so the client sees the body cut short
-            # The blank lines first end any event the service left half-sent.
-            yield b"\n\n" + format_sse_event(event="error", data_str=json.dumps(failure.body()))
+            yield format_sse_event(event="error", data_str=json.dumps(failure.body()))  # `held` is dropped
         finally:
             await upstream.aclose()
 
@@ -253,6 +266,18 @@ def _is_cairn_error(upstream: UpstreamStream, content: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(body, dict) and isinstance(body.get("error"), str) and isinstance(body.get("message"), str)
+
+
+# A blank line, which ends an event: two line ends, each CRLF, CR or LF.
+_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
+
+
+def _end_of_last_event(data: bytearray, start: int) -> int:
+    """Where the last whole event in `data` ends (0: none has), looking from `start` on."""
+    end = 0
+    for match in _EVENT_END.finditer(data, start):
+        end = match.end()
+    return end
 
 
 def _is_event_stream(upstream: UpstreamStream) -> bool:

@@ -176,6 +176,34 @@ def test_a_stream_that_goes_silent_ends_with_an_error_event(settings):
     assert last[0] == "event: error" and json.loads(last[1].removeprefix("data: "))["error"] == "chat_timeout"
 
 
+def _chat_stopping_mid_event() -> FastAPI:
+    """A chat whose stream stops half way through its `token` event, as a chat killed while the rest of a
+    long event still waited in its send buffer for a slow reader."""
+    app = FastAPI()
+
+    @app.post("/chat/stream")
+    async def chat_stream() -> StreamingResponse:
+        async def events():
+            yield 'event: sources\ndata: {"sources": []}\n\nevent: token\ndata: {"text": "the first half'
+            await asyncio.sleep(5)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+def test_an_event_chat_left_half_sent_reaches_no_client(settings):
+    with serve_in_thread(_chat_stopping_mid_event()) as chat:
+        stopping = settings.model_copy(update={"chat_urls": [chat], "upstream_timeout_s": 0.5})
+        with serve_in_thread(create_app(stopping)) as gateway:
+            login = httpx.post(f"{gateway}/auth/login", json={"username": "ann", "password": PASSWORD}).json()
+            auth = {"Authorization": f"Bearer {login['token']}"}
+            response = httpx.post(f"{gateway}/api/chat/stream", json={"query": "q"}, headers=auth, timeout=10)
+    events = [block.splitlines() for block in response.text.split("\n\n") if block.strip()]
+    assert [lines[0] for lines in events] == ["event: sources", "event: error"]  # no token cut short
+    assert json.loads(events[-1][1].removeprefix("data: "))["error"] == "chat_timeout"
+
+
 def test_roles_are_enforced_per_route(client):
     user = {"Authorization": f"Bearer {_login(client, 'ann')['token']}"}
     response = client.get("/api/analytics/summary", headers=user)
