@@ -28,7 +28,7 @@ from services.gateway.deps import (
 from services.gateway.domain import Session
 from services.gateway.models import LoginRequest, LoginResponse, MeResponse, UserOut
 from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
-from services.gateway.routing import QuestionRoute
+from services.gateway.routing import QuestionRoute, withdrawing_refusal
 from services.gateway.settings import Settings
 from shared.context import set_user_id
 from shared.errors import DependencyUnavailable, Unauthorized, UpstreamTimeout
@@ -161,9 +161,12 @@ async def chat(request: Request, session: AskingSession, settings: SettingsDep, 
 )
 async def chat_stream(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     headers = headers_for(request, session, settings)
-    return await chat.forward_stream(
+    response = await chat.forward_stream(
         route="/api/chat/stream", method="POST", path="/chat/stream", headers=headers, body=await request.body()
     )
+    if isinstance(response, StreamingResponse):
+        response.body_iterator = withdrawing_refusal(response.body_iterator, request)
+    return response
 
 
 @api_router.post(

@@ -1,7 +1,8 @@
 """The route class of the gateway's routers that ask chat questions."""
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
@@ -52,3 +53,27 @@ async def _withdraw(request: Request) -> None:
         state = request.app.state
         if await withdraw_question(limiter=state.rate_limiter, owners=state.request_owners, question=question):
             request.state.admitted_question = None  # its request id is free: a resend is no 409
+
+
+async def withdrawing_refusal(chunks: AsyncIterator[bytes], request: Request) -> AsyncIterator[bytes]:
+    """Chat's events as relayed (whole events); an `error` event that refuses the question as asked (422
+    llm_content_filtered: the model's content filter refused the prompt) withdraws it, as that status would
+    have before the stream began, so that the reworded question is neither rate limited nor a 409."""
+    async for chunk in chunks:
+        if _is_refusal_event(chunk):
+            await _withdraw(request)
+        yield chunk
+
+
+def _is_refusal_event(chunk: bytes) -> bool:
+    if b"event: error" not in chunk:
+        return False
+    for block in chunk.split(b"\n\n"):
+        lines = block.strip().split(b"\n")
+        if lines[0] == b"event: error" and len(lines) > 1 and lines[1].startswith(b"data:"):
+            try:
+                status = json.loads(lines[1].removeprefix(b"data:")).get("status")
+            except (ValueError, AttributeError):
+                return False
+            return isinstance(status, int) and is_refusal(status)
+    return False

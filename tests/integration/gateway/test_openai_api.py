@@ -25,6 +25,7 @@ def _answer(request: Request) -> dict:
 
 
 _BUSY = {"error": "llm_unavailable", "message": "the LLM is rate limiting chat", "status": 503, "retry_after": "7"}
+_FILTERED = {"error": "llm_content_filtered", "message": "the model's content filter refused it", "status": 422}
 
 
 def unreliable_chat() -> FastAPI:
@@ -32,7 +33,8 @@ def unreliable_chat() -> FastAPI:
     model's context window, "history?" with the history it was sent,
     streams "cut" without its `done` event and "silent" with a pause of 5 s before it; "busy" ends its stream
     with chat's `error` event for a rate-limited model before any token, "gone" with nothing after `sources`,
-    and "late busy" with that error 1 s after `sources`."""
+    "late busy" with that error 1 s after `sources`, and "filtered" with chat's refusal of a prompt the model's
+    content filter refused."""
     app = chat_like_app("other-llm")
 
     @app.post("/chat")
@@ -57,7 +59,9 @@ def unreliable_chat() -> FastAPI:
             if query in ("busy", "late busy"):
                 await asyncio.sleep(1 if query == "late busy" else 0)
                 yield f"event: error\ndata: {json.dumps(_BUSY)}\n\n"
-            if query in ("busy", "late busy", "gone"):
+            if query == "filtered":
+                yield f"event: error\ndata: {json.dumps(_FILTERED)}\n\n"
+            if query in ("busy", "late busy", "gone", "filtered"):
                 return
             yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
             if query == "silent":
@@ -254,6 +258,17 @@ def test_refused_questions_use_up_no_limit_and_free_their_request_id(gateway, to
         assert client.post("/api/chat", json={"query": "fail"}).status_code == 502  # asked: chat failed, not refused
         over = client.post("/v1/chat/completions", json={"messages": QUESTION})
         assert over.status_code == 429 and over.json()["error"]["code"] == "rate_limited"
+
+
+def test_a_question_chat_refuses_once_its_stream_began_frees_its_request_id_and_count(gateway, token):
+    with httpx.Client(base_url=gateway, headers={"Authorization": f"Bearer {token}"}) as client:
+        for n in range(4):  # the limit is 3
+            refused = client.post(
+                "/api/chat/stream", json={"query": "filtered"}, headers={"X-Request-ID": f"filtered-{n}"}
+            )
+            assert refused.status_code == 200 and '"status": 422' in refused.text, refused.text
+        reworded = client.post("/api/chat/stream", json={"query": "q"}, headers={"X-Request-ID": "filtered-0"})
+        assert reworded.status_code == 200 and "event: done" in reworded.text, reworded.text
 
 
 def test_a_question_that_never_reached_chat_keeps_neither_its_request_id_nor_its_count(redis_url, unique):
