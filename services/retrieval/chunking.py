@@ -36,8 +36,10 @@ _INDENTED_CODE = re.compile(r"^(?: {4}|\t)")
 # An HTML comment (commented-out text is not shown, so a '# line' in it is no heading) runs to the line holding '-->'.
 _COMMENT_OPEN = re.compile(r"^ {0,3}<!--")
 # YAML front matter: only at the very start, opened by '---', its first line a key, closed by '---' or '...'.
+# A line is "[^\n]*\n", its '\r' (Windows) among the characters: with ".*\r?\n" each CRLF line matched two ways,
+# and an unclosed front matter backtracked through all of them, doubling the time with every line.
 _FRONT_MATTER = re.compile(
-    r"\A---[ \t]*\r?\n(?P<yaml>[\w-]+:(?:[ \t].*)?\r?\n(?:.*\r?\n)*?)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)"
+    r"\A---[ \t]*\r?\n(?P<yaml>[\w-]+:(?:[ \t\r][^\n]*)?\n(?:[^\n]*\n)*?)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)"
 )
 _YAML_TITLE = re.compile(r"^title:[ \t]*(?P<value>[^\s|>].*)$", re.MULTILINE)  # trailing blanks cut in Python
 # Coarse to fine; a span still over budget after the last one is cut by characters.

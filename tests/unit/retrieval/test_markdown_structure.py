@@ -98,6 +98,19 @@ def test_a_heading_or_title_with_a_long_run_of_blanks_is_read_in_linear_time():
     assert time.perf_counter() - started < 5
 
 
+def test_front_matter_with_windows_line_ends_is_read_in_linear_time():
+    """With CRLF line ends, each line of an unclosed front matter could be matched two ways ('.' takes the
+    '\\r' or '\\r?' does): 24 lines took 40 s to ingest, each further line doubling it. A guard against
+    catastrophic backtracking, not a speed target."""
+    unclosed = "---\r\nNote: draft\r\n" + "a line of text\r\n" * 2_000
+    closed = '---\r\ntitle: "Pump notes"\r\ntags: [pumps]\r\n---\r\n\r\nIntro.\r\n'
+    started = time.perf_counter()
+    assert document_title(unclosed, fallback="x") == "x"
+    assert document_title(closed, fallback="x") == "Pump notes"
+    assert [body for _, body in sections(closed)] == ["Intro."]
+    assert time.perf_counter() - started < 5
+
+
 @pytest.mark.parametrize(("line", "title"), [
     ("# Title #", "Title"), ("# Title ###   ", "Title"), ("# C#", "C#"), ("# Using C #", "Using C"), ("#  Spaced  ", "Spaced"),
     ("#   ", "x"),  # no title: not a heading
