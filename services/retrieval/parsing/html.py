@@ -280,10 +280,22 @@ def _decoded(data: bytes) -> str:
     return body.decode(marked or _declared_codec(body), errors="replace")
 
 
+# Where a tag, comment or declaration opens; one that no '>' closes runs to the end of the page.
+_MARKUP_OPEN = re.compile(r"<[a-zA-Z/!?]")
+
+
+def _without_unclosed_markup(text: str) -> str:
+    """The page without the markup the end of the file cut off, which HTML5 drops. Python's html.parser
+    (before 3.11.13) keeps it as text, scanning the rest of the page again from each '<' in it: quadratic,
+    120 KB of '<a x="' took 20 seconds."""
+    opened = _MARKUP_OPEN.search(text, text.rfind(">") + 1)
+    return text[: opened.start()] if opened else text
+
+
 def parse_html(filename: str, data: bytes) -> ParsedDocument:
     if not data.strip():
         raise UnprocessableDocument(f"{filename}: the file is empty")
-    soup = BeautifulSoup(written_out(_decoded(data)), "html.parser")
+    soup = BeautifulSoup(_without_unclosed_markup(written_out(_decoded(data))), "html.parser")
     out = _Writer()
     _walk(soup, out)  # the whole document: text after </body>, or in a head never closed, is still page text
     out.flush()
