@@ -179,10 +179,11 @@ def cors_middleware(*, origins: Sequence[str], allow_credentials: bool) -> list[
 
 
 def gateway_middleware(settings: Settings) -> list[Middleware]:
-    """Outermost first: CORS (so every answer, 413 included, carries its headers), security headers, body limit."""
+    """Outermost first: security headers (so every answer carries them, CORS preflights too, which CORSMiddleware
+    answers itself), CORS (every answer, 413 included, carries its headers), body limit."""
     return [
-        *cors_middleware(origins=settings.cors_origins, allow_credentials=settings.cors_allow_credentials),
         Middleware(SecurityHeadersMiddleware),
+        *cors_middleware(origins=settings.cors_origins, allow_credentials=settings.cors_allow_credentials),
         Middleware(
             BodyLimitMiddleware,
             default=BodyLimit(settings.max_body_bytes, "MAX_BODY_BYTES"),

@@ -90,6 +90,9 @@ def test_cors_preflight_for_an_allowed_and_a_refused_origin(settings):
         assert allowed.headers["access-control-allow-origin"] == ORIGIN
         assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
         assert "access-control-allow-credentials" not in allowed.headers
+        # "Every response of the gateway" (docs/configuration.md): CORSMiddleware answers a preflight itself.
+        security = (allowed.headers["x-content-type-options"], allowed.headers["referrer-policy"])
+        assert security == ("nosniff", "no-referrer")
 
         refused = client.options("/api/chat", headers={"Origin": "https://evil.example", **preflight})
         assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
