@@ -87,8 +87,10 @@ def test_a_chat_dying_mid_stream_is_counted_by_the_gateway(dying_chat, redis_url
         before = scrape(gateway)
         response = client.post("/api/chat/stream", json=QUESTION, headers=login(client))
         after = scrape(gateway)
+    # The error event's documented shape (docs/api.md), as chat's own: the status and Retry-After a plain answer
+    # would have carried.
     assert response.status_code == 200 and last_event(response.text) == ("error", {
-        "error": "chat_unavailable", "message": "chat is unavailable"
+        "error": "chat_unavailable", "message": "chat is unavailable", "status": 503, "retry_after": "5"
     }), response.text
     labels = {"service": "gateway", "route": "/api/chat/stream", "reason": "chat_unavailable"}
     assert moved(before, after, FAILURES, **labels) == 1

@@ -173,7 +173,10 @@ def test_a_stream_that_goes_silent_ends_with_an_error_event(settings):
         RELEASE_STREAM.set()
     assert response.status_code == 200
     last = response.text.strip().split("\n\n")[-1].splitlines()
-    assert last[0] == "event: error" and json.loads(last[1].removeprefix("data: "))["error"] == "chat_timeout"
+    assert last[0] == "event: error"
+    assert json.loads(last[1].removeprefix("data: ")) == {
+        "error": "chat_timeout", "message": "chat did not answer in time", "status": 504
+    }
 
 
 def _chat_stopping_mid_event() -> FastAPI:
