@@ -34,6 +34,14 @@ class ServiceError(Exception):
     def headers(self) -> dict[str, str] | None:
         return None
 
+    def event_data(self) -> dict:
+        """The data of a stream's `error` event: the body a plain answer would have had, with its status and its
+        Retry-After (seconds or a date) when it would carry one, so that a relay not yet streaming can answer them."""
+        data: dict = {**self.body(), "status": self.status_code}
+        if retry_after := (self.headers() or {}).get("Retry-After"):
+            data["retry_after"] = retry_after
+        return data
+
 
 class BadRequest(ServiceError):
     status_code = 400

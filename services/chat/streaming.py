@@ -83,7 +83,7 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         if exc.status_code >= 500:  # as the plain endpoint logs it: the stream's request line says 200
             log.warning("request failed", extra={"error": exc.code, "detail": exc.message, "stage": turn.stage})
         metrics.count_stream_failure(exc.code)
-        yield StreamEvent("error", _error_data(exc))
+        yield StreamEvent("error", exc.event_data())
     except (asyncio.CancelledError, GeneratorExit) as exc:  # the client went away: generation is cancelled
         if not finished:
             pipeline.report_failure(turn, "client_disconnected", exc)
@@ -95,15 +95,6 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
         yield StreamEvent(
             "error", {"error": "internal_error", "message": "the answer could not be completed", "status": 500}
         )
-
-
-def _error_data(exc: ServiceError) -> dict[str, Any]:
-    """The body the plain endpoint would answer, with its status and Retry-After (seconds or a date), so
-    that a relay can answer them while it has not begun its own stream."""
-    data: dict[str, Any] = {**exc.body(), "status": exc.status_code}
-    if retry_after := (exc.headers() or {}).get("Retry-After"):
-        data["retry_after"] = retry_after
-    return data
 
 
 def _report_if_failed(pipeline: ChatPipeline, turn: Turn, finishing: asyncio.Future) -> None:

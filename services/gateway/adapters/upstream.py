@@ -60,15 +60,6 @@ def _failure(name: str, exc: BaseException) -> ServiceError:
     return UpstreamTimeout(name) if isinstance(exc, TimeoutError) else DependencyUnavailable(name)
 
 
-def _error_event_data(failure: ServiceError) -> dict:
-    """The `error` event's data as chat writes its own (docs/api.md): the body, with the status and Retry-After
-    the answer would have had before the stream began."""
-    data = {**failure.body(), "status": failure.status_code}
-    if retry_after := (failure.headers() or {}).get("Retry-After"):
-        data["retry_after"] = retry_after
-    return data
-
-
 class UpstreamStream:
     """A response read as it arrives. aclose() ends it, and with it the connection, so the service stops its work."""
 
@@ -230,7 +221,7 @@ class Upstream:
             count_stream_failure(service="gateway", route=route, reason=failure.code)
             if not events:
                 raise  # too late for an error status: the connection is dropped, so the client sees the body cut short
-            yield format_sse_event(event="error", data_str=json.dumps(_error_event_data(failure)))  # `held` dropped
+            yield format_sse_event(event="error", data_str=json.dumps(failure.event_data()))  # `held` is dropped
         finally:
             await upstream.aclose()
 
