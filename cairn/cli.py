@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     _command(user, "list", "list users")
     _command(user, "disable", "refuse the user's logins and end its sessions").add_argument("username")
     _command(user, "enable", "let a disabled user log in again").add_argument("username")
+    _command(user, "delete", "delete the user and end its sessions (the name may be added again)").add_argument(
+        "username"
+    )
     set_role = _command(user, "set-role", "replace the user's roles and end its sessions (it logs in again)")
     set_role.add_argument("username")
     _role_option(set_role)
@@ -165,6 +168,8 @@ def _user_command(settings: CliSettings, args: argparse.Namespace) -> int:
             return commands.user_disable(settings, username=args.username)
         case "enable":
             return commands.user_enable(settings, username=args.username)
+        case "delete":
+            return commands.user_delete(settings, username=args.username)
         case "set-role":
             return commands.user_set_role(settings, username=args.username, roles=args.role)
         case "reset-password":

@@ -38,6 +38,7 @@ from services.gateway.users import (
     check_new_username,
     check_password,
     check_user_exists,
+    delete_user,
     disable_user,
     enable_user,
     reset_password,
@@ -331,6 +332,14 @@ def user_disable(settings: CliSettings, *, username: str) -> int:
         settings,
         lambda users, sessions: disable_user(users=users, sessions=sessions, username=username),
         lambda change: f"disabled {username}; {_ended(change)}",
+    )
+
+
+def user_delete(settings: CliSettings, *, username: str) -> int:
+    return _run_user_command(
+        settings,
+        lambda users, sessions: delete_user(users=users, sessions=sessions, username=username),
+        lambda change: f"deleted {username}; {_ended(change)}",
     )
 
 

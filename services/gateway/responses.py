@@ -72,6 +72,9 @@ USER_CHANGE = error_responses(
         422: "Invalid roles, or nothing to change (invalid_request)",
     }
 )
+USER_DELETE = error_responses(
+    {**_ADMIN, **_UNKNOWN_USER, 409: "The caller would delete its own account (own_account)"}
+)
 PASSWORD_RESET = error_responses({**_ADMIN, **_UNKNOWN_USER, 422: "Invalid password (invalid_request)"})
 
 

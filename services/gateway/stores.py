@@ -29,6 +29,9 @@ class UserStore(Protocol):
         """Set the fields given and no other, in one step, so that commands changing one user at once all
         keep their change; the user as it now is, or None when there is no such user (nothing stored)."""
 
+    async def delete(self, user: User) -> bool:
+        """Delete the user, in one step, if its name still belongs to this user (same id); whether it did."""
+
     async def list(self) -> list[User]: ...
 
 

@@ -2,7 +2,7 @@
 stored by a UserStore.
 
 A change that takes rights away or may answer a leaked password ends the user's sessions at once:
-disabling, changing roles (a session carries the roles it was opened with) and resetting the password.
+disabling, deleting, changing roles (a session carries the roles it was opened with) and resetting the password.
 The user logs in again and gets a session with what the user record now says.
 """
 from __future__ import annotations
@@ -168,6 +168,22 @@ async def change_user(
     if checked is None and disabled is False:
         return UserChange(await enable_user(users=users, username=username), sessions_ended=0)
     return await _change_then_end_sessions(users, sessions, username, roles=checked, disabled=disabled)
+
+
+async def delete_user(*, users: UserStore, sessions: SessionStore, username: str) -> UserChange:
+    """Delete the user and end its sessions: the name is free to add again, for a new user with a new id, so
+    nothing kept under the old id (conversations, ratings, analytics) passes to it."""
+    user = await _existing(users, username)
+    # Deleted first, sessions ended second, as _change_then_end_sessions does for a racing login.
+    if not await users.delete(user):
+        raise UnknownUser(username)  # deleted meanwhile, or deleted and added again: this user is gone
+    return UserChange(user, await sessions.delete_all_for_user(user.id))
+
+
+def check_own_delete(*, caller_id: str, user: User) -> None:
+    """Raises OwnAccount for an admin deleting its own account, which it could not undo."""
+    if user.id == caller_id:
+        raise OwnAccount("you cannot delete your own account; another admin can, or `cairn user delete`")
 
 
 def check_own_change(*, caller_id: str, user: User, roles: list[str] | None, disabled: bool | None) -> None:

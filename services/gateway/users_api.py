@@ -1,4 +1,4 @@
-"""`/api/users`: an admin adds users, changes their roles, disables them and resets their passwords.
+"""`/api/users`: an admin adds users, changes their roles, disables or deletes them and resets their passwords.
 
 The same changes as `cairn user ...`, through the gateway: a change that takes rights away or resets the
 password ends the user's sessions at once (services/gateway/users.py says why).
@@ -20,7 +20,7 @@ from services.gateway.models import (
     UserRecord,
     UsersResponse,
 )
-from services.gateway.responses import A_USER, NEW_USER, PASSWORD_RESET, USER_CHANGE, USERS
+from services.gateway.responses import A_USER, NEW_USER, PASSWORD_RESET, USER_CHANGE, USER_DELETE, USERS
 from shared.errors import NotFound, ServiceError
 from shared.json_body import StrictJsonRoute
 
@@ -82,4 +82,14 @@ async def reset_password(
     """Set a new password for the user and end its sessions."""
     with _refused_as_http():
         change = await users.reset_password(users=store, sessions=sessions, username=username, password=body.password)
+    return UserChanged(user=UserRecord.of(change.user), sessions_ended=change.sessions_ended)
+
+
+@router.delete("/{username}", response_model=UserChanged, responses=USER_DELETE)
+async def delete_user(username: str, admin: AdminSession, store: UsersDep, sessions: SessionsDep) -> UserChanged:
+    """Delete the user and end its sessions; the record deleted is returned. The name may be added again, as a
+    new user."""
+    with _refused_as_http():
+        users.check_own_delete(caller_id=admin.user_id, user=await users.find_user(users=store, username=username))
+        change = await users.delete_user(users=store, sessions=sessions, username=username)
     return UserChanged(user=UserRecord.of(change.user), sessions_ended=change.sessions_ended)

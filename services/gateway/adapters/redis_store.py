@@ -62,6 +62,16 @@ end
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return redis.call('HGETALL', KEYS[1])
 """
+# KEYS: the set of usernames, the user's hash. ARGV: the username, the user's id. Deletes the user only if it
+# still has that id, so a user added again under the name meanwhile stays. Returns 1 once deleted, else 0.
+_DELETE_USER = """
+if redis.call('HGET', KEYS[2], 'id') ~= ARGV[2] then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[1], ARGV[1])
+return 1
+"""
 
 
 class RedisUserStore(RedisAdapter):
@@ -69,6 +79,7 @@ class RedisUserStore(RedisAdapter):
         super().__init__(redis, prefix=prefix, timeout_s=timeout_s)
         self._create = redis.register_script(_CREATE_USER)
         self._update = redis.register_script(_UPDATE_USER)
+        self._delete = redis.register_script(_DELETE_USER)
 
     def _key(self, username: str) -> str:
         return f"{self._prefix}:user:{username}"
@@ -97,6 +108,11 @@ class RedisUserStore(RedisAdapter):
             raise ValueError("update: no field to change")
         reply = await self._update(keys=[self._key(username)], args=_flat(changes))
         return _user_from(dict(zip(reply[::2], reply[1::2], strict=True))) if reply else None
+
+    @bounded
+    async def delete(self, user: User) -> bool:
+        keys = [f"{self._prefix}:users", self._key(user.username)]
+        return bool(await self._delete(keys=keys, args=[user.username, user.id]))
 
     @bounded
     async def list(self) -> list[User]:

@@ -67,6 +67,7 @@ ACCESS = {
     ("POST", "/api/users"): ADMIN,
     ("GET", "/api/users/{username}"): ADMIN,
     ("PATCH", "/api/users/{username}"): ADMIN,
+    ("DELETE", "/api/users/{username}"): ADMIN,
     ("PUT", "/api/users/{username}/password"): ADMIN,
     ("GET", "/v1/models"): USER,
     ("GET", "/v1/models/{model:path}"): USER,

@@ -65,6 +65,7 @@ def test_only_admins_manage_users(client):
         ("GET", "/api/users/ann", None),
         ("PATCH", "/api/users/ann", {"roles": ["admin"]}),
         ("PUT", "/api/users/bob/password", {"password": NEW_PASSWORD}),
+        ("DELETE", "/api/users/bob", None),
     ]
     for method, path, body in calls:
         assert client.request(method, path, json=body, headers=ann).status_code == 403, path
@@ -99,11 +100,29 @@ def test_a_password_reset_ends_the_sessions_and_the_old_password(client):
     assert (short.status_code, short.json()["error"]) == (422, "invalid_request")
 
 
+def test_a_deleted_user_is_out_at_once_and_its_name_may_be_added_again(client):
+    ada, bob = login(client, "ada"), login(client, "bob")
+    bob_id = client.get("/api/users/bob", headers=ada).json()["id"]
+    deleted = client.delete("/api/users/bob", headers=ada)
+    assert deleted.status_code == 200, deleted.text
+    assert (deleted.json()["user"]["username"], deleted.json()["sessions_ended"]) == ("bob", 1)
+    assert client.get("/auth/me", headers=bob).status_code == 401
+    assert _log_in(client, "bob").status_code == 401
+    assert [u["username"] for u in client.get("/api/users", headers=ada).json()["users"]] == ["ada", "ann"]
+    assert client.get("/api/users/bob", headers=ada).status_code == 404
+
+    body = {"username": "bob", "password": NEW_PASSWORD, "roles": ["user"]}
+    assert client.post("/api/users", json=body, headers=ada).status_code == 201
+    assert _log_in(client, "bob", NEW_PASSWORD).json()["user"]["id"] != bob_id
+
+
 def test_an_admin_cannot_lock_itself_out_but_may_change_another_admin(client):
     ada = login(client, "ada")
     for change in ({"disabled": True}, {"roles": ["analyst"]}, {"roles": ["analyst"], "disabled": False}):
         refused = client.patch("/api/users/ada", json=change, headers=ada)
         assert (refused.status_code, refused.json()["error"]) == (409, "own_account"), change
+    refused = client.delete("/api/users/ada", headers=ada)
+    assert (refused.status_code, refused.json()["error"]) == (409, "own_account")
     assert client.get("/auth/me", headers=ada).status_code == 200  # nothing changed, the session lives
 
     client.post("/api/users", json={"username": "zed", "password": NEW_PASSWORD, "roles": ["admin"]}, headers=ada)
@@ -117,12 +136,15 @@ def test_an_admin_cannot_lock_itself_out_but_may_change_another_admin(client):
         ("GET", "/api/users/Ann", None, 404),  # names are matched exactly, as at login
         ("PATCH", "/api/users/nobody", {"disabled": True}, 404),
         ("PUT", "/api/users/nobody/password", {"password": NEW_PASSWORD}, 404),
+        ("DELETE", "/api/users/nobody", None, 404),
+        ("DELETE", "/api/users/Ann", None, 404),
         ("PATCH", "/api/users/ann", {}, 422),
         ("PATCH", "/api/users/ann", {"roles": ["owner"]}, 422),
         ("PATCH", "/api/users/ann", {"disabled": "yes"}, 422),
         ("PATCH", "/api/users/ann", {"role": ["admin"]}, 422),
     ],
-    ids=["get unknown", "get in another case", "patch unknown", "reset unknown", "empty change", "unknown role",
+    ids=["get unknown", "get in another case", "patch unknown", "reset unknown", "delete unknown",
+         "delete in another case", "empty change", "unknown role",
          "disabled not a boolean", "misspelt field"],
 )
 def test_unknown_users_are_404_and_bad_changes_422(client, method, path, body, status):

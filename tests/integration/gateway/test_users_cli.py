@@ -87,7 +87,15 @@ def test_every_user_command(cairn_user, redis_url, unique):
     assert not _is_live(redis_url, unique, token)
     with pytest.raises(Unauthorized):
         _login(redis_url, unique)
-    assert _login(redis_url, unique, "a brand new password")
+    token, _ = _login(redis_url, unique, "a brand new password")
+
+    assert cairn_user("delete", "ann")[:2] == (0, "deleted ann; 1 session ended\n")
+    assert not _is_live(redis_url, unique, token)
+    with pytest.raises(Unauthorized):
+        _login(redis_url, unique, "a brand new password")
+    assert cairn_user("list")[1] == "no users\n"
+    code, _, err = cairn_user("delete", "ann")
+    assert code == 2 and "no user 'ann'" in err
 
 
 def test_a_password_piped_in_with_a_windows_line_end_is_the_password_without_it(cairn_user, redis_url, unique):
@@ -275,3 +283,22 @@ def test_of_two_adds_of_one_name_at_once_only_one_succeeds(cairn_user, redis_url
     assert racing == [0]
     assert code == 2 and out == f"added {second} (admin)\n" and err.startswith(f"error: user '{second}' already exists")
     assert cairn_user("list")[1] == f"{second:<24} admin\n"
+
+
+def test_a_delete_of_a_user_added_again_meanwhile_leaves_the_new_one(redis_url, unique):
+    """The store deletes a user only while the name is still that user's (same id), in one step."""
+
+    async def go():
+        redis = connect(redis_url, timeout_s=2)
+        store = RedisUserStore(redis, prefix=unique, timeout_s=2)
+        try:
+            old = await users.add_user(users=store, username="ann", password=PASSWORD, roles=["user"])
+            assert await store.delete(old)
+            new = await users.add_user(users=store, username="ann", password=PASSWORD, roles=["user"])
+            assert not await store.delete(old)
+            return await store.get("ann"), new, [u.username for u in await store.list()]
+        finally:
+            await redis.aclose()
+
+    kept, new, listed = asyncio.run(go())
+    assert kept == new and listed == ["ann"]

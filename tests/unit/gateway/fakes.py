@@ -29,6 +29,12 @@ class FakeUserStore:
         self.users[username] = replace(self.users[username], **{k: v for k, v in changes.items() if v is not None})
         return self.users[username]
 
+    async def delete(self, user: User) -> bool:
+        if (stored := self.users.get(user.username)) is None or stored.id != user.id:
+            return False
+        del self.users[user.username]
+        return True
+
     async def list(self) -> list[User]:
         return sorted(self.users.values(), key=lambda u: u.username)
 

@@ -9,6 +9,8 @@ from services.gateway.users import (
     add_user,
     change_user,
     check_own_change,
+    check_own_delete,
+    delete_user,
     disable_user,
     enable_user,
     reset_password,
@@ -140,3 +142,37 @@ async def test_an_admin_may_not_lock_its_own_account_out(stores, roles, disabled
     else:
         check_own_change(caller_id=admin.id, user=admin, roles=roles, disabled=disabled)
     check_own_change(caller_id="another admin", user=admin, roles=roles, disabled=disabled)  # never refused
+
+
+async def test_deleting_ends_the_sessions_and_frees_the_name_for_a_new_user(stores):
+    users, sessions = stores
+    tokens = [await _login(users, sessions) for _ in range(2)]
+    old = await users.get("ann")
+    change = await delete_user(users=users, sessions=sessions, username="ann")
+    assert (change.user, change.sessions_ended) == (old, 2)
+    assert [await _is_live(sessions, t) for t in tokens] == [False, False]
+    with pytest.raises(Unauthorized):
+        await _login(users, sessions)
+    with pytest.raises(UnknownUser):
+        await delete_user(users=users, sessions=sessions, username="ann")
+
+    again = await add_user(users=users, username="ann", password="another password", roles=["user"])
+    assert again.id != old.id  # nothing kept under the old id passes to the new user
+    assert await _is_live(sessions, await _login(users, sessions, password="another password"))
+
+
+async def test_a_user_added_again_under_the_name_is_not_deleted_in_its_place(stores):
+    users, sessions = stores
+    old = await users.get("ann")
+    await users.delete(old)
+    await add_user(users=users, username="ann", password=PASSWORD, roles=["user"])
+    assert not await users.delete(old)
+    assert (await users.get("ann")).id != old.id
+
+
+async def test_an_admin_may_not_delete_its_own_account(stores):
+    users, _ = stores
+    ann = await users.get("ann")
+    with pytest.raises(OwnAccount):
+        check_own_delete(caller_id=ann.id, user=ann)
+    check_own_delete(caller_id=(await users.get("bob")).id, user=ann)
