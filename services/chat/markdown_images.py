@@ -11,6 +11,9 @@ tag that never closes; links stay links.
 end of a possible image, from "<" to the end of a possible <img> tag, a backtick run until its code
 span closes on that line, a fence line until it ends. What stays undecided for `max_held` characters,
 or at the end, is released as text. The pieces' outputs joined equal `strip_images` of the whole.
+
+Each character is read a bounded number of times, however the text is cut: a hostile answer such as
+"![![![..." or "<img <img ..." must not hold chat's event loop for seconds.
 """
 from __future__ import annotations
 
@@ -21,6 +24,11 @@ MAX_HELD = 2000
 _MAX_LABEL = 999  # a reference label is at most this long (CommonMark)
 _MAX_NESTING = 8  # an image in the alt text of an image in ...: deeper, the alt text is dropped
 _PLAIN = re.compile(r"[^!<`\\\n]+")
+_BRACKETS = re.compile(r"[\\\[\]()]")
+_RUNS = {char: re.compile(f"{re.escape(char)}*") for char in "`~ "}
+# In a tag, what may end it: outside quotes a quote, ">" or a "<" (which no tag holds unquoted: not one,
+# to CommonMark and the renderers); inside quotes, the closing quote.
+_TAG_STOPS = {"": re.compile(r"[\"'<>]"), '"': re.compile('"'), "'": re.compile("'")}
 _PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _IMG_ALT = re.compile(r"""\salt\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))""", re.IGNORECASE)
 # A removed image's neighbours must not join into new syntax: "!" then "[", "<" then "img", backtick runs.
@@ -31,6 +39,47 @@ class _More(Exception):
     """The pending text cannot be decided until more of it arrives."""
 
 
+class _Pairs:
+    """Where the "]" or ")" balancing each "[" or "(" of a text stands, found in one pass as the text arrives
+    (backslash escapes skipped). Scanning on from every "![" instead would read "![![![..." once per "!".
+
+    Positions count from the start of the whole text. A "[" after "!", or a "(" after "]", is never the
+    second character of an escape, so this pass reads it as an opening just as a scan from it would."""
+
+    _OPENING = {"]": "[", ")": "("}
+
+    def __init__(self) -> None:
+        self._read_to = 0
+        self._open: dict[str, list[int]] = {"[": [], "(": []}
+        self._closing: dict[int, int | None] = {}  # an opening's position: its closing's, None while open
+
+    def read(self, text: str, start: int) -> None:
+        """Read on to the end of `text`, which stands at position `start` of the whole text."""
+        i = self._read_to - start
+        while (found := _BRACKETS.search(text, i)) is not None:
+            i, char = found.start(), found.group()
+            if char == "\\":
+                i += 2
+                continue
+            if char in "[(":
+                self._closing[start + i] = None
+                self._open[char].append(start + i)
+            elif stack := self._open[self._OPENING[char]]:
+                self._closing[stack.pop()] = start + i
+            i += 1
+        self._read_to = start + max(i, len(text))  # past the end when the text ends inside an escape
+
+    def closing(self, opening: int, *, limit: int, final: bool) -> int | None:
+        """The position of the closing that balances the opening at `opening`, if it stands at `limit` or
+        before; None when it does not, or the text has ended without it. _More while it may yet come."""
+        close = self._closing.get(opening)
+        if close is not None or opening not in self._closing:
+            return close if close is not None and close <= limit else None
+        if self._read_to > limit or final:
+            return None
+        raise _More
+
+
 class ImageFilter:
     def __init__(self, *, max_held: int = MAX_HELD, inside_tag: bool = False, nesting: int = 0) -> None:
         if max_held < 16:
@@ -39,13 +88,16 @@ class ImageFilter:
         self._inside_tag = inside_tag  # reading an HTML tag's own text: no code, no nested tags
         self._nesting = nesting  # how many images' alt texts (or tags) this text is inside
         self._pending = ""
+        self._dropped = 0  # how much text came before `_pending`
+        self._pairs = _Pairs()
+        self._tag_read: tuple[int, int, int, str] | None = None  # a tag read so far: where, from, to, quote
         self._fence: tuple[str, int] | None = None  # inside a fenced block: its character and length
         self._line_start = True
         self._last_out = ""
-        # A backtick run already released whose code span may yet close: its length, and the characters
+        # A backtick run already released whose code span may yet close: its length, the characters
         # released since its start (the text inside reads the same as code or as prose until a "!", "<",
-        # backslash or backtick comes).
-        self._open_span: tuple[int, int] | None = None
+        # backslash or backtick comes), and where in the whole text the search for its closing run got to.
+        self._open_span: tuple[int, int, int] | None = None
 
     def feed(self, delta: str) -> str:
         """The text of `delta` that can be released now."""
@@ -69,6 +121,7 @@ class ImageFilter:
             if used:
                 self._line_start = self._pending[used - 1] == "\n"
                 self._pending = self._pending[used:]
+                self._dropped += used
         return "".join(out)
 
     def _char(self, i: int, final: bool) -> str:
@@ -109,9 +162,9 @@ class ImageFilter:
     # span closes on its own line. Reading less as code than a renderer does is the safe side.
 
     def _run(self, start: int, char: str, final: bool) -> int:
-        end = start
-        while self._char(end, final) == char:
-            end += 1
+        end = _RUNS[char].match(self._pending, start).end()  # type: ignore[union-attr]
+        if end == len(self._pending) and not final:
+            raise _More
         return end - start
 
     def _fence_opening(self, final: bool) -> tuple[str, int] | None:
@@ -145,13 +198,13 @@ class ImageFilter:
 
     def _backticks(self, final: bool) -> tuple[str, int]:
         length = self._run(0, "`", final)
-        self._open_span = (length, 0)
+        self._open_span = (length, 0, 0)
         return "", 0
 
     def _in_open_span(self, final: bool) -> tuple[str, int]:
-        length, released = self._open_span  # type: ignore[misc]
+        length, released, read_to = self._open_span  # type: ignore[misc]
         start = length if released == 0 else 0  # past the opening run, still pending the first time
-        i = start
+        i = max(start, read_to - self._dropped)  # on from where the text ran out last time
         try:
             while i + released <= self._max_held:
                 char = self._char(i, final)
@@ -166,11 +219,12 @@ class ImageFilter:
                     return self._pending[: i + run], i + run
                 i += run
         except _More:
+            self._open_span = (length, released, self._dropped + i)
             safe = re.match(r"[^!<`\\\n]*", self._pending[start:])
             end = start + safe.end()  # type: ignore[union-attr]
             if end == 0:
                 raise
-            self._open_span = (length, released + end)
+            self._open_span = (length, released + end, self._dropped + i)
             return self._pending[:end], end
         self._open_span = None  # no code span: the run is text, and what follows it is read as prose
         if released:
@@ -198,32 +252,19 @@ class ImageFilter:
 
     def _closing_bracket(self, start: int, final: bool) -> int | None:
         """Where the "]" balancing the "[" before `start` stands."""
-        return self._balancing("[", "]", start, final)
+        return self._balancing(start - 1, final)
 
     def _closing_paren(self, start: int, final: bool) -> int | None:
         """The end of a destination and title from `start` (after the "("): past its balancing ")"."""
-        close = self._balancing("(", ")", start, final)
+        close = self._balancing(start - 1, final)
         return None if close is None else close + 1
 
-    def _balancing(self, opening: str, closing: str, start: int, final: bool) -> int | None:
-        """The index of the `closing` that balances an `opening` just before `start`, backslash escapes
-        skipped; None when the text ends, or MAX_HELD is reached, first."""
-        depth, i = 1, start
-        while i <= self._max_held:
-            char = self._char(i, final)
-            if char == "":
-                return None
-            if char == "\\":
-                i += 2
-                continue
-            if char == opening:
-                depth += 1
-            elif char == closing:
-                depth -= 1
-                if depth == 0:
-                    return i
-            i += 1
-        return None
+    def _balancing(self, opening: int, final: bool) -> int | None:
+        """The index of the closing that balances the opening at `opening`, backslash escapes skipped; None
+        when the text ends, or MAX_HELD is reached, first."""
+        self._pairs.read(self._pending, self._dropped)
+        close = self._pairs.closing(self._dropped + opening, limit=self._dropped + self._max_held, final=final)
+        return None if close is None else close - self._dropped
 
     def _label_end(self, start: int, final: bool) -> int | None:
         i = start
@@ -245,21 +286,34 @@ class ImageFilter:
             return "< ", 1  # "<im" then an image removed then "g src=…>" must not make a tag
         if not tag:
             return ("<", 1) if self._inside_tag else self._inline_html(final)
-        quote, i = "", 4
-        while i <= self._max_held:
-            char = self._char(i, final)
-            if char == "":
-                break
+        end = self._tag_end(4, final)
+        if end is None or end < 0:
+            return "< ", 1  # a tag that never closes is text; the space keeps it from becoming one later
+        alt = _IMG_ALT.search(self._pending[:end])
+        text = next((g for g in alt.groups() if g is not None), "") if alt else ""
+        return self._replacement(html.unescape(text)), end
+
+    def _tag_end(self, start: int, final: bool) -> int | None:
+        """Past the ">" that ends the tag whose "<" starts the text, read from `start`, quoted values
+        skipped; None when the text ends or an unquoted "<" comes first, -1 past `max_held`. Text that
+        arrives later is read on from where this stopped, not again from `start`."""
+        i, quote = start, ""
+        if self._tag_read is not None and self._tag_read[:2] == (self._dropped, start):
+            i, quote = self._tag_read[2:]
+        while (found := _TAG_STOPS[quote].search(self._pending, i, self._max_held + 1)) is not None:
+            i, char = found.end(), found.group()
             if quote:
-                quote = "" if char == quote else quote
+                quote = ""
             elif char in "\"'":
                 quote = char
-            elif char == ">":
-                alt = _IMG_ALT.search(self._pending[: i + 1])
-                text = next((g for g in alt.groups() if g is not None), "") if alt else ""
-                return self._replacement(html.unescape(text)), i + 1
-            i += 1
-        return "< ", 1  # a tag that never closes is text; the space keeps it from becoming one later
+            else:
+                return i if char == ">" else None
+        if len(self._pending) > self._max_held:
+            return -1
+        if final:
+            return None
+        self._tag_read = (self._dropped, start, len(self._pending), quote)
+        raise _More
 
     def _img_tag_start(self, final: bool) -> bool | None:
         """Whether an <img> tag starts here; None when "<i", "<im" or "<img" meets the end of the text or
@@ -304,25 +358,13 @@ class ImageFilter:
             return self._end_of(2, "?>", final)
         if not (second == "/" or (second.isascii() and second.isalpha())):
             return None
-        quote, i = "", 1
-        while i <= self._max_held:
-            char = self._char(i, final)
-            if char == "":
-                return None
-            if quote:
-                quote = "" if char == quote else quote
-            elif char in "\"'":
-                quote = char
-            elif char == ">":
-                return i + 1
-            i += 1
-        return -1
+        return self._tag_end(1, final)
 
     def _end_of(self, start: int, terminator: str, final: bool) -> int | None:
-        found = self._pending.find(terminator, start)
-        if found != -1 and found + len(terminator) <= self._max_held:
+        found = self._pending.find(terminator, start, self._max_held)  # not on to the end, from every "<?"
+        if found != -1:
             return found + len(terminator)
-        if found == -1 and len(self._pending) <= self._max_held:
+        if len(self._pending) <= self._max_held:
             if final:
                 return None
             raise _More

@@ -1,4 +1,6 @@
 """Images out of answers, whole or in deltas: what becomes alt text, what stays, what is held and for how long."""
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -130,3 +132,43 @@ def test_no_image_survives_outside_code(text):
     """Filtering the output again changes nothing: every image was removed the first time."""
     once = strip_images(text)
     assert strip_images(once) == once
+
+
+def test_a_tag_with_an_unquoted_angle_bracket_is_text_and_the_tag_after_it_is_removed():
+    # No renderer reads "<img src=a <img src=b>" as one tag: the first "<img" is text, the second a tag.
+    assert strip_images(f"see <img src={URL} <img src={URL}> now") == f"see < img src={URL}  now"
+    assert strip_images(f'see <a href="x" <img src={URL}> now') == 'see <a href="x"  now'
+    assert strip_images(f"""<img alt='<b>' src="{URL}"> quoted""") == "<b> quoted"
+
+
+def _calls(text: str, *, max_held: int, piece: int) -> int:
+    """The Python and C calls it takes to filter `text` fed in pieces of `piece` characters: a count of
+    work that does not depend on the machine's speed."""
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        count += event in ("call", "c_call")
+
+    image_filter = ImageFilter(max_held=max_held)
+    sys.setprofile(profile)
+    try:
+        for start in range(0, len(text), piece):
+            image_filter.feed(text[start : start + piece])
+        image_filter.finish()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+HOSTILE = ["![", "![a](", "![![", "<img ", "<img '", "<a ", "``<img ", "<?", "<!--", "`"]
+
+
+@pytest.mark.parametrize("piece", [10_000, 1], ids=["whole", "a character at a time"])
+@pytest.mark.parametrize("unit", HOSTILE)
+def test_hostile_answers_cost_work_in_proportion_to_their_length(unit, piece):
+    """An answer of "![![![..." once cost a scan of up to MAX_HELD characters per "!" (two seconds of chat's
+    event loop for 16 KB): the work must not grow with how much may be held, nor faster than the text."""
+    text = unit * (2000 // len(unit))
+    assert _calls(text, max_held=2000, piece=piece) <= 1.5 * _calls(text, max_held=250, piece=piece)
+    assert _calls(text * 4, max_held=2000, piece=piece) <= 5 * _calls(text, max_held=2000, piece=piece)
