@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +42,8 @@ _COMMENT_OPEN = re.compile(r"^ {0,3}<!--")
 _FRONT_MATTER = re.compile(
     r"\A---[ \t]*\r?\n(?P<yaml>[\w-]+:(?:[ \t\r][^\n]*)?\n(?:[^\n]*\n)*?)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)"
 )
+# TOML front matter (Hugo, Zola): between '+++' lines at the very start, read only if it is valid TOML.
+_TOML_FRONT_MATTER = re.compile(r"\A\+\+\+[ \t]*\r?\n(?P<toml>(?:[^\n]*\n)*?)\+\+\+[ \t]*(?:\r?\n|\Z)")
 _YAML_TITLE = re.compile(r"^title:[ \t]*(?P<value>[^\s|>].*)$", re.MULTILINE)  # trailing blanks cut in Python
 # Coarse to fine; a span still over budget after the last one is cut by characters.
 _SEPARATORS = (
@@ -79,20 +82,32 @@ class _Piece:
 
 
 def front_matter_end(text: str) -> int:
-    """Where the text after a markdown file's YAML front matter begins; 0 without front matter."""
-    front = _FRONT_MATTER.match(text)
-    return front.end() if front else 0
+    """Where the text after a markdown file's front matter (YAML or TOML) begins; 0 without front matter."""
+    if front := _FRONT_MATTER.match(text):
+        return front.end()
+    if (front := _TOML_FRONT_MATTER.match(text)) and _toml(front.group("toml")) is not None:
+        return front.end()
+    return 0
 
 
 def _front_matter_title(text: str) -> str | None:
-    front = _FRONT_MATTER.match(text)
-    found = _YAML_TITLE.search(front.group("yaml")) if front else None
-    if not found:
+    if front := _FRONT_MATTER.match(text):
+        found = _YAML_TITLE.search(front.group("yaml"))
+        value = found.group("value").rstrip(" \t\r") if found else ""
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1].strip()
+        return value or None
+    if front := _TOML_FRONT_MATTER.match(text):
+        title = (_toml(front.group("toml")) or {}).get("title")
+        return title.strip() or None if isinstance(title, str) else None
+    return None
+
+
+def _toml(text: str) -> dict | None:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
         return None
-    value = found.group("value").rstrip(" \t\r")
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        value = value[1:-1].strip()
-    return value or None
 
 
 def _heading_text(raw: str) -> str:

@@ -75,6 +75,27 @@ def test_front_matter_is_left_out_and_gives_the_title() -> None:
     assert sections(text) == [("", "# Guide\n\nIntro."), ("Care", "## Care\n\nDust it.")]
 
 
+@pytest.mark.parametrize("line_end", ["\n", "\r\n"], ids=["unix", "windows"])
+def test_toml_front_matter_is_left_out_and_gives_the_title(line_end: str) -> None:
+    """Hugo and Zola sites put TOML between '+++' lines: it was indexed as text and the title missed."""
+    front_matter = '+++\ntitle = "Pump notes"\ndate = 2024-05-01\n[params]\ntags = ["pumps"]\n+++\n'
+    text = (front_matter + "Intro.\n\n## Care\n\nDust it.\n").replace("\n", line_end)
+    assert document_title(text, fallback="x") == "Pump notes"
+    assert [(section, body.replace("\r", "")) for section, body in sections(text)] == [
+        ("", "Intro."), ("Care", "## Care\n\nDust it.")
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["+++\nnot = valid = toml\n+++\n# Title\n\nText.\n", "+++\ntitle = \"Never closed\"\n# Title\n\nText.\n"],
+    ids=["invalid TOML", "unclosed"],
+)
+def test_a_plus_line_that_opens_no_toml_front_matter_is_text(text: str) -> None:
+    assert document_title(text, fallback="x") == "Title"
+    assert sections(text)[0][1].startswith("+++")
+
+
 def test_front_matter_without_a_title_leaves_the_title_to_the_first_heading() -> None:
     text = "---\ndate: 2024-05-01\n...\nTeam notes\n==========\n\nWe met.\n"
     assert document_title(text, fallback="x") == "Team notes"
