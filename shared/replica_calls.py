@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -35,13 +35,15 @@ class NoReplicaConnected(Exception):
         self.refused = refused
 
 
-async def on_a_replica(replicas: ReplicaPool, send: Callable[[str], Awaitable[T]]) -> T:
-    """`send(url)` on the next replica; when its connection is refused, on the next one, until one takes the
-    request or each has refused it (a refused request never left, so sending it again is safe). Two retries
-    were not enough: with two of three replicas down, their skip periods end together now and then, and
+async def on_a_replica(
+    replicas: ReplicaPool, send: Callable[[str], Awaitable[T]], *, avoid: Collection[str] = ()
+) -> T:
+    """`send(url)` on the next replica not in `avoid`; when its connection is refused, on the next one, until one
+    takes the request or each has refused it (a refused request never left, so sending it again is safe). Two
+    retries were not enough: with two of three replicas down, their skip periods end together now and then, and
     a request tried on both of them alone failed while the third could have answered."""
     refused: list[str] = []
-    while url := replicas.pick(exclude=refused):
+    while url := replicas.pick(exclude=[*avoid, *refused]):
         try:
             result = await send(url)
         except NOT_CONNECTED as exc:

@@ -20,7 +20,7 @@ from shared.urls import checked_http_url
 
 UNREACHABLE = Counter(
     "cairn_upstream_unreachable_total",
-    "Connections to a replica that failed; the replica is then skipped for a cool-down",
+    "Connections to a replica that failed, or searches it left unanswered too long; it is then skipped for a while",
     ["service", "upstream"],
 )
 

@@ -70,7 +70,8 @@ class HttpRetrievalClient:
     timeout, behind a circuit breaker so a dead retrieval costs callers nothing while it cools down.
 
     Replicas take turns; one that refuses the connection is skipped for a while and the attempt goes at once
-    to another replica, without waiting for a backoff."""
+    to another replica, without waiting for a backoff; one silent for an attempt's share of the timeout is
+    skipped the same way, and an attempt on another replica joins the one it holds."""
 
     def __init__(
         self,
@@ -133,36 +134,72 @@ class HttpRetrievalClient:
             raise DependencyUnavailable("retrieval", "retrieval sent a response chat cannot read") from exc
 
     async def _post_with_retries(self, body: dict[str, Any], headers: dict[str, str]) -> _Answer:
-        """The whole exchange, backoff included, stays within the timeout."""
+        """Attempts until one answers, the whole exchange (backoff included) within the timeout. A failed attempt
+        is followed by the next after a backoff. One left unanswered for its share of the time left is joined by
+        the next on a replica not already asked, and the first answer wins (a search is read-only): a replica that
+        takes connections and never answers would otherwise hold the whole timeout."""
         deadline = time.monotonic() + self._timeout
         reason, dependency = "no attempt made", "retrieval"
-        for attempt in range(self._attempts):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                return await self._attempt(body, headers, deadline)
-            except _Retryable as exc:
-                reason, dependency = exc.reason, exc.dependency
-            delay = self._backoff * 2**attempt
-            if attempt + 1 < self._attempts and time.monotonic() + delay < deadline:
-                log.info("retrying retrieval", extra={"attempt": attempt + 1, "reason": reason})
-                await asyncio.sleep(delay)
-            else:
-                break
+        asked: set[str] = set()  # replicas with an attempt of this search in flight
+        silent: set[str] = set()  # those of them marked for not answering within their share
+        pending: set[asyncio.Task[_Answer]] = set()
+        started, next_start = 0, time.monotonic()
+        try:
+            while True:
+                now = time.monotonic()
+                may_start = (
+                    started < self._attempts
+                    and len(asked) < len(self.replicas.urls)
+                    and max(now, next_start) < deadline
+                )
+                if may_start and now >= next_start:
+                    for url in asked - silent:  # silent for its share: skipped for a while, like a refusal
+                        self.replicas.mark_unreachable(url)
+                        silent.add(url)
+                        log.warning("retrieval replica has not answered; asking another one too", extra={"url": url})
+                    pending.add(asyncio.create_task(self._attempt(body, headers, deadline, asked)))
+                    started += 1
+                    next_start = now + (deadline - now) / (self._attempts - started + 1)
+                    await asyncio.sleep(0)  # the attempt marks its replica asked before the next check
+                    continue
+                if not pending:
+                    if not may_start:
+                        break
+                    await asyncio.sleep(next_start - now)  # backoff
+                    continue
+                wait_s = next_start - now if may_start else None
+                done, pending = await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    try:
+                        return task.result()
+                    except _Retryable as exc:
+                        reason, dependency = exc.reason, exc.dependency
+                        next_start = time.monotonic() + self._backoff * 2 ** (started - 1)
+                        if started < self._attempts:
+                            log.info("retrying retrieval", extra={"attempt": started, "reason": reason})
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         if dependency != "retrieval":
             raise DependencyUnavailable(dependency, f"retrieval cannot reach {dependency} ({reason})")
         raise DependencyUnavailable("retrieval", f"retrieval is unavailable ({reason})")
 
-    async def _attempt(self, body: dict[str, Any], headers: dict[str, str], deadline: float) -> _Answer:
-        """One search on the next replica, or, when it refuses the connection, on one other replica."""
+    async def _attempt(
+        self, body: dict[str, Any], headers: dict[str, str], deadline: float, asked: set[str]
+    ) -> _Answer:
+        """One search on the next replica not in `asked`, or, when it refuses the connection, on another one."""
 
         async def post(url: str) -> _Answer:
-            with client_span("retrieval POST /search", headers, {"server.address": url}):
-                return await self._post(url, body, headers, deadline)
+            asked.add(url)
+            try:
+                with client_span("retrieval POST /search", headers, {"server.address": url}):
+                    return await self._post(url, body, headers, deadline)
+            finally:
+                asked.discard(url)
 
         try:
-            return await on_a_replica(self.replicas, post)
+            return await on_a_replica(self.replicas, post, avoid=asked)
         except NoReplicaConnected as exc:  # the addresses are in the log, not in an answer users read
             raise _Retryable("unreachable") from exc
 

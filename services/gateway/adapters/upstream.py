@@ -1,7 +1,7 @@
 """Forwarding a request to one replica of an internal service over a pooled aiohttp session.
 
 Replicas take turns (shared.replicas.ReplicaPool). A replica that refuses the connection is skipped for a
-while and the request goes to another one, once; a request that reached a replica is never sent again,
+while and the request goes to the next one; a request that reached a replica is never sent again,
 since a POST /chat may have done its work. aiohttp rather than httpx: under 32 concurrent requests httpx's
 pool caps a hop at a few hundred requests/s with p99 near 200 ms (docs/benchmarks.md, "Hops").
 """
@@ -234,7 +234,7 @@ class Upstream:
         params: list[tuple[str, str]] | None,
         timeout_s: float | None = None,
     ) -> aiohttp.ClientResponse:
-        """The response (body unread) of the next replica; a refused connection tries one other replica."""
+        """The response (body unread) of the next replica; a refused connection tries the next replica."""
         query = f"?{urlencode(params)}" if params else ""
         timeout = {} if timeout_s is None else {"timeout": client_timeout(timeout_s)}
 

@@ -90,6 +90,26 @@ async def test_hang_gives_503_within_the_timeout(server):
     assert info.value.code == "retrieval_unavailable" and time.monotonic() - started < 1.5
 
 
+async def test_a_search_one_replica_leaves_unanswered_goes_to_another_replica_within_the_timeout():
+    """A replica that takes the connection and never answers (hung) cost every other search its whole timeout:
+    the first attempt waited for all of it, leaving the live replica no time. Now it is skipped for a while too."""
+    (hung_app, hung), (live_app, live) = scripted_retrieval(), scripted_retrieval()
+    reset(hung, "hang")
+    with serve_in_thread(hung_app) as hung_url, serve_in_thread(live_app) as live_url:
+        async with aiohttp.ClientSession() as http:
+            client = HttpRetrievalClient(
+                session=http, settings=Settings(), replicas=ReplicaPool(service="retrieval", urls=[hung_url, live_url]),
+                timeout_s=1.5, attempts=3, backoff_base_s=0.05,
+            )
+            started = time.monotonic()
+            caller = Caller(user_id="u1")
+            found = [await client.search(query="q", top_k=3, filters=None, caller=caller) for _ in range(2)]
+            elapsed = time.monotonic() - started
+    assert [[chunk.chunk_id for chunk in chunks] for chunks in found] == [["c1"], ["c1"]]
+    assert (hung["calls"], live["calls"]) == (1, 2), "the live replica is asked too, and the silent one then skipped"
+    assert elapsed < 1.0, "the live replica is asked after the first attempt's share of the timeout (0.5 s)"
+
+
 async def test_breaker_opens_after_failures_and_closes_after_cooldown(server):
     url, script = server
     reset(script, "fail", failures=100)
