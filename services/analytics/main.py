@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await consumer.start()
         http = httpx.AsyncClient()
         app.state.library = HttpDocumentLibrary(
-            client=http, settings=settings, base_url=settings.retrieval_url, timeout_s=settings.retrieval_timeout_s
+            client=http, settings=settings, base_urls=settings.retrieval_urls, timeout_s=settings.retrieval_timeout_s
         )
         app.state.store, app.state.consumer = store, consumer
         yield

@@ -69,7 +69,8 @@ class Settings(CommonSettings):
     retrieval_urls: UrlList = Field(
         ("http://127.0.0.1:8002",),
         validation_alias=aliases("RETRIEVAL_URLS", "RETRIEVAL_URL"),
-        description="Retrieval's API, asked for its document list by the never-cited report (the first replica).",
+        description="Retrieval's API, asked for its document list by the never-cited report (the first replica that "
+        "answers, in order).",
     )
     retrieval_timeout_s: float = Field(
         5.0, gt=0, validation_alias=aliases("ANALYTICS_RETRIEVAL_TIMEOUT_S")

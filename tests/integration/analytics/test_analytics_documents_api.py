@@ -78,7 +78,7 @@ async def client_for(store: SqlEventStore, tmp_path: Path, retrieval_url: str) -
         # What the lifespan builds, without its broker consumer.
         app.state.store = store
         app.state.library = HttpDocumentLibrary(
-            client=http, settings=settings, base_url=settings.retrieval_url, timeout_s=settings.retrieval_timeout_s
+            client=http, settings=settings, base_urls=settings.retrieval_urls, timeout_s=settings.retrieval_timeout_s
         )
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
             yield client
@@ -120,10 +120,26 @@ async def test_retrieval_not_listening_is_503(store, tmp_path) -> None:
         assert (await client.get("/analytics/gaps", headers=AUTH)).status_code == 200
 
 
+async def test_the_library_comes_from_another_retrieval_replica_while_the_first_is_down(store, tmp_path, retrieval):
+    """With `cairn up --replicas retrieval=2`, the report failed and /readyz said retrieval was down whenever the
+    first replica was, while the second answered."""
+    app, url = retrieval
+    app.state.mode = "list"
+    urls = [f"http://127.0.0.1:{free_port()}", url]
+    async with client_for(store, tmp_path, ",".join(urls)) as client:
+        response = await client.get("/analytics/documents", params=RANGE, headers=AUTH)
+    async with httpx.AsyncClient() as http:
+        library = HttpDocumentLibrary(client=http, settings=Settings(service_token=TOKEN), base_urls=urls, timeout_s=1)
+        checks = await library.readiness()
+    assert response.status_code == 200, response.text
+    assert response.json()["never_cited"] == ["handbook", "zeta"]
+    assert checks == {"retrieval": True, "retrieval_service_token": True}
+
+
 async def test_a_wrong_service_token_at_retrieval_is_503(store, tmp_path, retrieval) -> None:
     settings = Settings(service_token="not-the-one-retrieval-knows", data_dir=tmp_path)
     async with httpx.AsyncClient() as http:
-        library = HttpDocumentLibrary(client=http, settings=settings, base_url=retrieval[1], timeout_s=TIMEOUT_S)
+        library = HttpDocumentLibrary(client=http, settings=settings, base_urls=[retrieval[1]], timeout_s=TIMEOUT_S)
         with pytest.raises(DependencyUnavailable) as info:
             await library.document_ids()
     assert info.value.code == "retrieval_unavailable"
@@ -141,5 +157,6 @@ async def test_a_library_larger_than_one_page_of_retrievals_list_is_read_whole(t
     settings = Settings(service_token=TOKEN, data_dir=tmp_path)
     with serve_in_thread(retrieval_app) as url:
         async with httpx.AsyncClient() as http:
-            ids = await HttpDocumentLibrary(client=http, settings=settings, base_url=url, timeout_s=10).document_ids()
+            library = HttpDocumentLibrary(client=http, settings=settings, base_urls=[url], timeout_s=10)
+            ids = await library.document_ids()
     assert ids == [c.doc_id for c in chunks]
