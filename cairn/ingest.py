@@ -250,9 +250,13 @@ def ingest_paths(
                     bar.write(f"failed: {name}: {exc}", file=sys.stderr)  # beside the bar; the summary goes to stdout
                 except RetrievalGone as exc:
                     if uploads == 1:
-                        message = f"retrieval service not reachable at {client.base_url}: {exc}"
                         no_connection = isinstance(exc.__cause__, httpx.TransportError)  # not an answer such as 503
-                        raise (RetrievalUnreachable if no_connection else IngestError)(message) from None
+                        if no_connection:
+                            message = f"retrieval service not reachable at {client.base_url}: {exc}"
+                            raise RetrievalUnreachable(message) from None
+                        # It answered, naming what it lacks (such as Chroma): the operator should look there.
+                        message = f"retrieval service at {client.base_url} cannot take documents: {exc}"
+                        raise IngestError(message) from None
                     summary.unavailable_at = name
                     summary.failures.append((name, f"retrieval unavailable: {exc}"))
                     not_sent = [source_name(rest, base) for rest in files[index + 1:]]

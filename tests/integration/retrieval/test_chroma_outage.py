@@ -14,6 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from cairn.ingest import IngestError, RetrievalUnreachable, ingest_paths
 from services.retrieval.adapters import chroma_store
 from services.retrieval.adapters.chroma_store import ChromaStore
 from services.retrieval.adapters.embedder import SentenceTransformerEmbedder
@@ -22,7 +23,7 @@ from services.retrieval.ports import StoredChunk
 from services.retrieval.settings import Settings
 from shared.errors import DependencyUnavailable
 from tests.integration.retrieval.chroma_server import ChromaServer
-from tests.support import wait_until
+from tests.support import serve_in_thread, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +144,18 @@ def test_readiness_answers_quickly_while_chroma_is_silent(
             chroma.resume()
         assert response.status_code == 200 and response.json()["checks"] == {"chroma": False, "embedder": True, "index": True}
         assert took < 2, f"/readyz took {took:.1f}s"
+
+
+def test_cairn_ingest_with_chroma_down_names_chroma_not_an_unreachable_retrieval(
+    tmp_path: Path, chroma: ChromaServer, embedder: SentenceTransformerEmbedder, unique: str
+) -> None:
+    """Retrieval answered 503 chroma_unavailable, yet `cairn ingest` said "retrieval service not reachable",
+    sending the operator to look at a retrieval service that was up."""
+    settings = Settings(service_token=TOKEN, data_dir=tmp_path, chroma_url=chroma.url, chroma_collection=unique)
+    (tmp_path / "note.md").write_text("# Note\n\nQuokkas live on Rottnest Island.\n")
+    with serve_in_thread(create_app(settings, embedder=embedder)) as url:
+        chroma.stop()
+        with pytest.raises(IngestError) as refused:
+            ingest_paths([tmp_path / "note.md"], retrieval_url=url, service_token=TOKEN, progress=False, base=tmp_path)
+    assert not isinstance(refused.value, RetrievalUnreachable)
+    assert str(refused.value) == f"retrieval service at {url} cannot take documents: HTTP 503: chroma is unavailable"
