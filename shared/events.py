@@ -93,8 +93,11 @@ class ResponseGeneratedData(_Data):
 
 class QueryFailedData(_Data):
     query: str = Field(description="The question as the user sent it.")
-    stage: Literal["validation", "conversation", "reformulate", "retrieval", "generation", "citations", "internal"] = (
-        Field(description="The step that was running when the question failed.")
+    stage: Literal[
+        "validation", "conversation", "reformulate", "retrieval", "generation", "citations", "internal", "interrupted"
+    ] = Field(
+        description="The step that was running when the question failed; `interrupted` (published by the gateway): "
+        "the connection to chat broke after the question reached it, as when the chat process dies mid-question."
     )
     error: str = Field(description="The error code of the response, such as retrieval_unavailable.")
     error_type: str | None = Field(None, description="The name of the exception class behind the error.")

@@ -26,6 +26,7 @@ from services.gateway.deps import (
     UsersDep,
 )
 from services.gateway.domain import Session
+from services.gateway.interruptions import publish_interrupted
 from services.gateway.models import LoginRequest, LoginResponse, MeResponse, UserOut
 from services.gateway.responses import LOGIN, SIGNED_IN, forwarded
 from services.gateway.routing import QuestionRoute, withdrawing_refusal
@@ -162,7 +163,8 @@ async def chat(request: Request, session: AskingSession, settings: SettingsDep, 
 async def chat_stream(request: Request, session: AskingSession, settings: SettingsDep, chat: ChatUpstream) -> Response:
     headers = headers_for(request, session, settings)
     response = await chat.forward_stream(
-        route="/api/chat/stream", method="POST", path="/chat/stream", headers=headers, body=await request.body()
+        route="/api/chat/stream", method="POST", path="/chat/stream", headers=headers, body=await request.body(),
+        on_lost=lambda: publish_interrupted(request),
     )
     if isinstance(response, StreamingResponse):
         response.body_iterator = withdrawing_refusal(response.body_iterator, request)

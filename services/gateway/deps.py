@@ -12,6 +12,7 @@ from services.gateway.asking import admit_question
 from services.gateway.auth import authenticate
 from services.gateway.domain import Session
 from services.gateway.feedback import RequestOwners
+from services.gateway.interruptions import note_question
 from services.gateway.model_offer import OfferedModels
 from services.gateway.rate_limits import (
     IPNetwork,
@@ -135,6 +136,7 @@ async def _asking_session(
         request_id=request_id_var.get(),
         ttl_s=settings.feedback_window_s,
     )
+    note_question(request, asker=session, body=await request.body())  # read already: the route's JSON check
     return session
 
 

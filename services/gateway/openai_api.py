@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple, TypeVar
 
 from fastapi import APIRouter, Request, Response
@@ -13,9 +13,10 @@ from httpx_sse import ServerSentEvent
 from starlette.background import BackgroundTask
 
 from services.gateway import openai_compat
-from services.gateway.adapters.upstream import Upstream, UpstreamStream
+from services.gateway.adapters.upstream import ConnectionLost, Upstream, UpstreamStream
 from services.gateway.api import headers_for
 from services.gateway.deps import AskingSession, ChatUpstream, OfferedModelsDep, SettingsDep, UserSession
+from services.gateway.interruptions import note_query, publish_interrupted
 from services.gateway.model_offer import ModelOffer
 from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
 from services.gateway.openai_errors import OpenAIRoute, in_openai_shape
@@ -92,7 +93,9 @@ async def chat_completions(
 
     offer = await offered.get(fetch_offer)
     model = offer.used(body.model)
-    payload = json.dumps(openai_compat.chat_body(body, model_id=offer.pick(body.model))).encode()
+    chat_body = openai_compat.chat_body(body, model_id=offer.pick(body.model))
+    note_query(request, chat_body["query"])
+    payload = json.dumps(chat_body).encode()
     if not body.stream:
         answer = await chat.forward(method="POST", path="/chat", headers=headers, body=payload)
         if answer.status_code != 200:
@@ -100,7 +103,10 @@ async def chat_completions(
         return JSONResponse(_from_chat(answer.body, lambda whole: openai_compat.completion(whole, model=model)))
     usage_apart = bool(body.stream_options and body.stream_options.include_usage)
     writer = ChunkWriter(model=model, request_id=request_id_var.get(), usage_apart=usage_apart)
-    return await _streamed(chat, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s)
+    return await _streamed(
+        chat, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s,
+        on_lost=lambda: publish_interrupted(request),
+    )
 
 
 def _models_list(answer: Response) -> dict[str, Any]:
@@ -121,7 +127,13 @@ def _from_chat(content: bytes | str, read: Callable[[Any], T]) -> T:
 
 
 async def _streamed(
-    chat: Upstream, *, headers: dict[str, str], payload: bytes, writer: ChunkWriter, keepalive_s: float
+    chat: Upstream,
+    *,
+    headers: dict[str, str],
+    payload: bytes,
+    writer: ChunkWriter,
+    keepalive_s: float,
+    on_lost: Callable[[], Awaitable[None]],
 ) -> Response:
     """The answer as chunks. The status waits for the model's first word, for at most `keepalive_s` (the
     silence after which a keep-alive comment would be due): a model that fails in that time, or a chat
@@ -141,7 +153,9 @@ async def _streamed(
         await upstream.aclose()
         raise
     return StreamingResponse(
-        with_keepalive(_chunks(first, events, upstream, writer), every_s=keepalive_s, comment=KEEPALIVE_COMMENT),
+        with_keepalive(
+            _chunks(first, events, upstream, writer, on_lost), every_s=keepalive_s, comment=KEEPALIVE_COMMENT
+        ),
         media_type="text/event-stream",
         headers={"X-Accel-Buffering": "no"},  # and Cache-Control no-store, as every answer (gateway.middleware)
         background=BackgroundTask(upstream.aclose),
@@ -192,9 +206,10 @@ async def _chunks(
     events: AsyncIterator[ServerSentEvent],
     upstream: UpstreamStream,
     writer: ChunkWriter,
+    on_lost: Callable[[], Awaitable[None]],
 ) -> AsyncIterator[str]:
     """Chat's events as chunks, from `first`. Chat counts the `error` events it sends; the gateway counts
-    the streams chat cut."""
+    the streams chat cut, and calls `on_lost` when the connection to chat broke."""
     ended = False  # by chat's `done` or `error` event
     try:
         yield writer.first()
@@ -207,6 +222,8 @@ async def _chunks(
                 ended = ended or event.event in ("done", "error")
     except ServiceError as exc:  # chat went away or garbled (chat_unavailable) or silent (chat_timeout) mid-stream
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=exc.code)
+        if isinstance(exc, ConnectionLost):
+            await on_lost()
         yield writer.error(exc.body())
         ended = True
     finally:

@@ -9,8 +9,9 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from services.gateway.adapters.upstream import NotDelivered
+from services.gateway.adapters.upstream import ConnectionLost, NotDelivered
 from services.gateway.asking import AdmittedQuestion, is_refusal, withdraw_question
+from services.gateway.interruptions import publish_interrupted
 from shared.errors import ServiceError
 from shared.json_body import StrictJsonRoute
 
@@ -28,7 +29,8 @@ class QuestionRoute(StrictJsonRoute):
     """Withdraws the question AskingSession admitted when the answer refuses it (services.gateway.asking),
     whether the gateway raised the refusal (the body is checked after the dependencies have run) or chat
     answered it, and when it never reached chat (no replica took the connection): sent again with the
-    same request id after Retry-After, it is asked, not refused as request_id_taken."""
+    same request id after Retry-After, it is asked, not refused as request_id_taken. A question whose
+    connection to chat broke after it reached chat is reported failed in chat's place (interruptions.py)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -39,6 +41,8 @@ class QuestionRoute(StrictJsonRoute):
             except Exception as exc:
                 if is_refusal(status_of(exc)) or isinstance(exc, NotDelivered):
                     await _withdraw(request)
+                elif isinstance(exc, ConnectionLost):
+                    await publish_interrupted(request)
                 raise
             if is_refusal(response.status_code):
                 await _withdraw(request)

@@ -11,7 +11,7 @@ import codecs
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlencode
 
 import aiohttp
@@ -56,8 +56,16 @@ class NotDelivered(DependencyUnavailable):
         super().__init__(dependency)
 
 
+class ConnectionLost(DependencyUnavailable):
+    """The service took the request, then the connection broke before the answer was complete: the service may
+    have died mid-request (killed, out of memory), and done part of the work or none."""
+
+    def __init__(self, dependency: str) -> None:
+        super().__init__(dependency)
+
+
 def _failure(name: str, exc: BaseException) -> ServiceError:
-    return UpstreamTimeout(name) if isinstance(exc, TimeoutError) else DependencyUnavailable(name)
+    return UpstreamTimeout(name) if isinstance(exc, TimeoutError) else ConnectionLost(name)
 
 
 class UpstreamStream:
@@ -133,18 +141,20 @@ class Upstream:
         headers: dict[str, str],
         body: bytes | None = None,
         params: list[tuple[str, str]] | None = None,
+        on_lost: Callable[[], Awaitable[None]] | None = None,
     ) -> Response:
         """Send and pass the answer on as it arrives (Server-Sent Events, a CSV file), unbuffered.
 
         An error answer (not 200) is read whole and returned as is. The upstream response is closed
         when the stream ends or the client goes away, so the service behind stops its work too.
-        A stream the service cuts off is counted as a failure of the gateway's `route`.
+        A stream the service cuts off is counted as a failure of the gateway's `route`; `on_lost` is called
+        when the connection broke (ConnectionLost), not when the service went silent.
         """
         upstream = await self.open_stream(method=method, path=path, headers=headers, body=body, params=params)
         if upstream.status_code != 200:
             return await self.read_whole(upstream)
         return StreamingResponse(
-            self._relay(upstream, route=route),
+            self._relay(upstream, route=route, on_lost=on_lost),
             status_code=200,
             headers=_passed(upstream),
             background=BackgroundTask(upstream.aclose),
@@ -198,7 +208,9 @@ class Upstream:
         headers = {k: v for k, v in _passed(upstream).items() if k.lower() != "content-type"}
         return JSONResponse(body, status_code=status, headers=headers)
 
-    async def _relay(self, upstream: UpstreamStream, *, route: str) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, upstream: UpstreamStream, *, route: str, on_lost: Callable[[], Awaitable[None]] | None
+    ) -> AsyncIterator[bytes]:
         # The service's own `error` events pass through uncounted here: the service counts them.
         events = _is_event_stream(upstream)
         # An event stream goes on in whole events: a part of an event the service never finished would reach
@@ -219,6 +231,8 @@ class Upstream:
         except (aiohttp.ClientError, TimeoutError) as exc:  # the service went away or went silent mid-stream
             failure = _failure(self.name, exc)
             count_stream_failure(service="gateway", route=route, reason=failure.code)
+            if on_lost is not None and isinstance(failure, ConnectionLost):
+                await on_lost()
             if not events:
                 raise  # too late for an error status: the connection is dropped, so the client sees the body cut short
             yield format_sse_event(event="error", data_str=json.dumps(failure.event_data()))  # `held` is dropped
