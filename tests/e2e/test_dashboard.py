@@ -713,3 +713,73 @@ def test_a_resized_window_redraws_each_chart_at_its_height_inside_its_card(gatew
     assert {name: b["svg"] for name, b in boxes.items()} == {name: b["area"] for name, b in boxes.items()}, \
         "a chart is drawn outside its area, over the card below it"
     assert problems == [], problems
+
+
+def test_each_chart_gives_its_figures_as_a_table_to_the_keyboard(gateway, browser, figures):
+    """A chart's values show on pointing only: its table gives them to a keyboard and a screen reader too."""
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    top = page.get_by_role("figure", name="Top queries")
+    summary = top.get_by_text("Show as a table")
+    summary.focus()
+    page.keyboard.press("Enter")
+    table = top.get_by_role("table", name="Top queries")
+    expect(table.get_by_role("columnheader")).to_have_text(["Question", "Answered", "Not answered"])
+    expect(table.get_by_role("row", name=re.compile(r"^1\. How do I add a user\?"))).to_contain_text("9")
+    expect(table.get_by_role("rowheader", name=f"3. {MARKUP_QUERY}")).to_be_visible()  # whole, and as typed
+    for name in ("Volume over time", "Latency percentiles over time", "Answer rate over time", "Confidence mix",
+                 "Most cited documents", "Content gaps: unanswered and low-confidence queries"):
+        closed = page.get_by_role("figure", name=name).get_by_role("table", name=name, include_hidden=True)
+        expect(closed).to_have_count(1)
+    confidence = page.get_by_role("figure", name="Confidence mix").get_by_role("table", include_hidden=True)
+    headings = confidence.get_by_role("columnheader", include_hidden=True)
+    expect(headings).to_have_text(["Confidence", "Responses", "Share"])
+    assert problems == [], problems
+
+
+def test_a_range_with_no_data_offers_no_empty_tables(gateway, browser, figures):
+    figures.empty = True
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    expect(page.get_by_test_id("chart-top-queries")).to_have_text("No data in this range")
+    expect(page.get_by_text("Show as a table")).to_have_count(0)
+    assert problems == [], problems
+
+
+# The product of the opacities of the focused element and its ancestors: 0 when it cannot be seen.
+SEEN = """() => { let seen = 1;
+  for (let e = document.activeElement; e; e = e.parentElement) seen *= Number(getComputedStyle(e).opacity);
+  return seen; }"""
+
+
+def test_a_chart_button_the_keyboard_reaches_is_shown_with_the_pages_focus_ring(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard", color_scheme="dark")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    page.mouse.move(0, 0)  # over no chart: plotly shows the buttons of a chart under the pointer
+    page.get_by_test_id("export-csv").focus()
+    page.keyboard.press("Tab")
+    expect(page.get_by_test_id("chart-volume").get_by_role("button", name="Download plot as a PNG")).to_be_focused()
+    wait_until(lambda: page.evaluate(SEEN) == 1, timeout=5, what="the focused chart button to be shown")
+    ring = page.evaluate("(({outlineStyle, outlineWidth, outlineColor}) => [outlineStyle, outlineWidth, outlineColor])"
+                         "(getComputedStyle(document.activeElement))")
+    assert ring == ["solid", "3px", "rgb(140, 196, 255)"], ring  # the page's (dark) focus ring, not plotly's black
+    assert problems == [], problems
+
+
+def test_a_table_wider_than_a_phone_scrolls_sideways_with_the_keyboard(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard", width=320)
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    wait_for_figures(page)
+    models = page.get_by_role("group", name="Models")
+    models.focus()
+    expect(models).to_be_focused()
+    page.keyboard.press("ArrowRight")
+    wait_until(lambda: models.evaluate("e => e.scrollLeft") > 0, timeout=5, what="the table to scroll sideways")
+    top = page.get_by_role("figure", name="Top queries")
+    top.get_by_text("Show as a table").click()
+    expect(top.get_by_role("group", name="Top queries")).to_have_attribute("tabindex", "0")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 320, "the page scrolls sideways"
+    assert problems == [], problems

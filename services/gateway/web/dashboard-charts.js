@@ -14,6 +14,17 @@ function times(series) {
   return bucketLabels(series.points.map((p) => p.start), series.bucket, series.tz);
 }
 
+/** The figure with its numbers as a table: a row per category (a time, a question, a document) under the
+ * `heading` column, a column per trace. Pointing at the chart shows a value; the table gives them all to a
+ * keyboard and a screen reader. `labels`: the categories as text, where the chart's are cut or escaped. */
+function tabulated(figure, heading, { labels, format = fmt.count } = {}) {
+  const across = figure.data[0].orientation === "h";
+  const categories = labels ?? (across ? figure.data[0].y : figure.data[0].x);
+  const values = (trace) => (across ? trace.x : trace.y);
+  const rows = categories.map((category, i) => [category, ...figure.data.map((trace) => format(values(trace)[i]))]);
+  return { ...figure, table: { columns: [heading, ...figure.data.map((trace) => trace.name)], rows } };
+}
+
 // Ticks fall on round clock times, every so many buckets, as many as the chart's width has room for.
 const STRIDES = {
   minute: [1, 2, 5, 10, 15, 30, 60, 120],
@@ -67,15 +78,16 @@ function volume(series, t) {
   const other = points.map((p) => Math.max(0, p.queries - p.answered - p.no_answer - p.failed));
   if (other.some((n) => n > 0)) data.push(bar("Other (small talk, pending)", other, t.muted));
   const largest = Math.max(...points.map((p) => p.queries));
-  return {
+  const xaxis = timeAxis(t, series, x);
+  return tabulated({
     data,
     layout: layout(t, {
       barmode: "stack",
       hovermode: "x unified",
-      xaxis: timeAxis(t, series, x),
+      xaxis,
       yaxis: countAxis(t, "Queries", largest),
     }),
-  };
+  }, xaxis.title.text);
 }
 
 function latency(series, t) {
@@ -91,14 +103,15 @@ function latency(series, t) {
     line: { color, dash },
     hovertemplate: `${key} %{y:,.0f} ms<extra></extra>`,
   });
-  return {
+  const xaxis = timeAxis(t, series, x);
+  return tabulated({
     data: [line("p50", t.accent, "solid"), line("p95", t.middling, "dash"), line("p99", t.bad, "dot")],
     layout: layout(t, {
       hovermode: "x unified",
-      xaxis: timeAxis(t, series, x),
+      xaxis,
       yaxis: axis(t, "Latency (ms)", { rangemode: "tozero" }),
     }),
-  };
+  }, xaxis.title.text, { format: fmt.ms });
 }
 
 function answerRate(series, t) {
@@ -114,15 +127,16 @@ function answerRate(series, t) {
     line: { color: t.good },
     hovertemplate: "%{y:.1f} % answered<extra></extra>",
   };
-  return {
+  const xaxis = timeAxis(t, series, x);
+  return tabulated({
     data: [trace],
     layout: layout(t, {
       showlegend: false,
       hovermode: "x unified",
-      xaxis: timeAxis(t, series, x),
+      xaxis,
       yaxis: axis(t, "Answered (%)", { range: [0, 105], ticksuffix: " %" }),
     }),
-  };
+  }, xaxis.title.text, { format: (value) => fmt.percent(value === null ? null : value / 100) });
 }
 
 // --- the range as a whole -----------------------------------------------------------------------
@@ -142,12 +156,17 @@ function confidence(summary, t) {
     textinfo: "label+percent",
     hovertemplate: "%{label}: %{value} responses (%{percent})<extra></extra>",
   };
-  return { data: [trace], layout: layout(t, { showlegend: false, margin: { t: 16, r: 16, b: 16, l: 16 } }) };
+  const total = slices.reduce((sum, [, count]) => sum + count, 0);
+  const table = {
+    columns: ["Confidence", "Responses", "Share"],
+    rows: slices.map(([label, count]) => [label, fmt.count(count), fmt.percent(count / total)]),
+  };
+  return { data: [trace], layout: layout(t, { showlegend: false, margin: { t: 16, r: 16, b: 16, l: 16 } }), table };
 }
 
 /** Horizontal bars, most frequent at the top, each label ranked so that equal shortened texts stay apart
- * and cut to what the chart's width leaves room for (the hover text keeps it whole). */
-function ranked(items, label, traces, t, title) {
+ * and cut to what the chart's width leaves room for (the hover text and the table, under `heading`, keep it whole). */
+function ranked(items, label, traces, t, title, heading) {
   const length = Math.min(48, Math.max(14, Math.floor(t.width / 20)));
   const y = items.map((item, i) => `${i + 1}. ${fmt.plotText(fmt.shorten(label(item), length))}`);
   const largest = Math.max(...items.map((item) => traces.reduce((sum, tr) => sum + tr.value(item), 0)));
@@ -161,7 +180,7 @@ function ranked(items, label, traces, t, title) {
     customdata: items.map((item) => fmt.plotText(label(item))),
     hovertemplate: `%{customdata}<br>%{x} ${tr.name.toLowerCase()}<extra></extra>`,
   }));
-  return {
+  return tabulated({
     data,
     layout: layout(t, {
       height: Math.max(200, 70 + 28 * items.length),
@@ -170,7 +189,7 @@ function ranked(items, label, traces, t, title) {
       xaxis: countAxis(t, title, largest),
       yaxis: axis(t, "", { autorange: "reversed", gridcolor: "rgba(0,0,0,0)" }),
     }),
-  };
+  }, heading, { labels: items.map((item, i) => `${i + 1}. ${label(item)}`) });
 }
 
 function topQueries(report, t) {
@@ -179,7 +198,7 @@ function topQueries(report, t) {
   return ranked(items, (q) => q.query, [
     { name: "Answered", value: (q) => q.answered, color: t.good },
     { name: "Not answered", value: (q) => q.count - q.answered, color: t.middling },
-  ], t, "Times asked");
+  ], t, "Times asked", "Question");
 }
 
 function gaps(report, t) {
@@ -189,13 +208,14 @@ function gaps(report, t) {
     { name: "No answer", value: (g) => g.no_answer, color: t.bad },
     { name: "Low confidence", value: (g) => g.low_confidence, color: t.middling },
     { name: "Other answers", value: (g) => Math.max(0, g.count - g.no_answer - g.low_confidence), color: t.muted },
-  ], t, "Times asked");
+  ], t, "Times asked", "Question");
 }
 
 function documents(report, t) {
   const items = report?.most_cited ?? [];
   if (!items.length) return null;
-  return ranked(items, (d) => d.doc_id, [{ name: "Citations", value: (d) => d.citations, color: t.accent }], t, "Citations");
+  const citations = { name: "Citations", value: (d) => d.citations, color: t.accent };
+  return ranked(items, (d) => d.doc_id, [citations], t, "Citations", "Document");
 }
 
 const BUILDERS = {

@@ -1,6 +1,6 @@
 // plotly.js for the dashboard: loaded on first use from the gateway (/web/vendor/plotly.min.js, no CDN),
-// the page's colours and fonts as a plotly layout, and a chart area that shows either a chart or
-// "No data in this range".
+// the page's colours and fonts as a plotly layout, and a chart area that shows either a chart, with its
+// figures as a table under it, or "No data in this range".
 
 const PLOTLY_URL = "/web/vendor/plotly.min.js";
 const EMPTY = "No data in this range";
@@ -67,6 +67,54 @@ export function countAxis(t, title, largest) {
   return axis(t, title, { rangemode: "tozero", tickformat: ",d", ...(largest <= 10 ? { dtick: 1 } : {}) });
 }
 
+function cell(tag, text, scope) {
+  const node = document.createElement(tag);
+  node.textContent = text;
+  if (scope) node.scope = scope;
+  return node;
+}
+
+/** {columns, rows} of text as a table: a column heading each, and each row headed by its first value. */
+function tableOf({ columns, rows }, caption) {
+  const table = document.createElement("table");
+  table.className = "figures";
+  const title = cell("caption", caption);
+  title.className = "visually-hidden"; // the chart's caption, just above, says it to the eye
+  const head = table.createTHead().insertRow();
+  head.append(...columns.map((name) => cell("th", name, "col")));
+  const body = table.createTBody();
+  for (const [label, ...values] of rows) {
+    body.insertRow().append(cell("th", label, "row"), ...values.map((value) => cell("td", value)));
+  }
+  table.prepend(title);
+  return table;
+}
+
+/** The figure's table under its chart, behind "Show as a table" (kept open or closed across loads), named by
+ * the chart's caption; none when `table` is null. */
+function showTable(container, table) {
+  const next = container.nextElementSibling;
+  let details = next?.classList.contains("chart-table") ? next : null;
+  if (!table) {
+    details?.remove();
+    return;
+  }
+  if (!details) {
+    details = document.createElement("details");
+    details.className = "chart-table";
+    container.after(details);
+  }
+  const caption = container.closest("figure")?.querySelector("figcaption")?.textContent ?? "";
+  const scroll = document.createElement("div");
+  scroll.className = "table-scroll";
+  // A table wider than a phone scrolls sideways: the keyboard can scroll it once it is focused.
+  scroll.tabIndex = 0;
+  scroll.setAttribute("role", "group");
+  scroll.setAttribute("aria-label", caption);
+  scroll.append(tableOf(table, caption));
+  details.replaceChildren(cell("summary", "Show as a table"), scroll);
+}
+
 /** Draw `figure` in the container, or say why not when it is null: no data, unless `empty` says otherwise.
  * Nothing is drawn once `signal` is aborted: a newer load owns the page by the time plotly has loaded. */
 export async function draw(container, figure, { empty = EMPTY, signal } = {}) {
@@ -80,6 +128,7 @@ export async function draw(container, figure, { empty = EMPTY, signal } = {}) {
     note.textContent = empty;
     container.replaceChildren(note);
     container.dataset.drawn = "empty";
+    showTable(container, null);
     return;
   }
   if (container.dataset.drawn !== "chart") container.replaceChildren();
@@ -88,6 +137,7 @@ export async function draw(container, figure, { empty = EMPTY, signal } = {}) {
   container.style.height = `${figure.layout.height}px`;
   await Plotly.react(container, figure.data, figure.layout, CONFIG);
   container.dataset.drawn = "chart";
+  showTable(container, figure.table ?? null);
 }
 
 /** Empty every chart area (nothing to show, e.g. after a failed load). */
@@ -97,5 +147,6 @@ export function clearCharts() {
     container.replaceChildren();
     container.style.removeProperty("height");
     delete container.dataset.drawn;
+    showTable(container, null);
   }
 }
