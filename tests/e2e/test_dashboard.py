@@ -783,3 +783,18 @@ def test_a_table_wider_than_a_phone_scrolls_sideways_with_the_keyboard(gateway, 
     expect(top.get_by_role("group", name="Top queries")).to_have_attribute("tabindex", "0")
     assert page.evaluate("document.documentElement.scrollWidth") <= 320, "the page scrolls sideways"
     assert problems == [], problems
+
+
+def test_a_wrong_password_marks_the_password_field_and_says_why_when_it_is_focused(gateway, browser, figures):
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", "not the password")
+    password = page.get_by_label("Password", exact=True)
+    expect(password).to_be_focused()
+    expect(password).to_have_attribute("aria-invalid", "true")
+    expect(password).to_have_accessible_description("Wrong user name or password.")
+    password.fill(STAND_IN_PASSWORD)
+    password.press("Enter")
+    wait_for_figures(page)
+    page.get_by_role("button", name="Log out").click()
+    expect(password).not_to_have_attribute("aria-invalid", "true")
+    assert problems == [], problems

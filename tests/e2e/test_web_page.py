@@ -326,6 +326,9 @@ def citation(n: int, content: str, chunk: int) -> dict:
 CITATIONS = [citation(1, PASSAGE_1, 1), citation(2, PASSAGE_2, 2)]
 
 
+WRONG = "wrong password"  # the fake gateway refuses it, at log-in and as the current password
+
+
 class FakeGateway:
     """The gateway's routes the chat page calls. `plans` says how the next questions are answered, in order:
     {"answer": text}, {"status": 401} (or {"status": 404, "code": code}; a "retry_after" value is sent as its
@@ -351,9 +354,18 @@ class FakeGateway:
         app.include_router(web_page_router)
 
         @app.post("/auth/login")
-        async def login(request: Request) -> dict:
-            username = (await request.json())["username"]
-            return {"token": f"token-{username}-{next(self.ids)}", "user": {"username": username}}
+        async def login(request: Request) -> Response:
+            body = await request.json()
+            if body["password"] == WRONG:
+                return JSONResponse({"error": "unauthorized", "message": "Not this time."}, status_code=401)
+            username = body["username"]
+            return JSONResponse({"token": f"token-{username}-{next(self.ids)}", "user": {"username": username}})
+
+        @app.post("/auth/password")
+        async def change_password(request: Request) -> Response:
+            if (await request.json())["current_password"] == WRONG:
+                return JSONResponse({"error": "forbidden", "message": "Not this time."}, status_code=403)
+            return JSONResponse({"sessions_ended": 0})
 
         @app.get("/auth/me")
         async def me(request: Request) -> dict:
@@ -1032,3 +1044,61 @@ def test_the_kept_conversation_is_bounded_and_a_full_storage_breaks_nothing(brow
         page.close()
     assert result["questions"] == [f"q{i}" for i in range(turns - kept, turns)], result
     assert result["size"] <= min(1_000_000, quota) + 1000
+
+
+def test_a_refused_password_marks_the_field_at_fault_and_says_why_when_it_is_focused(browser, fake):
+    _, url = fake
+    page, problems = open_page(browser, url + "/", 1280)
+    page.get_by_label("User name").fill("demo")
+    page.get_by_label("Password", exact=True).fill(WRONG)
+    page.get_by_label("Password", exact=True).press("Enter")
+    password = page.get_by_label("Password", exact=True)
+    expect(password).to_be_focused()
+    expect(password).to_have_attribute("aria-invalid", "true")
+    expect(password).to_have_accessible_description("Wrong user name or password.")
+    password.fill("right")
+    password.press("Enter")
+    expect(page.get_by_label("Your question")).to_be_focused()
+
+    page.get_by_role("button", name="Password").click()
+    dialog = page.get_by_role("dialog", name="Change your password")
+    current, new, again = (dialog.get_by_label(name, exact=True)
+                           for name in ("Current password", "New password", "New password again"))
+    current.fill(WRONG)
+    new.fill("a fresh passphrase")
+    again.fill("a fresh passphrase!")
+    again.press("Enter")
+    expect(again).to_be_focused()
+    expect(again).to_have_attribute("aria-invalid", "true")
+    expect(again).to_have_accessible_description("The two new passwords differ.")
+    expect(new).not_to_have_attribute("aria-invalid", "true")
+    expect(new).to_have_accessible_description("8 to 1024 characters")
+
+    again.fill("a fresh passphrase")
+    again.press("Enter")
+    expect(current).to_be_focused()
+    expect(current).to_have_accessible_description("The current password is wrong.")
+    expect(again).not_to_have_attribute("aria-invalid", "true")
+    expect(again).to_have_accessible_description("")
+
+    current.fill("right")
+    current.press("Enter")
+    expect(dialog.get_by_role("status")).to_have_text("Your password was changed.")
+    expect(current).not_to_have_attribute("aria-invalid", "true")
+    page.keyboard.press("Escape")  # the dialog closes, and the keyboard is back where it was
+    expect(dialog).to_be_hidden()
+    expect(page.get_by_role("button", name="Password")).to_be_focused()
+    assert problems == [], problems
+
+
+def test_the_page_keeps_a_main_heading_once_the_conversation_starts(browser, fake):
+    """A screen reader's key for the main heading finds one with the introduction, and after it gives way to answers."""
+    _, url = fake
+    page, problems = open_page(browser, url + "/", 1280)
+    log_in_as(page, "demo")
+    expect(page.get_by_role("heading", level=1)).to_have_text(["Ask a question"])
+    ask(page, "How do I add a user?")
+    expect(page.get_by_role("heading", level=1)).to_have_text(["Conversation"])
+    page.get_by_role("button", name="New conversation").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(["Ask a question"])
+    assert problems == [], problems

@@ -1,5 +1,6 @@
 // The chat page: log in, ask, follow up in the same conversation, change the password, log out.
 import * as api from "./api.js";
+import { markFault } from "./field-fault.js";
 import { setUpPasswordDialog } from "./password-dialog.js";
 import * as saved from "./saved-conversation.js";
 import { Turn } from "./turn.js";
@@ -184,9 +185,11 @@ function stopAnswer() {
   setBusy(null);
 }
 
-function say(message, kind) {
+/** The log-in form's message; `field`: the field at fault, which it describes. */
+function say(message, kind, field = null) {
   view.loginMessage.textContent = message;
   view.loginMessage.className = `login-message ${kind}`;
+  markFault([view.username, view.password], field, view.loginMessage);
 }
 
 // --- log-in and log-out --------------------------------------------------------------------------
@@ -203,7 +206,8 @@ view.loginForm.addEventListener("submit", async (event) => {
     view.password.value = "";
     showChat(session.user.username, session.user.roles);
   } catch (error) {
-    say(error.status === 401 ? "Wrong user name or password." : describe(error), "error");
+    if (error.status === 401) say("Wrong user name or password.", "error", view.password);
+    else say(describe(error), "error");
     view.password.select();
   } finally {
     button.disabled = false;

@@ -5,6 +5,7 @@ import { allReports, downloadCsv, reportQuery } from "./dashboard-api.js";
 import { drawCharts } from "./dashboard-charts.js";
 import { clearCharts } from "./dashboard-plot.js";
 import * as range from "./dashboard-range.js";
+import { markFault } from "./field-fault.js";
 import { renderFeedback, renderModels, renderNeverCited, renderTiles } from "./dashboard-tiles.js";
 
 const TOKEN_KEY = "cairn.token"; // the chat page's keys: one log-in serves both pages
@@ -84,6 +85,7 @@ function showLogin(message = "", kind = "notice") {
   sessionStorage.removeItem(USER_KEY);
   show("login");
   say(view.loginMessage, message, kind);
+  markFault([view.username, view.password], null, view.loginMessage);
   view.password.value = "";
   (view.username.value ? view.password : view.username).focus(); // after a session ended, its name is still there
 }
@@ -251,7 +253,9 @@ view.loginForm.addEventListener("submit", async (event) => {
     // keyboard or screen reader user continues (otherwise it falls back to the page itself).
     document.querySelector("section:not([hidden]) h1")?.focus();
   } catch (error) {
-    say(view.loginMessage, error.status === 401 ? "Wrong user name or password." : describe(error), "error");
+    const wrong = error.status === 401;
+    say(view.loginMessage, wrong ? "Wrong user name or password." : describe(error), "error");
+    markFault([view.username, view.password], wrong ? view.password : null, view.loginMessage);
     view.password.select();
   } finally {
     button.disabled = false;

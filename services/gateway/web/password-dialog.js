@@ -1,5 +1,6 @@
 // The chat page's dialog for changing one's own password (POST /auth/password).
 import * as api from "./api.js";
+import { markFault } from "./field-fault.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -10,9 +11,12 @@ export function setUpPasswordDialog({ token, sessionEnded, describe }) {
   const form = $("password-form");
   const [current, next, repeat] = [$("current-password"), $("new-password"), $("repeat-password")];
   const message = $("password-message");
-  const say = (text, kind) => {
+  /** The message, and the field at fault (`field`, else none), which the keyboard is then put on. */
+  const say = (text, kind, field = null) => {
     message.textContent = text;
     message.className = `login-message ${kind}`;
+    markFault([current, next, repeat], field, message);
+    field?.select();
   };
 
   $("change-password").addEventListener("click", () => {
@@ -26,8 +30,7 @@ export function setUpPasswordDialog({ token, sessionEnded, describe }) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     if (next.value !== repeat.value) {
-      say("The two new passwords differ.", "error");
-      repeat.select();
+      say("The two new passwords differ.", "error", repeat);
       return;
     }
     const button = form.querySelector("button[type=submit]");
@@ -43,8 +46,9 @@ export function setUpPasswordDialog({ token, sessionEnded, describe }) {
         sessionEnded();
         return;
       }
-      say(wordsFor(error, describe), "error");
-      (error.status === 403 ? current : next).select();
+      const field = { 403: current, 422: next }[error.status] ?? null;
+      say(wordsFor(error, describe), "error", field);
+      if (!field) next.select(); // a 429 or a failure of Cairn's is no field's fault: back to the new password still
     } finally {
       button.disabled = false;
     }
