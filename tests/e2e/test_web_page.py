@@ -1102,3 +1102,29 @@ def test_the_page_keeps_a_main_heading_once_the_conversation_starts(browser, fak
     page.get_by_role("button", name="New conversation").click()
     expect(page.get_by_role("heading", level=1)).to_have_text(["Ask a question"])
     assert problems == [], problems
+
+
+CONTRAST_OF = """(field) => {
+    const rgb = (css) => css.match(/[\\d.]+/g).slice(0, 3).map(Number);
+    const luminance = (css) => {
+        const [r, g, b] = rgb(css).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    let behind = field.parentElement;
+    while (rgb(getComputedStyle(behind).backgroundColor).length < 3
+           || getComputedStyle(behind).backgroundColor === "rgba(0, 0, 0, 0)") behind = behind.parentElement;
+    const [a, b] = [luminance(getComputedStyle(field).borderTopColor), luminance(getComputedStyle(behind).backgroundColor)];
+    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_text_field_is_known_by_an_edge_of_3_to_1_on_what_is_behind_it(browser, fake, scheme):
+    """WCAG 1.4.11: a field's boundary is what tells it apart; the page's border colour gave 1.37:1."""
+    _, url = fake
+    page = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme).new_page()
+    page.goto(url + "/")
+    for field in (page.get_by_label("User name"), page.get_by_label("Password", exact=True)):
+        assert field.evaluate(CONTRAST_OF) >= 3, field
+    log_in_as(page, "demo")
+    assert page.get_by_label("Your question").evaluate(CONTRAST_OF) >= 3
