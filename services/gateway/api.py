@@ -110,9 +110,10 @@ async def _forward(
     path: str,
     stream: bool = False,
     timeout_s: float | None = None,
+    repeatable: bool | None = None,
 ) -> Response:
     """The request passed on with its query string; `stream` relays the answer as it arrives instead of whole.
-    `timeout_s` replaces UPSTREAM_TIMEOUT_S for a whole answer."""
+    `timeout_s` replaces UPSTREAM_TIMEOUT_S for a whole answer; `repeatable` (Upstream.forward): it changes nothing."""
     headers = headers_for(request, session, settings)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH") else None
     params = list(request.query_params.multi_items())
@@ -122,7 +123,8 @@ async def _forward(
             route=route, method=request.method, path=path, headers=headers, body=body, params=params
         )
     return await upstream.forward(
-        method=request.method, path=path, headers=headers, body=body, params=params, timeout_s=timeout_s
+        method=request.method, path=path, headers=headers, body=body, params=params, timeout_s=timeout_s,
+        repeatable=repeatable,
     )
 
 
@@ -177,7 +179,7 @@ async def chat_stream(request: Request, session: AskingSession, settings: Settin
     responses=forwarded("retrieval"),
 )
 async def search(request: Request, session: UserSession, settings: SettingsDep, retrieval: RetrievalUpstream) -> Response:
-    return await _forward(retrieval, request, session, settings, path="/search")
+    return await _forward(retrieval, request, session, settings, path="/search", repeatable=True)  # reads only
 
 
 @api_router.get(

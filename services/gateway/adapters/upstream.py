@@ -2,7 +2,8 @@
 
 Replicas take turns (shared.replicas.ReplicaPool). A replica that refuses the connection is skipped for a
 while and the request goes to the next one; a request that reached a replica is never sent again,
-since a POST /chat may have done its work. aiohttp rather than httpx: under 32 concurrent requests httpx's
+since a POST /chat may have done its work, unless it changes nothing (a read, a search): one of those that
+failed on the replica it reached is sent once more, to another replica. aiohttp rather than httpx: under 32 concurrent requests httpx's
 pool caps a hop at a few hundred requests/s with p99 near 200 ms (docs/benchmarks.md, "Hops").
 """
 from __future__ import annotations
@@ -44,6 +45,8 @@ _DROPPED = {
 _CLIENT_ERROR_CODES = {
     **HTTP_ERROR_CODES, 400: "bad_request", 415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
 }
+# Answers of a replica failing (a proxy with nothing behind it, a service not ready or overloaded, a timeout).
+_REPLICA_FAILING = frozenset({502, 503, 504})
 # A body goes on with the caller's Content-Type or none: aiohttp would otherwise call it application/octet-stream.
 _NO_GUESSED_TYPE = ("Content-Type",)
 
@@ -125,12 +128,60 @@ class Upstream:
         body: bytes | None = None,
         params: list[tuple[str, str]] | None = None,
         timeout_s: float | None = None,
+        repeatable: bool | None = None,
     ) -> Response:
-        """Send and pass the answer on whole; `timeout_s`, when given, replaces the session's timeout."""
-        upstream = await self.open_stream(
-            method=method, path=path, headers=headers, body=body, params=params, timeout_s=timeout_s
-        )
-        return await self.read_whole(upstream)
+        """Send and pass the answer on whole; `timeout_s`, when given, replaces the session's timeout.
+
+        A request that changes nothing (`repeatable`: a GET unless told otherwise) and failed on the replica it
+        reached, by a lost connection, no answer in time or a 502, 503 or 504, is sent once more to another
+        replica, when there is one; a replica that did not answer in time is skipped for a while, as one that
+        refuses connections is. Otherwise the request is sent once, as every request that may change something."""
+        if repeatable is None:
+            repeatable = method in ("GET", "HEAD")
+        reached: list[str] = []
+        if not repeatable or len(self.replicas.urls) < 2:
+            return await self._answer(method, path, headers, body, params, timeout_s, reached=reached)
+        first: Response | ServiceError
+        try:
+            response = await self._answer(method, path, headers, body, params, timeout_s, reached=reached)
+            if response.status_code not in _REPLICA_FAILING:
+                return response
+            first, failure = response, f"answered {response.status_code}"
+        except (ConnectionLost, UpstreamTimeout) as exc:
+            first, failure = exc, exc.code
+        except DependencyUnavailable as exc:  # an error not in Cairn's shape, or the service token refused
+            if isinstance(exc, NotDelivered):
+                raise  # every replica refused the connection: none to turn to
+            first, failure = exc, exc.code
+        if set(self.replicas.urls) - set(reached):
+            log.warning("replica failed a request that changes nothing; sending it to another",
+                        extra={"upstream": self.name, "url": reached[-1], "failure": failure})
+            try:
+                return await self._answer(method, path, headers, body, params, timeout_s, reached=reached)
+            except NotDelivered:
+                pass  # the others refused the connection: the first answer stands
+        if isinstance(first, Response):
+            return first
+        raise first
+
+    async def _answer(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        params: list[tuple[str, str]] | None,
+        timeout_s: float | None,
+        *,
+        reached: list[str],
+    ) -> Response:
+        """The answer of a replica not in `reached`, which then lists it too."""
+        try:
+            response = await self._send(method, path, headers, body, params, timeout_s, reached=reached)
+            return await self.read_whole(UpstreamStream(name=self.name, response=response))
+        except UpstreamTimeout:
+            self.replicas.mark_unreachable(reached[-1])  # silent for a whole timeout: let the others take the load
+            raise
 
     async def forward_stream(
         self,
@@ -247,12 +298,17 @@ class Upstream:
         body: bytes | None,
         params: list[tuple[str, str]] | None,
         timeout_s: float | None = None,
+        *,
+        reached: list[str] | None = None,
     ) -> aiohttp.ClientResponse:
-        """The response (body unread) of the next replica; a refused connection tries the next replica."""
+        """The response (body unread) of the next replica not in `reached`; a refused connection tries the next
+        replica. The replica the request reaches is added to `reached`."""
         query = f"?{urlencode(params)}" if params else ""
         timeout = {} if timeout_s is None else {"timeout": client_timeout(timeout_s)}
 
         async def send(url: str) -> aiohttp.ClientResponse:
+            if reached is not None:
+                reached.append(url)
             target = URL(f"{url}{path}{query}", encoded=True)  # the path is quoted already; yarl would requote
             with client_span(f"{self.name} {method}", headers, {"server.address": url, "url.path": path}):
                 return await self._session.request(
@@ -260,7 +316,7 @@ class Upstream:
                 )
 
         try:
-            return await on_a_replica(self.replicas, send)
+            return await on_a_replica(self.replicas, send, avoid=tuple(reached or ()))
         except NoReplicaConnected as exc:
             raise NotDelivered(self.name) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -1,6 +1,6 @@
 """The gateway balancing over several chat and retrieval replicas (real HTTP servers, real Redis): replicas take
 turns, a replica refusing connections is skipped and the request goes to another one, and a request that reached
-a replica is never sent again."""
+a replica is never sent again, unless it changes nothing (a search, a read)."""
 from __future__ import annotations
 
 import asyncio
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.integration
 
 
 class Replica:
-    """A chat-and-retrieval stand-in that counts what reached it and answers per `mode`: ok, fail (500), hang."""
+    """A chat-and-retrieval stand-in that counts what reached it and answers per `mode`: ok, fail (500),
+    unavailable (503, as a replica not ready), hang."""
 
     def __init__(self) -> None:
         self.mode = "ok"
@@ -46,14 +47,14 @@ class Replica:
             self.client_ports.append(request.client.port)
             if self.mode == "hang":
                 await asyncio.sleep(2)
-            if self.mode == "fail":
-                return JSONResponse({"error": "internal_error", "message": "boom"}, status_code=500)
-            return {"answer": "stand-in", "results": [], "query": (await request.json())["query"]}
+            return self._failure() or {"answer": "stand-in", "results": [], "query": (await request.json())["query"]}
 
         @self.app.get("/documents")
-        async def documents() -> dict:
+        async def documents():
             self.calls.append("/documents")
-            return {"documents": []}
+            if self.mode == "hang":
+                await asyncio.sleep(2)
+            return self._failure() or {"documents": []}
 
         @self.app.post("/chat/stream")
         async def stream(request: Request) -> StreamingResponse:
@@ -64,6 +65,13 @@ class Replica:
                 yield "event: done\ndata: {}\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
+
+    def _failure(self) -> JSONResponse | None:
+        if self.mode == "fail":
+            return JSONResponse({"error": "internal_error", "message": "boom"}, status_code=500)
+        if self.mode == "unavailable":
+            return JSONResponse({"error": "not_ready", "message": "still loading"}, status_code=503)
+        return None
 
 
 def nowhere() -> str:
@@ -173,7 +181,10 @@ def test_every_replica_down_is_503_naming_the_service_at_once(redis_url, unique)
     assert ready.status_code == 200 and ready.json()["checks"]["chat"] is False
 
 
-@pytest.mark.parametrize(("mode", "status", "error"), [("fail", 500, "internal_error"), ("hang", 504, "chat_timeout")])
+@pytest.mark.parametrize(
+    ("mode", "status", "error"),
+    [("fail", 500, "internal_error"), ("unavailable", 503, "not_ready"), ("hang", 504, "chat_timeout")],
+)
 def test_a_request_that_reached_a_replica_is_never_sent_to_another(redis_url, unique, replicas, mode, status, error):
     first, second, urls = replicas
     first.mode = mode
@@ -182,6 +193,38 @@ def test_a_request_that_reached_a_replica_is_never_sent_to_another(redis_url, un
         answer = client.post("/api/chat", json={"query": "q"}, headers=login(client))
     assert (answer.status_code, answer.json()["error"]) == (status, error)
     assert (first.calls, second.calls) == (["/chat"], []), "a POST /chat may have run: it is not repeated"
+
+
+@pytest.mark.parametrize("mode", ["unavailable", "hang"])
+def test_a_search_or_read_that_failed_on_the_replica_it_reached_is_answered_by_another(redis_url, unique, replicas, mode):
+    """A search and a GET change nothing, so one that a replica answered 503 (not ready, say) or left unanswered
+    is sent once more, to another replica; a replica silent for a whole timeout is then skipped for a while."""
+    first, second, urls = replicas
+    first.mode = mode
+    settings = gateway_settings(
+        redis_url=redis_url, prefix=unique, chat_url=nowhere(), retrieval_urls=urls, upstream_timeout_s=0.5
+    )
+    with gateway(settings, retrieval=urls) as (client, _):
+        user, admin = login(client), login(client, "ada")
+        answers = [client.post("/api/search", json={"query": f"q{i}"}, headers=user) for i in range(4)]
+        answers += [client.get("/api/documents", headers=admin) for _ in range(2)]
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    assert len(second.calls) == 6, "every request answered by the replica that works"
+    if mode == "hang":
+        assert first.calls == ["/search"], "skipped once it had left a request unanswered"
+    else:
+        assert len(first.calls) == 6, "a replica answering 503 is not skipped: it is asked, and the request sent on"
+
+
+def test_a_read_with_no_other_replica_to_turn_to_gets_the_answer_of_the_one_it_reached(redis_url, unique, replicas):
+    first, _, urls = replicas
+    first.mode = "unavailable"
+    dead = nowhere()
+    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=nowhere(), retrieval_urls=[urls[0], dead])
+    with gateway(settings, retrieval=[urls[0], dead]) as (client, _):
+        answer = client.post("/api/search", json={"query": "q"}, headers=login(client))
+    assert (answer.status_code, answer.json()["error"]) == (503, "not_ready")
+    assert first.calls == ["/search"]
 
 
 async def test_many_long_streams_at_once_mark_no_healthy_replica_down():
