@@ -37,6 +37,7 @@ _NO_MODEL = {404: "Chat offers no model of this name (not_found_error, model_not
 # Where a stream that ends without chat's `done` or `error` event stops: chat went away mid-answer.
 _CUT_OFF = {"error": "chat_unavailable", "message": "the chat service stopped before the answer was complete"}
 _COMPLETIONS = "/v1/chat/completions"
+_CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the request line and metrics say it
 
 
 @router.get("/models", responses=in_openai_shape(forwarded("chat")))
@@ -104,9 +105,16 @@ async def chat_completions(
     usage_apart = bool(body.stream_options and body.stream_options.include_usage)
     writer = ChunkWriter(model=model, request_id=request_id_var.get(), usage_apart=usage_apart)
     return await _streamed(
-        chat, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s,
+        chat, request, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s,
         on_lost=lambda: publish_interrupted(request),
     )
+
+
+async def _client_left(request: Request) -> None:
+    """Returns when the client has closed its connection: the request's body is read, so the server's next
+    message is the disconnect (a wait the caller cancels when the answer comes first)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _models_list(answer: Response) -> dict[str, Any]:
@@ -128,6 +136,7 @@ def _from_chat(content: bytes | str, read: Callable[[Any], T]) -> T:
 
 async def _streamed(
     chat: Upstream,
+    request: Request,
     *,
     headers: dict[str, str],
     payload: bytes,
@@ -138,20 +147,28 @@ async def _streamed(
     """The answer as chunks. The status waits for the model's first word, for at most `keepalive_s` (the
     silence after which a keep-alive comment would be due): a model that fails in that time, or a chat
     that stops, gets its own status (503 with Retry-After, 502...), which OpenAI clients retry or raise by
-    type, rather than a 200 stream holding an error."""
+    type, rather than a 200 stream holding an error. A client that leaves meanwhile ends chat's work at once,
+    rather than when the wait is over."""
     upstream = await chat.open_stream(method="POST", path="/chat/stream", headers=headers, body=payload)
     if upstream.status_code != 200:
         return await chat.read_whole(upstream)
     events = upstream.events()
     first = asyncio.ensure_future(_first_answer_event(events, writer))
+    left = asyncio.ensure_future(_client_left(request))
     try:
-        await asyncio.wait({first}, timeout=keepalive_s)
+        await asyncio.wait({first, left}, timeout=keepalive_s, return_when=asyncio.FIRST_COMPLETED)
         if first.done():
             _raise_refusal(first)
-    except BaseException:  # refused, or the client went away while waiting
+        elif left.done():
+            first.cancel()
+            await upstream.aclose()  # chat sees its reader gone, stops the model and reports client_disconnected
+            return Response(status_code=_CLIENT_CLOSED)
+    except BaseException:  # refused, or the server cancelled the request
         first.cancel()
         await upstream.aclose()
         raise
+    finally:
+        left.cancel()
     return StreamingResponse(
         with_keepalive(
             _chunks(first, events, upstream, writer, on_lost), every_s=keepalive_s, comment=KEEPALIVE_COMMENT

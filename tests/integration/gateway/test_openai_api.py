@@ -2,6 +2,7 @@
 refuse a question, or cut a stream short or leave it silent, with the real Redis counting questions."""
 import asyncio
 import json
+import threading
 
 import httpx
 import openai
@@ -460,3 +461,31 @@ def test_a_stream_answered_with_a_page_instead_of_events_is_chat_unavailable(red
     assert (error.status_code, error.code, error.type) == (503, "chat_unavailable", "service_unavailable_error")
     assert error.message.endswith("chat is unavailable: its answer could not be read")
     assert error.response.headers["Retry-After"] == "5"
+
+
+def test_a_client_leaving_before_the_first_word_stops_chat_at_once(redis_url, unique):
+    """The status waits for the model's first word, up to SSE_KEEPALIVE_S: a client that leaves meanwhile
+    once kept chat (and its model) at work until that wait was over."""
+    chat_stopped = threading.Event()
+    app = chat_like_app()
+
+    @app.post("/chat/stream")
+    async def slow_to_start() -> StreamingResponse:
+        async def events():
+            try:
+                yield f"event: sources\ndata: {json.dumps({'sources': []})}\n\n"
+                await asyncio.sleep(30)  # the model thinking
+                yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
+            finally:
+                chat_stopped.set()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    with serve_in_thread(app) as chat_url:
+        settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=chat_url, sse_keepalive_s=30)
+        with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+            headers = login(http)
+            body = {"messages": [{"role": "user", "content": "How do I add a user?"}], "stream": True}
+            with pytest.raises(httpx.ReadTimeout):  # no status yet: the gateway waits for the first word
+                http.post("/v1/chat/completions", headers=headers, json=body, timeout=1)
+            assert chat_stopped.wait(10), "chat still at work after its client left"
