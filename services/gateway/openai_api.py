@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple, TypeVar
 
 from fastapi import APIRouter, Request, Response
@@ -15,12 +15,14 @@ from starlette.background import BackgroundTask
 from services.gateway import openai_compat
 from services.gateway.adapters.upstream import ConnectionLost, Upstream, UpstreamStream
 from services.gateway.api import headers_for
+from services.gateway.asking import is_refusal
 from services.gateway.deps import AskingSession, ChatUpstream, OfferedModelsDep, SettingsDep, UserSession
 from services.gateway.interruptions import note_query, publish_interrupted
 from services.gateway.model_offer import ModelOffer
 from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
 from services.gateway.openai_errors import OpenAIRoute, in_openai_shape
 from services.gateway.responses import forwarded
+from services.gateway.routing import withdraw
 from shared.context import request_id_var
 from shared.errors import DependencyUnavailable, NotFound, ServiceError
 from shared.metrics import count_stream_failure
@@ -105,8 +107,7 @@ async def chat_completions(
     usage_apart = bool(body.stream_options and body.stream_options.include_usage)
     writer = ChunkWriter(model=model, request_id=request_id_var.get(), usage_apart=usage_apart)
     return await _streamed(
-        chat, request, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s,
-        on_lost=lambda: publish_interrupted(request),
+        chat, request, headers=headers, payload=payload, writer=writer, keepalive_s=settings.sse_keepalive_s
     )
 
 
@@ -142,7 +143,6 @@ async def _streamed(
     payload: bytes,
     writer: ChunkWriter,
     keepalive_s: float,
-    on_lost: Callable[[], Awaitable[None]],
 ) -> Response:
     """The answer as chunks. The status waits for the model's first word, for at most `keepalive_s` (the
     silence after which a keep-alive comment would be due): a model that fails in that time, or a chat
@@ -171,7 +171,7 @@ async def _streamed(
         left.cancel()
     return StreamingResponse(
         with_keepalive(
-            _chunks(first, events, upstream, writer, on_lost), every_s=keepalive_s, comment=KEEPALIVE_COMMENT
+            _chunks(first, events, upstream, writer, request), every_s=keepalive_s, comment=KEEPALIVE_COMMENT
         ),
         media_type="text/event-stream",
         headers={"X-Accel-Buffering": "no"},  # and Cache-Control no-store, as every answer (gateway.middleware)
@@ -223,24 +223,29 @@ async def _chunks(
     events: AsyncIterator[ServerSentEvent],
     upstream: UpstreamStream,
     writer: ChunkWriter,
-    on_lost: Callable[[], Awaitable[None]],
+    request: Request,
 ) -> AsyncIterator[str]:
     """Chat's events as chunks, from `first`. Chat counts the `error` events it sends; the gateway counts
-    the streams chat cut, and calls `on_lost` when the connection to chat broke."""
+    the streams chat cut. A refusal that comes once the stream began withdraws the question, as its status
+    would have before (routing.QuestionRoute), and a question whose connection to chat broke is reported
+    failed in chat's place (interruptions.py)."""
     ended = False  # by chat's `done` or `error` event
     try:
         yield writer.first()
         if (answering := await first) is not None:
+            await _withdraw_if_refused(answering.event, answering.data, request)
             yield answering.chunk
             ended = answering.event in ("done", "error")
             async for event in events:
-                if chunk := _read(event, writer)[1]:
+                data, chunk = _read(event, writer)
+                await _withdraw_if_refused(event.event, data, request)
+                if chunk:
                     yield chunk
                 ended = ended or event.event in ("done", "error")
     except ServiceError as exc:  # chat went away or garbled (chat_unavailable) or silent (chat_timeout) mid-stream
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=exc.code)
         if isinstance(exc, ConnectionLost):
-            await on_lost()
+            await publish_interrupted(request)
         yield writer.error(exc.body())
         ended = True
     finally:
@@ -249,6 +254,12 @@ async def _chunks(
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=_CUT_OFF["error"])
         yield writer.error(_CUT_OFF)
     yield openai_compat.DONE
+
+
+async def _withdraw_if_refused(event: str, data: dict, request: Request) -> None:
+    status = data.get("status") if event == "error" else None
+    if isinstance(status, int) and is_refusal(status):
+        await withdraw(request)
 
 
 def _read(event: ServerSentEvent, writer: ChunkWriter) -> tuple[dict, str | None]:

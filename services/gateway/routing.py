@@ -40,18 +40,19 @@ class QuestionRoute(StrictJsonRoute):
                 response = await handler(request)
             except Exception as exc:
                 if is_refusal(status_of(exc)) or isinstance(exc, NotDelivered):
-                    await _withdraw(request)
+                    await withdraw(request)
                 elif isinstance(exc, ConnectionLost):
                     await publish_interrupted(request)
                 raise
             if is_refusal(response.status_code):
-                await _withdraw(request)
+                await withdraw(request)
             return response
 
         return withdrawing_handler
 
 
-async def _withdraw(request: Request) -> None:
+async def withdraw(request: Request) -> None:
+    """Withdraw the request's admitted question, if it has one (see QuestionRoute)."""
     question: AdmittedQuestion | None = getattr(request.state, "admitted_question", None)
     if question is not None:
         state = request.app.state
@@ -65,7 +66,7 @@ async def withdrawing_refusal(chunks: AsyncIterator[bytes], request: Request) ->
     have before the stream began, so that the reworded question is neither rate limited nor a 409."""
     async for chunk in chunks:
         if _is_refusal_event(chunk):
-            await _withdraw(request)
+            await withdraw(request)
         yield chunk
 
 

@@ -34,8 +34,8 @@ def unreliable_chat() -> FastAPI:
     model's context window, "history?" with the history it was sent,
     streams "cut" without its `done` event and "silent" with a pause of 5 s before it; "busy" ends its stream
     with chat's `error` event for a rate-limited model before any token, "gone" with nothing after `sources`,
-    "late busy" with that error 1 s after `sources`, and "filtered" with chat's refusal of a prompt the model's
-    content filter refused."""
+    "late busy" with that error 1 s after `sources`, "filtered" with chat's refusal of a prompt the model's
+    content filter refused, and "late filtered" with that refusal 1 s after `sources`."""
     app = chat_like_app("other-llm")
 
     @app.post("/chat")
@@ -60,9 +60,10 @@ def unreliable_chat() -> FastAPI:
             if query in ("busy", "late busy"):
                 await asyncio.sleep(1 if query == "late busy" else 0)
                 yield f"event: error\ndata: {json.dumps(_BUSY)}\n\n"
-            if query == "filtered":
+            if query in ("filtered", "late filtered"):
+                await asyncio.sleep(1 if query == "late filtered" else 0)
                 yield f"event: error\ndata: {json.dumps(_FILTERED)}\n\n"
-            if query in ("busy", "late busy", "gone", "filtered"):
+            if query in ("busy", "late busy", "gone", "filtered", "late filtered"):
                 return
             yield f"event: token\ndata: {json.dumps({'text': 'Run'})}\n\n"
             if query == "silent":
@@ -270,6 +271,21 @@ def test_a_question_chat_refuses_once_its_stream_began_frees_its_request_id_and_
             assert refused.status_code == 200 and '"status": 422' in refused.text, refused.text
         reworded = client.post("/api/chat/stream", json={"query": "q"}, headers={"X-Request-ID": "filtered-0"})
         assert reworded.status_code == 200 and "event: done" in reworded.text, reworded.text
+
+
+def test_a_refusal_after_the_v1_stream_began_frees_its_request_id_and_count(redis_url, unique, chat_url):
+    settings = gateway_settings(
+        redis_url=redis_url, prefix=unique, chat_url=chat_url, sse_keepalive_s=0.2, chat_requests_per_minute=3
+    )
+    with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
+        headers = login(http)
+        for n in range(4):  # the limit is 3
+            body = {"messages": [{"role": "user", "content": "late filtered"}], "stream": True}
+            refused = http.post("/v1/chat/completions", json=body, headers={**headers, "X-Request-ID": f"late-{n}"})
+            assert refused.status_code == 200 and '"code":"llm_content_filtered"' in refused.text.replace(" ", "")
+        reworded = http.post("/v1/chat/completions", json={"messages": QUESTION},
+                             headers={**headers, "X-Request-ID": "late-0"})
+    assert reworded.status_code == 200, reworded.text
 
 
 def test_a_question_that_never_reached_chat_keeps_neither_its_request_id_nor_its_count(redis_url, unique):
