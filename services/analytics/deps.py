@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BeforeValidator
 from services.analytics.adapters.sql_store import SqlEventStore
 from services.analytics.domain import DocumentLibrary
 from services.analytics.export_slots import ExportSlots
-from services.analytics.pricing import ModelPrice
+from services.analytics.pricing import ModelPrice, with_built_in
 from services.analytics.reports.buckets import time_zone
 from services.analytics.reports.scope import Scope
 from shared.errors import ServiceError
@@ -30,7 +30,7 @@ async def _export_slots(request: Request) -> ExportSlots:
 
 
 async def _prices(request: Request) -> Mapping[str, ModelPrice]:
-    return request.app.state.settings.model_prices
+    return with_built_in(request.app.state.settings.model_prices)
 
 
 StoreDep = Annotated[SqlEventStore, Depends(_store)]

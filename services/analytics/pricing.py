@@ -6,6 +6,8 @@ import json
 from pydantic import BaseModel, ConfigDict, Field
 
 PER = 1_000_000  # prices are quoted per million tokens, as vendors publish them
+# Chat's built-in offline generator (services/chat/settings.py OFFLINE_MODEL) runs in Cairn: it costs nothing.
+BUILT_IN_MODEL = "cairn-extractive"
 
 
 class ModelPrice(BaseModel):
@@ -32,3 +34,8 @@ def prices_from_text(value: object) -> object:
         return json.loads(value)
     except json.JSONDecodeError:
         raise ValueError('must be a JSON object, such as {"gpt-4o": {"input": 2.5, "output": 10}}') from None
+
+
+def with_built_in(prices: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
+    """The operator's prices, and the free built-in model unless they price it."""
+    return {BUILT_IN_MODEL: ModelPrice(input=0, output=0), **prices}

@@ -78,7 +78,7 @@ class Settings(CommonSettings):
     model_prices: Annotated[dict[str, ModelPrice], NoDecode, BeforeValidator(prices_from_text)] = Field(
         {}, validation_alias=aliases("MODEL_PRICES"),
         description='US dollars per million tokens by model, as JSON: {"gpt-4o": {"input": 2.5, "output": 10}}; '
-        "the models report gives each priced model's cost.",
+        "the models report gives each priced model's cost (the built-in offline model costs 0).",
     )
 
     @model_validator(mode="after")

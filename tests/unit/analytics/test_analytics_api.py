@@ -272,7 +272,7 @@ async def test_each_priced_model_reports_the_cost_of_its_tokens(store: SqlEventS
     # no cost (null), not a cost of nought.
     at = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
     for n, (model, tokens) in enumerate([("gpt-4o", (1000, 200, 1200)), ("gpt-4o", (3000, 600, 3600)),
-                                         ("local-llama", (500, 100, 600))]):
+                                         ("local-llama", (500, 100, 600)), ("cairn-extractive", (400, 80, 480))]):
         store.add(to_record(submitted(at=at, request_id=f"c{n}", model=model)))
         store.add(to_record(responded(at=at, request_id=f"c{n}", model=model, tokens=tokens)))
     prices = {"gpt-4o": {"input": 2.5, "output": 10.0}}
@@ -280,4 +280,5 @@ async def test_each_priced_model_reports_the_cost_of_its_tokens(store: SqlEventS
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://analytics") as client:
         body = (await client.get("/analytics/models", params=RANGE, headers=AUTH)).json()
     costs = {item["model"]: item["cost_usd"] for item in body["items"]}
-    assert costs == {"gpt-4o": pytest.approx((4000 * 2.5 + 800 * 10.0) / 1_000_000), "local-llama": None}
+    assert costs == {"gpt-4o": pytest.approx((4000 * 2.5 + 800 * 10.0) / 1_000_000), "local-llama": None,
+                     "cairn-extractive": 0.0}  # the built-in offline model runs in Cairn: free unless priced
