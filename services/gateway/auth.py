@@ -115,9 +115,20 @@ async def logout(*, sessions: SessionStore, session: Session) -> None:
     await sessions.delete(session)
 
 
-async def list_sessions(*, sessions: SessionStore, caller: Session) -> list[Session]:
-    """The caller's own live sessions, oldest first (the caller's own one with its fresh expiry)."""
-    return [caller if s.id == caller.id else s for s in await sessions.list_for_user(caller.user_id)]
+async def list_sessions(*, sessions: SessionStore, caller: Session, max_age_s: int) -> list[Session]:
+    """The caller's own live sessions, oldest first (the caller's own one with its fresh expiry). One older
+    than `max_age_s`, which was lowered since it began, is left out as its token would be refused, and none
+    is said to expire after its login's `max_age_s` is up."""
+    now = datetime.now(UTC)
+    listed = []
+    for session in await sessions.list_for_user(caller.user_id):
+        if session.id == caller.id:
+            listed.append(caller)
+            continue
+        hard_limit = session.created_at + timedelta(seconds=max_age_s)
+        if now < hard_limit:
+            listed.append(replace(session, expires_at=min(session.expires_at, hard_limit)))
+    return listed
 
 
 async def end_session(*, sessions: SessionStore, caller: Session, public_id: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from services.gateway import auth
-from services.gateway.deps import CurrentSession, SessionsDep
+from services.gateway.deps import CurrentSession, SessionsDep, SettingsDep
 from services.gateway.models import SessionOut, SessionsResponse
 from services.gateway.responses import OWN_SESSION, SIGNED_IN
 from shared.json_body import StrictJsonRoute
@@ -12,9 +12,9 @@ from shared.json_body import StrictJsonRoute
 sessions_router = APIRouter(route_class=StrictJsonRoute, prefix="/auth", tags=["auth"])
 
 @sessions_router.get("/sessions", response_model=SessionsResponse, responses=SIGNED_IN)
-async def list_sessions(session: CurrentSession, sessions: SessionsDep) -> SessionsResponse:
+async def list_sessions(session: CurrentSession, sessions: SessionsDep, settings: SettingsDep) -> SessionsResponse:
     """The caller's live sessions, oldest first; `current` marks the one making this request."""
-    mine = await auth.list_sessions(sessions=sessions, caller=session)
+    mine = await auth.list_sessions(sessions=sessions, caller=session, max_age_s=settings.session_max_age_seconds)
     return SessionsResponse(
         sessions=[
             SessionOut(

@@ -1,4 +1,7 @@
 """Listing and ending one's own sessions (auth.list_sessions / auth.end_session) against fakes."""
+from dataclasses import replace
+from datetime import timedelta
+
 import pytest
 
 from services.gateway import auth
@@ -31,10 +34,24 @@ async def test_the_caller_sees_only_its_own_live_sessions_oldest_first(stores):
     await _login(users, sessions, "bob")
     sessions.expire(expired.id)
     caller = await auth.authenticate(sessions=sessions, token=token, **LIFETIME)
-    listed = await auth.list_sessions(sessions=sessions, caller=caller)
+    listed = await auth.list_sessions(sessions=sessions, caller=caller, max_age_s=LIFETIME["max_age_s"])
     assert [s.public_id for s in listed] == [first.public_id, current.public_id]
     assert listed[-1] == caller  # the current one with the expiry this very call gave it
     assert sessions.by_user[caller.user_id] == {first.id, current.id}  # the expired one was forgotten
+
+
+async def test_a_lowered_maximum_age_leaves_out_the_sessions_it_ended_and_caps_the_others(stores):
+    """SESSION_MAX_AGE_SECONDS lowered after logins: a session older than the new age is refused at its next
+    request, so it is not listed as live, and none is listed as expiring after the new limit."""
+    users, sessions = stores
+    (_, old), (_, other), (token, current) = [await _login(users, sessions) for _ in range(3)]
+    sessions.sessions[old.id] = replace(old, created_at=old.created_at - timedelta(seconds=600))
+    sessions.sessions[other.id] = replace(other, created_at=other.created_at - timedelta(seconds=280))
+    lowered = {"ttl_s": 60, "max_age_s": 300}
+    caller = await auth.authenticate(sessions=sessions, token=token, **lowered)
+    listed = await auth.list_sessions(sessions=sessions, caller=caller, max_age_s=lowered["max_age_s"])
+    assert [s.public_id for s in listed] == [other.public_id, current.public_id]
+    assert listed[0].expires_at == other.created_at - timedelta(seconds=280) + timedelta(seconds=300)
 
 
 async def test_ending_a_session_revokes_its_token(stores):
