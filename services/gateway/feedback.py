@@ -16,15 +16,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from services.gateway.domain import Session
+from services.gateway.event_envelope import envelope
 from services.gateway.rate_limits import Limit, RateLimiter, count_rating
-from shared.context import current_trace_id, current_traceparent, request_id_var
 from shared.errors import NotFound, ServiceError
 from shared.events import FeedbackReceived, FeedbackReceivedData
 
 if TYPE_CHECKING:
     from shared.broker import EventPublisher
 
-SOURCE = "gateway"
 MAX_COMMENT_CHARS = 2000
 
 
@@ -74,12 +73,7 @@ async def rate_answer(
         raise NotFound("no answer of yours has this request id (answers can be rated for a limited time)")
     await count_rating(limiter=limiter, limit=limit, user_id=session.user_id)
     event = FeedbackReceived(
-        source_service=SOURCE,
-        request_id=request_id_var.get(),
-        trace_id=current_trace_id(),
-        traceparent=current_traceparent(),
-        user_id=session.user_id,
-        session_id=session.public_id,
+        **envelope(session),
         data=FeedbackReceivedData(
             rated_request_id=rated_request_id, rating=rating, comment=(comment or "").strip() or None
         ),

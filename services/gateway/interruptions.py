@@ -16,10 +16,9 @@ import time
 from fastapi import Request
 
 from services.gateway.domain import Session
-from shared.context import current_trace_id, current_traceparent, request_id_var
+from services.gateway.event_envelope import envelope
 from shared.events import QueryFailed, QueryFailedData
 
-SOURCE = "gateway"
 ERROR = "chat_unavailable"
 
 
@@ -42,12 +41,7 @@ async def publish_interrupted(request: Request) -> None:  # async: called where 
         return
     query = getattr(request.state, "query", None) or _query_in(request.state.question_body)
     event = QueryFailed(
-        source_service=SOURCE,
-        request_id=request_id_var.get(),
-        trace_id=current_trace_id(),
-        traceparent=current_traceparent(),
-        user_id=asker.user_id,
-        session_id=asker.public_id,
+        **envelope(asker),
         data=QueryFailedData(
             query=query,
             stage="interrupted",
