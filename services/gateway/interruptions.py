@@ -34,7 +34,7 @@ def note_query(request: Request, query: str) -> None:
     request.state.query = query
 
 
-async def publish_interrupted(request: Request) -> None:  # async: called where awaiting is the rule
+def publish_interrupted(request: Request) -> None:
     """Publish that chat stopped answering this request's question; nothing for a request that asked none."""
     asker: Session | None = getattr(request.state, "asker", None)
     if asker is None:

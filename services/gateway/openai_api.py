@@ -245,7 +245,7 @@ async def _chunks(
     except ServiceError as exc:  # chat went away or garbled (chat_unavailable) or silent (chat_timeout) mid-stream
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=exc.code)
         if isinstance(exc, ConnectionLost):
-            await publish_interrupted(request)
+            publish_interrupted(request)
         yield writer.error(exc.body())
         ended = True
     finally:

@@ -42,7 +42,7 @@ class QuestionRoute(StrictJsonRoute):
                 if is_refusal(status_of(exc)) or isinstance(exc, NotDelivered):
                     await withdraw(request)
                 elif isinstance(exc, ConnectionLost):
-                    await publish_interrupted(request)
+                    publish_interrupted(request)
                 raise
             if is_refusal(response.status_code):
                 await withdraw(request)

@@ -12,7 +12,7 @@ import codecs
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlencode
 
 import aiohttp
@@ -192,7 +192,7 @@ class Upstream:
         headers: dict[str, str],
         body: bytes | None = None,
         params: list[tuple[str, str]] | None = None,
-        on_lost: Callable[[], Awaitable[None]] | None = None,
+        on_lost: Callable[[], None] | None = None,
     ) -> Response:
         """Send and pass the answer on as it arrives (Server-Sent Events, a CSV file), unbuffered.
 
@@ -260,7 +260,7 @@ class Upstream:
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def _relay(
-        self, upstream: UpstreamStream, *, route: str, on_lost: Callable[[], Awaitable[None]] | None
+        self, upstream: UpstreamStream, *, route: str, on_lost: Callable[[], None] | None
     ) -> AsyncIterator[bytes]:
         # The service's own `error` events pass through uncounted here: the service counts them.
         events = _is_event_stream(upstream)
@@ -283,7 +283,7 @@ class Upstream:
             failure = _failure(self.name, exc)
             count_stream_failure(service="gateway", route=route, reason=failure.code)
             if on_lost is not None and isinstance(failure, ConnectionLost):
-                await on_lost()
+                on_lost()
             if not events:
                 raise  # too late for an error status: the connection is dropped, so the client sees the body cut short
             yield format_sse_event(event="error", data_str=json.dumps(failure.event_data()))  # `held` is dropped
