@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import aio_pika
 import httpx
@@ -15,6 +17,12 @@ import uvicorn
 from shared.topology import declare_topology
 from shared.events import parse_event
 from shared.web import SERVER_OPTIONS
+
+
+def own_outbox() -> Path:
+    """An outbox file for one publisher of a test: on the default path, publishers of tests running at once (in
+    other workers) share one file, and each sends the others' events to its own exchange."""
+    return Path(tempfile.mkdtemp(prefix="cairn-outbox-")) / "outbox.sqlite3"
 
 
 def free_port() -> int:

@@ -34,7 +34,7 @@ from tests.integration.gateway.analytics_stand_in import (
 )
 from tests.integration.gateway.analytics_stand_in import PASSWORD as STAND_IN_PASSWORD
 from tests.own_redis import OwnRedis
-from tests.support import serve_in_thread, wait_until
+from tests.support import own_outbox, serve_in_thread, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -185,6 +185,7 @@ def gateway_settings(redis_url: str, amqp_url: str, analytics_url: str, **overri
         amqp_url=amqp_url,
         events_exchange=f"{name}.events",
         analytics_queue=f"{name}.analytics",
+        outbox_path=own_outbox(),
         **overrides,
     )
 

@@ -34,6 +34,7 @@ from services.analytics.reports.buckets import bucket_starts, time_zone
 from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
+from tests.support import own_outbox
 
 PASSWORD = "correct horse battery"
 ROLES = {"ann": "user", "ana": "analyst", "ada": "admin"}
@@ -217,4 +218,5 @@ def gateway_settings(redis_url: str, amqp_url: str, prefix: str, analytics_url: 
         amqp_url=amqp_url,
         events_exchange=f"{prefix}.events",
         analytics_queue=f"{prefix}.analytics",
+        outbox_path=own_outbox(),
     )

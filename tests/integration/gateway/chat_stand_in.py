@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from services.gateway.adapters.redis_store import RedisUserStore, connect
 from services.gateway.settings import Settings
 from services.gateway.users import add_user
-from tests.support import free_port
+from tests.support import free_port, own_outbox
 
 PASSWORD = "correct horse battery"
 
@@ -79,7 +79,7 @@ def gateway_settings(*, redis_url: str, prefix: str, chat_url: str, **overrides)
     and analytics, unless given, are a port where nothing listens, never whatever runs on the defaults."""
     asyncio.run(_seed_users(redis_url, prefix))
     nothing = f"http://127.0.0.1:{free_port()}"
-    overrides = {"retrieval_urls": [nothing], "analytics_url": nothing} | overrides
+    overrides = {"retrieval_urls": [nothing], "analytics_url": nothing, "outbox_path": own_outbox()} | overrides
     return Settings(redis_url=redis_url, redis_prefix=prefix, chat_url=chat_url, **overrides)
 
 
