@@ -103,6 +103,8 @@ def _beyond_64_bits(value) -> bool:
         return any(_beyond_64_bits(item) for item in value.values())
     if isinstance(value, list):
         return any(_beyond_64_bits(item) for item in value)
+    if isinstance(value, float):  # JSON Schema calls 1e300 an integer, Python (and the service) a float
+        return value.is_integer() and not INT64_MIN <= value <= INT64_MAX
     return isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
 
 
@@ -111,6 +113,8 @@ def _beyond_64_bits(value) -> bool:
 def test_retrieval_keeps_its_contract(case, retrieval_url):
     # schemathesis's generator reaches past integer bounds above 2**53 through float rounding (9223372036854776000
     # for a maximum of 2**63 - 1, about 3 bodies in 1,000 here) and sends them as valid: such a draw is not one.
+    # Nor is an "invalid" one holding a whole float beyond them (-1.8e308), which JSON Schema counts an integer
+    # out of bounds and the service reads as the float it is.
     assume(not _beyond_64_bits(case.body))
     # A form field carries only text: schemathesis's "invalid" multipart bodies (a null doc_id, a number where
     # metadata's anyOf also allows one) reach the service as valid text, so their acceptance says nothing.
