@@ -1128,3 +1128,23 @@ def test_a_text_field_is_known_by_an_edge_of_3_to_1_on_what_is_behind_it(browser
         assert field.evaluate(CONTRAST_OF) >= 3, field
     log_in_as(page, "demo")
     assert page.get_by_label("Your question").evaluate(CONTRAST_OF) >= 3
+
+
+@pytest.mark.parametrize(("motion", "behavior"), [("no-preference", "smooth"), ("reduce", "auto")])
+def test_a_new_question_scrolls_into_view_smoothly_unless_less_motion_is_asked_for(browser, fake, motion, behavior):
+    """WCAG 2.3.3: the system's "reduce motion" setting turns the smooth scroll to a new question into a jump."""
+    _, url = fake
+    page = browser.new_context(viewport={"width": 1280, "height": 900}, reduced_motion=motion).new_page()
+    page.add_init_script("""
+        window.scrolls = [];
+        const scroll = Element.prototype.scrollIntoView;
+        Element.prototype.scrollIntoView = function (options) {
+            window.scrolls.push(options);
+            scroll.call(this, options);
+        };
+    """)
+    page.goto(url + "/")
+    log_in_as(page, "demo")
+    ask(page, "How do I add a user?")
+    asked = [options for options in page.evaluate("window.scrolls") if options and "behavior" in options]
+    assert [options["behavior"] for options in asked] == [behavior]

@@ -5,6 +5,8 @@ import { setUpPasswordDialog } from "./password-dialog.js";
 import * as saved from "./saved-conversation.js";
 import { Turn } from "./turn.js";
 
+const reducedMotion = matchMedia("(prefers-reduced-motion: reduce)"); // asked for: no smooth scrolling
+
 const TOKEN_KEY = "cairn.token";
 const USER_KEY = "cairn.username";
 
@@ -252,7 +254,7 @@ async function ask(query) {
   remember(); // the question is kept even if the page is reloaded before the answer ends
   view.intro.hidden = true;
   view.turns.append(turn.element);
-  turn.element.scrollIntoView({ block: "start", behavior: "smooth" });
+  turn.element.scrollIntoView({ block: "start", behavior: reducedMotion.matches ? "auto" : "smooth" });
   const controller = new AbortController();
   setBusy(controller);
   let finished = false;
