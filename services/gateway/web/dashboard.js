@@ -182,9 +182,11 @@ async function load() {
   } catch (error) {
     state.refused = true; // a load still running draws its figures, and leaves this message in place
     say(view.status, error.message, "error");
+    markFault([view.from, view.to], view.from, view.status); // the start that does not come before the end
     return;
   }
   state.refused = false;
+  markFault([view.from, view.to], null, view.status);
   history.replaceState(null, "", range.writeFilters(state.filters));
   state.shown = { filters: state.filters, range: resolved };
   state.load?.abort();
