@@ -15,14 +15,13 @@ from starlette.background import BackgroundTask
 from services.gateway import openai_compat
 from services.gateway.adapters.upstream import ConnectionLost, Upstream, UpstreamStream
 from services.gateway.api import headers_for
-from services.gateway.asking import is_refusal
 from services.gateway.deps import AskingSession, ChatUpstream, OfferedModelsDep, SettingsDep, UserSession
 from services.gateway.interruptions import note_query, publish_interrupted
 from services.gateway.model_offer import ModelOffer
 from services.gateway.openai_compat import STREAM_DESCRIPTION, ChunkWriter, Completion, CompletionRequest
 from services.gateway.openai_errors import OpenAIRoute, in_openai_shape
 from services.gateway.responses import forwarded
-from services.gateway.routing import withdraw
+from services.gateway.routing import refuses, withdraw
 from shared.context import request_id_var
 from shared.errors import DependencyUnavailable, NotFound, ServiceError
 from shared.metrics import count_stream_failure
@@ -233,12 +232,14 @@ async def _chunks(
     try:
         yield writer.first()
         if (answering := await first) is not None:
-            await _withdraw_if_refused(answering.event, answering.data, request)
+            if refuses(answering.event, answering.data):
+                await withdraw(request)
             yield answering.chunk
             ended = answering.event in ("done", "error")
             async for event in events:
                 data, chunk = _read(event, writer)
-                await _withdraw_if_refused(event.event, data, request)
+                if refuses(event.event, data):
+                    await withdraw(request)
                 if chunk:
                     yield chunk
                 ended = ended or event.event in ("done", "error")
@@ -254,12 +255,6 @@ async def _chunks(
         count_stream_failure(service="gateway", route=_COMPLETIONS, reason=_CUT_OFF["error"])
         yield writer.error(_CUT_OFF)
     yield openai_compat.DONE
-
-
-async def _withdraw_if_refused(event: str, data: dict, request: Request) -> None:
-    status = data.get("status") if event == "error" else None
-    if isinstance(status, int) and is_refusal(status):
-        await withdraw(request)
 
 
 def _read(event: ServerSentEvent, writer: ChunkWriter) -> tuple[dict, str | None]:

@@ -70,6 +70,12 @@ async def withdrawing_refusal(chunks: AsyncIterator[bytes], request: Request) ->
         yield chunk
 
 
+def refuses(event: str, data: object) -> bool:
+    """Whether a chat stream's event refuses the question as asked: an `error` whose status is a refusal."""
+    status = data.get("status") if event == "error" and isinstance(data, dict) else None
+    return isinstance(status, int) and is_refusal(status)
+
+
 def _is_refusal_event(chunk: bytes) -> bool:
     if b"event: error" not in chunk:
         return False
@@ -77,8 +83,7 @@ def _is_refusal_event(chunk: bytes) -> bool:
         lines = block.strip().split(b"\n")
         if lines[0] == b"event: error" and len(lines) > 1 and lines[1].startswith(b"data:"):
             try:
-                status = json.loads(lines[1].removeprefix(b"data:")).get("status")
-            except (ValueError, AttributeError):
+                return refuses("error", json.loads(lines[1].removeprefix(b"data:")))
+            except ValueError:
                 return False
-            return isinstance(status, int) and is_refusal(status)
     return False

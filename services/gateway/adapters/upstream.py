@@ -3,8 +3,9 @@
 Replicas take turns (shared.replicas.ReplicaPool). A replica that refuses the connection is skipped for a
 while and the request goes to the next one; a request that reached a replica is never sent again,
 since a POST /chat may have done its work, unless it changes nothing (a read, a search): one of those that
-failed on the replica it reached is sent once more, to another replica. aiohttp rather than httpx: under 32 concurrent requests httpx's
-pool caps a hop at a few hundred requests/s with p99 near 200 ms (docs/benchmarks.md, "Hops").
+failed on the replica it reached is sent once more, to another replica. aiohttp rather than httpx: under 32
+concurrent requests httpx's pool caps a hop at a few hundred requests/s with p99 near 200 ms
+(docs/benchmarks.md, "Hops").
 """
 from __future__ import annotations
 
