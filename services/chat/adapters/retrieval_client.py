@@ -71,7 +71,8 @@ class HttpRetrievalClient:
 
     Replicas take turns; one that refuses the connection is skipped for a while and the attempt goes at once
     to another replica, without waiting for a backoff; one silent for an attempt's share of the timeout is
-    skipped the same way, and an attempt on another replica joins the one it holds."""
+    skipped the same way, and an attempt on another replica joins the one it holds. A retry goes to a replica
+    that has not failed this search, while there is one."""
 
     def __init__(
         self,
@@ -141,6 +142,7 @@ class HttpRetrievalClient:
         deadline = time.monotonic() + self._timeout
         reason, dependency = "no attempt made", "retrieval"
         asked: set[str] = set()  # replicas with an attempt of this search in flight
+        failed: set[str] = set()  # replicas that answered this search with an error
         silent: set[str] = set()  # those of them marked for not answering within their share
         pending: set[asyncio.Task[_Answer]] = set()
         started, next_start = 0, time.monotonic()
@@ -157,7 +159,7 @@ class HttpRetrievalClient:
                         self.replicas.mark_unreachable(url)
                         silent.add(url)
                         log.warning("retrieval replica has not answered; asking another one too", extra={"url": url})
-                    pending.add(asyncio.create_task(self._attempt(body, headers, deadline, asked)))
+                    pending.add(asyncio.create_task(self._attempt(body, headers, deadline, asked, failed)))
                     started += 1
                     next_start = now + (deadline - now) / (self._attempts - started + 1)
                     await asyncio.sleep(0)  # the attempt marks its replica asked before the next check
@@ -186,20 +188,26 @@ class HttpRetrievalClient:
         raise DependencyUnavailable("retrieval", f"retrieval is unavailable ({reason})")
 
     async def _attempt(
-        self, body: dict[str, Any], headers: dict[str, str], deadline: float, asked: set[str]
+        self, body: dict[str, Any], headers: dict[str, str], deadline: float, asked: set[str], failed: set[str]
     ) -> _Answer:
-        """One search on the next replica not in `asked`, or, when it refuses the connection, on another one."""
+        """One search on the next replica not in `asked`, nor in `failed` while another is left (concurrent
+        searches move the turn on, which could bring a retry back to the replica that just failed it); when the
+        replica refuses the connection, on another one."""
 
         async def post(url: str) -> _Answer:
             asked.add(url)
             try:
                 with client_span("retrieval POST /search", headers, {"server.address": url}):
                     return await self._post(url, body, headers, deadline)
+            except _Retryable:
+                failed.add(url)
+                raise
             finally:
                 asked.discard(url)
 
+        avoid = asked | failed if set(self.replicas.urls) - asked - failed else asked
         try:
-            return await on_a_replica(self.replicas, post, avoid=asked)
+            return await on_a_replica(self.replicas, post, avoid=avoid)
         except NoReplicaConnected as exc:  # the addresses are in the log, not in an answer users read
             raise _Retryable("unreachable") from exc
 

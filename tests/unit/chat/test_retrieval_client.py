@@ -304,6 +304,16 @@ async def test_a_5xx_is_retried_on_the_next_replica():
     assert chunks and (len(failing.calls), len(healthy.calls)) == (1, 1)
 
 
+async def test_a_search_is_not_retried_on_a_replica_that_failed_it_while_another_is_left():
+    """Concurrent searches move the turn on, so without this the retry of one lands on the failing replica
+    again now and then, and with its attempts spent the question fails while a healthy replica was there."""
+    failing, healthy = Retrieval(lambda request: _json({"message": "boom"}, 500)), Retrieval()
+    async with running(failing, healthy), retrieval_client(failing.url, healthy.url, attempts=2) as client:
+        answers = await asyncio.gather(*(_search(client) for _ in range(6)), return_exceptions=True)
+    assert all(isinstance(chunks, list) and chunks for chunks in answers), answers
+    assert (len(failing.calls), len(healthy.calls)) == (3, 6), "turns alternate; each failed search moved over"
+
+
 async def test_every_replica_down_is_503_retrieval_unavailable_at_once():
     urls = [nowhere(), nowhere()]
     async with retrieval_client(*urls, attempts=2, timeout_s=5) as client:
