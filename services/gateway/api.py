@@ -246,15 +246,21 @@ async def analytics(
     # Streamed, so the CSV export starts at once however large it is, and is never held whole in memory.
     path = f"/analytics/{quote(report, safe='')}"
     response = await _forward(analytics, request, session, settings, path=path, stream=True)
-    if response.status_code == 503:  # "database_unavailable" alone would not say whose database
-        reason, retry_after = _reason(response.body), response.headers.get("Retry-After")  # DatabaseBusy's, say
+    # "database_unavailable" alone would not say whose database; "retrieval_unavailable" (the documents
+    # report's list) already names the service that is down.
+    if response.status_code == 503 and _error_field(response.body, "error") not in _NAMES_A_SERVICE:
+        reason = _error_field(response.body, "message") or "it answered 503"
+        retry_after = response.headers.get("Retry-After")  # DatabaseBusy's, say
         raise DependencyUnavailable("analytics", f"analytics is unavailable: {reason}", retry_after=retry_after)
     return response
 
 
-def _reason(body: bytes) -> str:
+_NAMES_A_SERVICE = frozenset(f"{service}_unavailable" for service in ("chat", "retrieval", "analytics"))
+
+
+def _error_field(body: bytes, name: str) -> str:
     try:
-        message = json.loads(body).get("message")
+        value = json.loads(body).get(name)
     except (ValueError, AttributeError):
-        message = None
-    return message if isinstance(message, str) and message else "it answered 503"
+        value = None
+    return value if isinstance(value, str) else ""

@@ -50,7 +50,8 @@ class StandInState:
     """What the stand-in was asked (path, query string, headers) and how it answers next."""
 
     seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    unavailable: bool = False  # answer every report with 503 database_unavailable
+    unavailable: bool = False  # answer every report with 503 `unavailable_as` (error, message)
+    unavailable_as: tuple[str, str] = ("database_unavailable", "database is unavailable")
     empty: bool = False  # answer as if no request happened in any range
 
 
@@ -108,7 +109,8 @@ def analytics_stand_in(state: StandInState) -> FastAPI:
         if request.url.path.startswith("/analytics/"):
             state.seen.append((request.url.path, request.url.query, dict(request.headers)))
             if state.unavailable:
-                return JSONResponse({"error": "database_unavailable", "message": "database is unavailable"}, status_code=503)
+                error, message = state.unavailable_as
+                return JSONResponse({"error": error, "message": message}, status_code=503, headers={"Retry-After": "7"})
         return await call_next(request)
 
     @app.get("/healthz")

@@ -41,6 +41,7 @@ def analytics_url(stand_in):
 def client(redis_url, amqp_url, unique, analytics_url, stand_in):
     stand_in.seen.clear()
     stand_in.unavailable = False
+    stand_in.unavailable_as = StandInState.unavailable_as
     with TestClient(create_app(gateway_settings(redis_url, amqp_url, unique, analytics_url))) as client:
         yield client
 
@@ -96,6 +97,15 @@ def test_a_503_from_analytics_is_a_503_naming_analytics(client, stand_in, report
     response = client.get(f"/api/analytics/{report}", params=RANGE, headers=ana)
     assert response.status_code == 503
     assert response.json() == {"error": "analytics_unavailable", "message": "analytics is unavailable: database is unavailable"}
+
+
+def test_retrieval_down_behind_analytics_is_named_as_retrieval(client, stand_in):
+    """The documents report asks retrieval for the document list: its outage is retrieval's, not analytics'."""
+    ana = _auth(client, "ana")
+    stand_in.unavailable, stand_in.unavailable_as = True, ("retrieval_unavailable", "retrieval is unavailable")
+    response = client.get("/api/analytics/documents", params=RANGE, headers=ana)
+    assert (response.status_code, response.headers["retry-after"]) == (503, "7")
+    assert response.json() == {"error": "retrieval_unavailable", "message": "retrieval is unavailable"}
 
 
 @pytest.mark.parametrize("report", ["summary", "export.csv"])
