@@ -1,7 +1,7 @@
 """Keep the in-memory keyword index equal to the vector store, which is the source of truth.
 
-The index may also hold the chunks' vectors; the synced store then answers unfiltered nearest-neighbour
-queries with an exact scan of them instead of asking the store (adapters/exact_dense.py).
+The index may also hold the chunks' vectors; the synced store then answers nearest-neighbour queries, filtered
+or not, with an exact scan of them instead of asking the store (adapters/exact_dense.py).
 
 Two paths: writes through this replica go through `SyncedStore` and reach the index at once; writes
 through other replicas are found by polling the store's change feed (`VectorStore.changes`) and the
@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from shared.filters import Filter
+from shared.filters import Filter, parse_filter
 from services.retrieval.ports import StoredChunk, VectorStore
 from shared.errors import DependencyUnavailable
 
@@ -56,11 +56,16 @@ class ExactIndex(SyncableIndex, Protocol):
     def exact_dense(self) -> ExactScan | None:
         """The scan over the store's chunks as last read, or None when it cannot stand in for the store."""
 
+    def exact_dense_matching(self, where: Filter) -> tuple[ExactScan, Any] | None:
+        """The scan, as exact_dense, with a mask of its rows that `where` lets through."""
+
 
 class ExactSearcher(Protocol):
     """Runs queries over an ExactScan (adapters.exact_dense.ExactSearch)."""
 
-    async def nearest(self, dense: Any, *, embedding: Sequence[float], top_k: int) -> list[tuple[str, float]]: ...
+    async def nearest(
+        self, dense: Any, *, embedding: Sequence[float], top_k: int, allowed: Any = None
+    ) -> list[tuple[str, float]]: ...
 
 
 class KeywordSync:
@@ -143,8 +148,12 @@ class KeywordSync:
 
 
 class SyncedStore:
-    """A VectorStore whose writes also reach the keyword index, and whose unfiltered nearest-neighbour
-    queries the index's exact scan answers when it has one (`exact`); everything else passes through."""
+    """A VectorStore whose writes also reach the keyword index, and whose nearest-neighbour queries the
+    index's exact scan answers when it has one (`exact`); everything else passes through.
+
+    Filtered queries too: the index holds every chunk's metadata, and the scan's answer is exact where
+    Chroma's filtered search is approximate, and where a Chroma server's misses chunks after many
+    deletes and updates (chroma-core/chroma#7758, seen with 1.5.9)."""
 
     def __init__(
         self, inner: VectorStore, *, index: ExactIndex, sync: KeywordSync, exact: ExactSearcher | None = None
@@ -179,10 +188,19 @@ class SyncedStore:
     async def nearest(
         self, *, embedding: list[float], top_k: int, where: Filter | Mapping[str, Any] | None = None
     ) -> list[tuple[str, float]]:
-        dense = None if where or self._exact is None else self._index.exact_dense()
-        if dense is None or len(embedding) != dense.dimensions:
-            return await self._inner.nearest(embedding=embedding, top_k=top_k, where=where)
-        return await self._exact.nearest(dense, embedding=embedding, top_k=top_k)  # type: ignore[union-attr]
+        if self._exact is not None:
+            scan = await self._exact_scan(parse_filter(where))
+            if scan is not None and len(embedding) == scan[0].dimensions:
+                dense, allowed = scan
+                return await self._exact.nearest(dense, embedding=embedding, top_k=top_k, allowed=allowed)
+        return await self._inner.nearest(embedding=embedding, top_k=top_k, where=where)
+
+    async def _exact_scan(self, where: Filter) -> tuple[ExactScan, Any] | None:
+        if not where:
+            dense = self._index.exact_dense()
+            return None if dense is None else (dense, None)
+        # Off the event loop: the first search with a filter after a build reads every chunk's metadata.
+        return await asyncio.to_thread(self._index.exact_dense_matching, where)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -86,8 +86,8 @@ class Settings(CommonSettings):
         30_000,
         ge=0,
         validation_alias=aliases("EXACT_SEARCH_MAX_CHUNKS"),
-        description="Up to this many chunks, unfiltered dense queries scan every vector held in memory (exact) "
-        "instead of Chroma's HNSW index; 0 keeps no vectors in memory.",
+        description="Up to this many chunks, dense queries scan every vector held in memory (exact; a filtered "
+        "query the chunks it lets through) instead of Chroma's HNSW index; 0 keeps no vectors in memory.",
     )
     embedding_cache: bool = Field(
         False,

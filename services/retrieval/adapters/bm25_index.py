@@ -20,7 +20,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import bm25s
@@ -75,6 +75,10 @@ class _Built:
     rows: list[tuple[str, _Entry]]  # row of the score matrix -> chunk
     vocab: dict[str, int]  # term -> column of the score matrix
     dense: ExactDense | None = None
+    masks: dict[Filter, np.ndarray] = field(default_factory=dict)  # the rows each recent filter lets through
+
+
+_KEPT_MASKS = 64  # filters whose rows each build remembers: computing them reads every chunk's metadata
 
 
 class Bm25Index:
@@ -99,6 +103,7 @@ class Bm25Index:
         self._generation = 0
         self._lock = threading.Lock()
         self._build_lock = threading.Lock()
+        self._masks_lock = threading.Lock()
         self._built = _Built(None, [], {})
         self._dirty = False
         self._local_changes = False  # written through this replica since the last build
@@ -337,9 +342,29 @@ class Bm25Index:
         """The exact dense scan over every chunk of the store as this replica last read it, or None: vectors
         not kept, more chunks than exact_max_chunks, or this replica's own writes not yet built in (the
         store has them; a search must see them)."""
+        built = self._exact_built()
+        return None if built is None else built.dense
+
+    def exact_dense_matching(self, where: Filter) -> tuple[ExactDense, np.ndarray] | None:
+        """The exact dense scan, as `exact_dense`, with a mask of its rows that `where` lets through (the
+        first search with a filter after a build reads every chunk's metadata: tens of ms at 20,000)."""
+        built = self._exact_built()
+        if built is None or built.dense is None:
+            return None
+        mask = built.masks.get(where)
+        if mask is None:
+            kept = (matches(where, entry.metadata | {"doc_id": entry.doc_id}) for _, entry in built.rows)
+            mask = np.fromiter(kept, dtype=bool, count=len(built.rows))
+            with self._masks_lock:
+                if len(built.masks) >= _KEPT_MASKS:
+                    del built.masks[next(iter(built.masks))]
+                built.masks[where] = mask
+        return built.dense, mask
+
+    def _exact_built(self) -> _Built | None:
         if not self.loaded or self._local_changes or self._building_local:
             return None
-        return self._built.dense
+        return self._built
 
     def held(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
         entries = self._entries  # single lookups are safe beside the writers' lock-held updates

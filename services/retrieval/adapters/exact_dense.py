@@ -45,8 +45,11 @@ class ExactDense:
     def dimensions(self) -> int:
         return int(self._vectors.shape[1])
 
-    def nearest(self, queries: np.ndarray, top_k: int) -> list[list[tuple[str, float]]]:
-        """For each query row, (chunk_id, cosine distance) of its top_k chunks, nearest first."""
+    def nearest(
+        self, queries: np.ndarray, top_k: int, allowed: Sequence[np.ndarray | None] | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """For each query row, (chunk_id, cosine distance) of its top_k chunks, nearest first. `allowed`: for
+        each query, a mask of the rows (chunk ids in order) it may return, or None for any."""
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
         similarities = np.asarray(queries, dtype=np.float32) @ self._vectors.T
@@ -54,8 +57,13 @@ class ExactDense:
             similarities = similarities[:, self._row_of]
         ids = self._ids
         nearest = []
-        for query_similarities in similarities:
-            rows = best_rows(query_similarities, top_k)
+        for position, query_similarities in enumerate(similarities):
+            mask = None if allowed is None else allowed[position]
+            if mask is None:
+                rows = best_rows(query_similarities, top_k)
+            else:
+                candidates = np.flatnonzero(mask)
+                rows = candidates[best_rows(query_similarities[candidates], top_k)]
             scores = query_similarities[rows]
             nearest.append([(ids[row], 1.0 - score) for row, score in zip(rows.tolist(), scores.tolist())])
         return nearest
@@ -78,10 +86,10 @@ def _distinct_rows(vectors: np.ndarray) -> tuple[list[int], np.ndarray | None]:
 class _Scan:
     """One caller's query. Hashed by identity, so the batcher never merges two callers."""
 
-    __slots__ = ("dense", "vector", "top_k")
+    __slots__ = ("allowed", "dense", "vector", "top_k")
 
-    def __init__(self, dense: ExactDense, vector: Sequence[float], top_k: int) -> None:
-        self.dense, self.vector, self.top_k = dense, vector, top_k
+    def __init__(self, dense: ExactDense, vector: Sequence[float], top_k: int, allowed: np.ndarray | None) -> None:
+        self.dense, self.vector, self.top_k, self.allowed = dense, vector, top_k, allowed
 
 
 class ExactSearch:
@@ -94,13 +102,17 @@ class ExactSearch:
             self._scan_together, window_s=0, max_batch=max_batch, name="exact_scan"
         )
 
-    async def nearest(self, dense: ExactDense, *, embedding: Sequence[float], top_k: int) -> list[tuple[str, float]]:
-        """(chunk_id, cosine distance) of the top_k chunks of `dense`, nearest first."""
+    async def nearest(
+        self, dense: ExactDense, *, embedding: Sequence[float], top_k: int, allowed: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
+        """(chunk_id, cosine distance) of the top_k chunks of `dense` (of those `allowed` lets through), nearest first."""
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
         if len(embedding) != dense.dimensions:
             raise ValueError(f"query has {len(embedding)} dimensions, the chunks {dense.dimensions}")
-        return await self._batcher.submit(_Scan(dense, embedding, top_k))
+        if allowed is not None and len(allowed) != len(dense):
+            raise ValueError("the mask must have one entry per chunk of the scan")
+        return await self._batcher.submit(_Scan(dense, embedding, top_k, allowed))
 
     async def _scan_together(self, scans: list[_Scan]) -> list[list[tuple[str, float]]]:
         return await asyncio.to_thread(_scan_all, scans)
@@ -114,7 +126,7 @@ def _scan_all(scans: list[_Scan]) -> list[list[tuple[str, float]]]:
     for positions in by_scan.values():
         dense = scans[positions[0]].dense
         queries = np.asarray([scans[p].vector for p in positions], dtype=np.float32)
-        found = dense.nearest(queries, max(scans[p].top_k for p in positions))
+        found = dense.nearest(queries, max(scans[p].top_k for p in positions), [scans[p].allowed for p in positions])
         for p, neighbours in zip(positions, found):
             results[p] = neighbours[: scans[p].top_k]
     return results

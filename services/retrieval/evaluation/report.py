@@ -88,7 +88,7 @@ class EvalReport:
             lines.append(f"paired nDCG@10 {a} − {b}: {d.mean:+.4f} ± {_interval(d.ci95)} (95 % CI, {d.queries} queries)")
         if self.ann is not None:
             lines.append(
-                f"HNSW (filtered and larger searches): {self.ann.recall:.4f} of the exact top-{self.ann.k} returned "
+                f"HNSW (searches above the exact-scan limit): {self.ann.recall:.4f} of the exact top-{self.ann.k} returned "
                 f"over {self.ann.chunks} chunks ({self.ann.queries} queries); store query p50 {self.ann.query_ms['p50']:.2f} ms, "
                 f"p95 {self.ann.query_ms['p95']:.2f} ms"
             )
@@ -99,7 +99,7 @@ class EvalReport:
     def _dense_lookup_line(self) -> str:
         if self.dense_lookup == "exact":
             return (f"dense lookups: an exact scan of the {self.ingest.chunks} chunk vectors, as the service answers "
-                    f"unfiltered searches up to EXACT_SEARCH_MAX_CHUNKS={self.exact_max_chunks}")
+                    f"searches up to EXACT_SEARCH_MAX_CHUNKS={self.exact_max_chunks}")
         return (f"dense lookups: Chroma's HNSW index, as the service answers them above "
                 f"EXACT_SEARCH_MAX_CHUNKS={self.exact_max_chunks} chunks")
 

@@ -114,7 +114,7 @@ def test_whole_documents_are_single_chunks_and_the_table_prints(
     )
     table = capsys.readouterr().out
     assert evaluate_table == 0
-    assert "nDCG@10" in table and "\nhybrid " in table and "HNSW (filtered and larger searches):" in table
+    assert "nDCG@10" in table and "\nhybrid " in table and "HNSW (searches above the exact-scan limit):" in table
     assert "dense lookups: an exact scan of the" in table and "contextual chunking: not measured" in table
 
 

@@ -49,3 +49,39 @@ async def test_the_scan_returns_what_chroma_returns_for_the_demo_collection(
         for chunk_id, distance in exact:
             if chunk_id in by_id:
                 assert distance == pytest.approx(by_id[chunk_id], abs=1e-4), (query, chunk_id)
+
+
+async def test_filtered_queries_get_what_chroma_returns_for_the_chunks_the_filter_lets_through(
+    tmp_path: Path, unique: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    chroma = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    store, index, sync = keyword_indexed(chroma, exact_max_chunks=10_000)
+    await sync.refresh()
+    for position, path in enumerate(DOCS / name for name in GUIDES):
+        document = NewDocument(
+            text=path.read_text(), source=f"docs/{path.name}", metadata={"category": "ops" if position % 2 else "guide"}
+        )
+        await ingest_document(document, embedder=embedder, store=store, chunk_size=256, chunk_overlap=32)
+    index.build()
+    asked_chroma = 0
+    chroma_nearest = chroma.nearest
+
+    async def counted(**kwargs):
+        nonlocal asked_chroma
+        asked_chroma += 1
+        return await chroma_nearest(**kwargs)
+
+    chroma.nearest = counted  # type: ignore[method-assign]
+    filters = ({"category": "ops"}, {"doc_id": {"$in": ["docs/events.md", "docs/dashboard.md"]}}, {"chunk_index": {"$gte": 3}})
+    for query in QUERIES:
+        vector = await embedder.embed_query(query)
+        for where in filters:
+            exact = await store.nearest(embedding=vector, top_k=5, where=where)
+            approximate = await chroma_nearest(embedding=vector, top_k=5, where=where)
+            assert exact, (query, where)
+            assert {cid for cid, _ in exact[:4]} <= {cid for cid, _ in approximate}, (query, where)
+            by_id = dict(approximate)
+            for chunk_id, distance in exact:
+                if chunk_id in by_id:
+                    assert distance == pytest.approx(by_id[chunk_id], abs=1e-4), (query, where, chunk_id)
+    assert asked_chroma == 0, "the scan answered every filtered query"

@@ -401,3 +401,25 @@ def test_writes_builds_and_searches_from_several_threads_beside_compactions(monk
     for doc, chunks in store.items():
         assert ids(index.search_now(query=tokenize(chunks[0].content)[-1], top_k=3)) == [f"{doc}#0"]
     assert len(index) == len(store)
+
+
+def test_the_rows_a_filter_lets_through_are_worked_out_once_per_build() -> None:
+    def with_vector(c: StoredChunk, vector: list[float]) -> StoredChunk:
+        return StoredChunk(c.chunk_id, c.doc_id, c.content, np.array(vector, dtype=np.float32), dict(c.metadata))
+
+    index = Bm25Index(exact_max_chunks=10)
+    chunks = [with_vector(chunk("a", 0, "one", category="guide", page=2), [1, 0]),
+              with_vector(chunk("b", 0, "two", category="faq", page=5), [0, 1]),
+              with_vector(chunk("c", 0, "three", category="guide"), [0.6, 0.8])]
+    index.load(chunks, doc_ids=None, since=index.generation)
+    index.build()
+    guides = parse_filter({"category": "guide"})
+    dense, mask = index.exact_dense_matching(guides)
+    assert dense is index.exact_dense() and mask.tolist() == [True, False, True]
+    assert index.exact_dense_matching(parse_filter({"category": "guide"}))[1] is mask, "kept for the build"
+    assert index.exact_dense_matching(parse_filter({"doc_id": "b", "page": {"$gte": 3}}))[1].tolist() == [False, True, False]
+    assert index.exact_dense_matching(parse_filter({"page": {"$lt": 3}}))[1].tolist() == [True, False, False]
+    index.add([with_vector(chunk("d", 0, "four", category="guide"), [0.8, 0.6])])
+    assert index.exact_dense_matching(guides) is None, "this replica's own write is not built in yet"
+    index.build()
+    assert index.exact_dense_matching(guides)[1].tolist() == [True, False, True, True]

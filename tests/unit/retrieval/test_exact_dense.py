@@ -77,6 +77,28 @@ async def test_concurrent_queries_share_one_product_and_each_gets_its_own_answer
         await search.nearest(dense, embedding=[1.0, 0.0], top_k=3)
 
 
+async def test_a_mask_limits_each_query_of_a_batch_to_its_own_rows() -> None:
+    vectors = unit_rows(60)
+    dense = ExactDense([f"c{i:02d}" for i in range(60)], vectors)
+    search = ExactSearch(max_batch=8)
+    queries = unit_rows(3, seed=7)
+    even, none_at_all = np.arange(60) % 2 == 0, np.zeros(60, dtype=bool)
+    found = await asyncio.gather(
+        search.nearest(dense, embedding=queries[0].tolist(), top_k=5, allowed=even),
+        search.nearest(dense, embedding=queries[1].tolist(), top_k=5),
+        search.nearest(dense, embedding=queries[2].tolist(), top_k=5, allowed=none_at_all),
+    )
+    assert search._batcher.batch_sizes == [3]
+    similarities = vectors @ queries[0]
+    best_even = sorted(range(0, 60, 2), key=lambda row: -similarities[row])[:5]
+    assert [cid for cid, _ in found[0]] == [f"c{row:02d}" for row in best_even]
+    alone = dense.nearest(queries[1][None, :], 5)[0]
+    assert [cid for cid, _ in found[1]] == [cid for cid, _ in alone], "a query without a mask sees every row"
+    assert found[2] == []
+    with pytest.raises(ValueError, match="one entry per chunk"):
+        await search.nearest(dense, embedding=queries[0].tolist(), top_k=5, allowed=even[:10])
+
+
 class CountingStore(FakeStore):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -113,8 +135,20 @@ async def test_the_scan_answers_unfiltered_queries_once_built_with_the_stores_ra
     assert [cid for cid, _ in exact] == [cid for cid, _ in before]
     assert [d for _, d in exact] == pytest.approx([d for _, d in before], abs=1e-6)
 
-    await synced_store.nearest(embedding=query, top_k=3, where={"category": "a"})
-    assert store.nearest_calls == 2, "filtered queries go to the store"
+
+
+async def test_the_scan_answers_filtered_queries_with_the_stores_ranking_of_the_chunks_let_through() -> None:
+    """Chroma's filtered search is approximate, and a Chroma server's misses chunks after many deletes and
+    updates (chroma-core/chroma#7758): the scan has every chunk's metadata and answers filtered queries too."""
+    synced_store, index, _, store = await synced()
+    index.build()
+    query = bag_of_words("pears cherry")
+    for where in ({"category": "c"}, {"doc_id": {"$in": ["b", "d"]}}, {"category": {"$ne": "a"}}, {"category": "z"}):
+        exact = await synced_store.nearest(embedding=query, top_k=3, where=where)
+        expected = await store.nearest(embedding=query, top_k=3, where=where)
+        assert [cid for cid, _ in exact] == [cid for cid, _ in expected], where
+        assert [d for _, d in exact] == pytest.approx([d for _, d in expected], abs=1e-6)
+    assert store.nearest_calls == 4, "only the comparisons asked the store"
 
 
 async def test_too_many_chunks_or_none_kept_leave_every_query_to_the_store() -> None:
