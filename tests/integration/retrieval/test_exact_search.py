@@ -25,16 +25,24 @@ QUERIES = (
 )
 
 
-async def test_the_scan_returns_what_chroma_returns_for_the_demo_collection(
-    tmp_path: Path, unique: str, embedder: SentenceTransformerEmbedder
-) -> None:
+async def guides_indexed(tmp_path: Path, unique: str, embedder: SentenceTransformerEmbedder):
+    """The guides in an embedded Chroma behind the synced store, every other one in category "ops", the rest
+    "guide"; the index built, so the scan can answer."""
     chroma = ChromaStore(collection=unique, path=tmp_path / "chroma")
     store, index, sync = keyword_indexed(chroma, exact_max_chunks=10_000)
     await sync.refresh()
-    for path in (DOCS / name for name in GUIDES):
-        document = NewDocument(text=path.read_text(), source=f"docs/{path.name}")
+    for position, path in enumerate(DOCS / name for name in GUIDES):
+        category = "ops" if position % 2 else "guide"
+        document = NewDocument(text=path.read_text(), source=f"docs/{path.name}", metadata={"category": category})
         await ingest_document(document, embedder=embedder, store=store, chunk_size=256, chunk_overlap=32)
     index.build()
+    return chroma, store, index
+
+
+async def test_the_scan_returns_what_chroma_returns_for_the_demo_collection(
+    tmp_path: Path, unique: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    chroma, store, index = await guides_indexed(tmp_path, unique, embedder)
     dense = index.exact_dense()
     assert dense is not None and len(dense) == len(await chroma.get_chunks()) > 50
 
@@ -54,15 +62,7 @@ async def test_the_scan_returns_what_chroma_returns_for_the_demo_collection(
 async def test_filtered_queries_get_what_chroma_returns_for_the_chunks_the_filter_lets_through(
     tmp_path: Path, unique: str, embedder: SentenceTransformerEmbedder
 ) -> None:
-    chroma = ChromaStore(collection=unique, path=tmp_path / "chroma")
-    store, index, sync = keyword_indexed(chroma, exact_max_chunks=10_000)
-    await sync.refresh()
-    for position, path in enumerate(DOCS / name for name in GUIDES):
-        document = NewDocument(
-            text=path.read_text(), source=f"docs/{path.name}", metadata={"category": "ops" if position % 2 else "guide"}
-        )
-        await ingest_document(document, embedder=embedder, store=store, chunk_size=256, chunk_overlap=32)
-    index.build()
+    chroma, store, _ = await guides_indexed(tmp_path, unique, embedder)
     asked_chroma = 0
     chroma_nearest = chroma.nearest
 
