@@ -30,7 +30,7 @@ status: install
 # pytest-xdist's file scheduling then runs the crashed test again and can wait for good.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0 --durations 10
 
 test-unit: install
 	$(BIN)/python -m pytest -m unit
