@@ -75,7 +75,7 @@ class _Built:
     rows: list[tuple[str, _Entry]]  # row of the score matrix -> chunk
     vocab: dict[str, int]  # term -> column of the score matrix
     dense: ExactDense | None = None
-    masks: dict[Filter, np.ndarray] = field(default_factory=dict)  # the rows each recent filter lets through
+    masks: dict[tuple, np.ndarray] = field(default_factory=dict)  # the rows each recent filter lets through
 
 
 _KEPT_MASKS = 64  # filters whose rows each build remembers: computing them reads every chunk's metadata
@@ -347,18 +347,18 @@ class Bm25Index:
 
     def exact_dense_matching(self, where: Filter) -> tuple[ExactDense, np.ndarray] | None:
         """The exact dense scan, as `exact_dense`, with a mask of its rows that `where` lets through (the
-        first search with a filter after a build reads every chunk's metadata: tens of ms at 20,000)."""
+        first search with a filter after a build reads every chunk's metadata: 5-15 ms at 20,000)."""
         built = self._exact_built()
         if built is None or built.dense is None:
             return None
-        mask = built.masks.get(where)
+        key = _typed(where)
+        mask = built.masks.get(key)
         if mask is None:
-            kept = (matches(where, entry.metadata | {"doc_id": entry.doc_id}) for _, entry in built.rows)
-            mask = np.fromiter(kept, dtype=bool, count=len(built.rows))
+            mask = _rows_matching(where, built.rows)
             with self._masks_lock:
                 if len(built.masks) >= _KEPT_MASKS:
                     del built.masks[next(iter(built.masks))]
-                built.masks[where] = mask
+                built.masks[key] = mask
         return built.dense, mask
 
     def _exact_built(self) -> _Built | None:
@@ -374,6 +374,29 @@ class Bm25Index:
                 vector = entry.vector if entry.vector is not None else []
                 found[chunk_id] = StoredChunk(chunk_id, entry.doc_id, entry.content, vector, dict(entry.metadata))
         return found
+
+
+def _typed(where: Filter) -> tuple:
+    """`where` as a key that tells {"flag": True} from {"flag": 1}: the two filters compare equal, yet
+    a boolean matches only booleans."""
+
+    def typed(value: object) -> object:
+        return tuple(typed(v) for v in value) if isinstance(value, tuple) else (type(value), value)
+
+    return tuple((c.key, c.op, typed(c.value)) for c in where.conditions)
+
+
+def _rows_matching(where: Filter, rows: list[tuple[str, _Entry]]) -> np.ndarray:
+    """Which rows `where` lets through. Each condition is checked once per distinct value of its key, not once
+    per chunk: most keys hold few values, and 20,000 chunks checked one by one took 50 ms."""
+    mask = np.ones(len(rows), dtype=bool)
+    for condition in where.conditions:
+        key, alone = condition.key, Filter((condition,))
+        values = (entry.doc_id if key == "doc_id" else entry.metadata.get(key) for _, entry in rows)
+        typed = [(type(value), value) for value in values]  # True and 1 are equal keys, yet never match alike
+        verdict = {kind_and_value: matches(alone, {key: kind_and_value[1]}) for kind_and_value in set(typed)}
+        mask &= np.fromiter(map(verdict.__getitem__, typed), dtype=bool, count=len(rows))
+    return mask
 
 
 def keyword_indexed(

@@ -10,7 +10,7 @@ import pytest
 
 from services.retrieval.adapters import bm25_index
 from services.retrieval.adapters.bm25_index import Bm25Index, tokenize
-from shared.filters import parse_filter
+from shared.filters import matches, parse_filter
 from services.retrieval.ports import CONTEXT_KEY, StoredChunk
 from shared.errors import DependencyUnavailable
 
@@ -423,3 +423,27 @@ def test_the_rows_a_filter_lets_through_are_worked_out_once_per_build() -> None:
     assert index.exact_dense_matching(guides) is None, "this replica's own write is not built in yet"
     index.build()
     assert index.exact_dense_matching(guides)[1].tolist() == [True, False, True, True]
+
+
+def test_a_filters_rows_are_those_it_matches_one_by_one() -> None:
+    """The mask checks each distinct value once, and is kept per filter: values and filters that compare
+    equal across types ({"flag": True} and {"flag": 1}) must still get each their own verdict."""
+    values = [True, False, 1, 0, 1.0, 2.5, "1", "guide", "faq", None]
+    chunks = []
+    for i in range(60):
+        meta = {"flag": values[i % len(values)], "category": values[(i * 7) % len(values)]}
+        if i % 4 == 0:
+            meta.pop("flag")
+        chunks.append(StoredChunk(f"d{i % 9}#{i}", f"d{i % 9}", "text", np.array([1.0, i / 60], dtype=np.float32), meta))
+    index = Bm25Index(exact_max_chunks=100)
+    index.load(chunks, doc_ids=None, since=index.generation)
+    index.build()
+    dense = index.exact_dense()
+    for raw in ({"flag": True}, {"flag": 1}, {"flag": {"$ne": 1}}, {"flag": {"$nin": [False]}},
+                {"flag": {"$gte": 1}}, {"category": "guide", "flag": {"$lt": 2}}, {"doc_id": {"$in": ["d1", "d4"]}},
+                {"doc_id": "d2", "category": {"$ne": "faq"}}, {"flag": {"$in": [True, False]}}, {"flag": {"$in": [1, 0]}}):
+        where = parse_filter(raw)
+        rows = [chunk_id for chunk_id, _ in sorted((c.chunk_id, c) for c in chunks)]
+        expected = [matches(where, {**c.metadata, "doc_id": c.doc_id}) for _, c in sorted((c.chunk_id, c) for c in chunks)]
+        found, mask = index.exact_dense_matching(where)
+        assert found is dense and len(rows) == len(mask) and mask.tolist() == expected, raw
