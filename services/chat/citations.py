@@ -29,7 +29,7 @@ _MAX_PASSAGE_NUMBER = 999  # [2019] is a year, left as written; no prompt holds 
 # 1, 2"), a range may be written with an en or em dash, as typesetting models do ("1–3"), and a list with the
 # full-width comma of Chinese text ("1，2"), a semicolon ("1; 2") or an "and" ("1 and 2", "1, 2, and 3", "1 & 2").
 # A list left unread would keep the prompt's numbers while the markers around it are renumbered.
-_LABEL = r"(?:(?:citation|source|doc|document|passage)s?\s*:?\s*)?"
+_LABEL = r"(?:\^|(?:citation|source|doc|document|passage)s?\s*:?\s*)?"  # "^": a Markdown footnote, [^2]
 _DASH = r"[-–—]"
 _COMMA = r"[,，;；]"
 _AND = r"(?:\band\b|&)"

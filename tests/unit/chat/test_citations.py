@@ -103,6 +103,7 @@ def test_citation_word_form_is_rewritten_to_plain_number():
      ["chunk-2", "chunk-4", "chunk-1", "chunk-3"]),
     ("Per ［３］ and ［１，２］.", "Per [1] and [2, 3].", ["chunk-3", "chunk-1", "chunk-2"]),  # full-width square, digits
     ("Per [Sources 3, 1] and [Citations: 2].", "Per [1, 2] and [3].", ["chunk-3", "chunk-1", "chunk-2"]),
+    ("Per [^3] and [^1][^2].", "Per [1] and [2][3].", ["chunk-3", "chunk-1", "chunk-2"]),  # Markdown footnotes
     # Lists with a semicolon or an "and": left as written, their numbers would name other passages once the
     # other markers are renumbered.
     ("Per [3]. Both [1; 2] and [4；1].", "Per [1]. Both [2, 3] and [4, 2].", ["chunk-3", "chunk-1", "chunk-2", "chunk-4"]),
