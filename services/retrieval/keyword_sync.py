@@ -59,6 +59,9 @@ class ExactIndex(SyncableIndex, Protocol):
     def exact_dense_matching(self, where: Filter) -> tuple[ExactScan, Any] | None:
         """The scan, as exact_dense, with a mask of its rows that `where` lets through."""
 
+    def still_matching(self, hits: list[tuple[str, float]], where: Filter) -> list[tuple[str, float]]:
+        """The hits whose chunks, as held now, `where` still lets through."""
+
 
 class ExactSearcher(Protocol):
     """Runs queries over an ExactScan (adapters.exact_dense.ExactSearch)."""
@@ -189,10 +192,13 @@ class SyncedStore:
         self, *, embedding: list[float], top_k: int, where: Filter | Mapping[str, Any] | None = None
     ) -> list[tuple[str, float]]:
         if self._exact is not None:
-            scan = await self._exact_scan(parse_filter(where))
+            conditions = parse_filter(where)
+            scan = await self._exact_scan(conditions)
             if scan is not None and len(embedding) == scan[0].dimensions:
                 dense, allowed = scan
-                return await self._exact.nearest(dense, embedding=embedding, top_k=top_k, allowed=allowed)
+                found = await self._exact.nearest(dense, embedding=embedding, top_k=top_k, allowed=allowed)
+                # Another replica's change read since the build is not in the mask yet: checked on what is held now.
+                return found if allowed is None else self._index.still_matching(found, conditions)
         return await self._inner.nearest(embedding=embedding, top_k=top_k, where=where)
 
     async def _exact_scan(self, where: Filter) -> tuple[ExactScan, Any] | None:

@@ -361,6 +361,16 @@ class Bm25Index:
                 built.masks[key] = mask
         return built.dense, mask
 
+    def still_matching(self, hits: list[tuple[str, float]], where: Filter) -> list[tuple[str, float]]:
+        """The hits whose chunks, as held now, `where` still lets through: a change another replica made is
+        held once read, and in the masks only once built in."""
+        entries = self._entries  # single lookups are safe beside the writers' lock-held updates
+        return [
+            (chunk_id, distance)
+            for chunk_id, distance in hits
+            if (entry := entries.get(chunk_id)) is not None and matches(where, entry.metadata | {"doc_id": entry.doc_id})
+        ]
+
     def _exact_built(self) -> _Built | None:
         if not self.loaded or self._local_changes or self._building_local:
             return None

@@ -176,6 +176,22 @@ async def test_another_replicas_writes_reach_the_scan_with_their_vectors() -> No
     assert second.held(["e#0"])["e#0"].embedding == pytest.approx(bag_of_words("cherry jam tarts"))
 
 
+async def test_a_chunk_another_replica_moved_out_of_a_filter_is_not_returned_for_it_before_the_rebuild() -> None:
+    """Between reading another replica's change and building it in, the scan's masks are the last build's:
+    a chunk whose category changed would be returned for its old category, showing its new one."""
+    first_store, _, _, shared = await synced()
+    second_store, second, second_sync = keyword_indexed(CountingStore(shared_with=shared), exact_max_chunks=100)
+    await second_sync.refresh()
+    second.build()
+    pears, where = bag_of_words("pears in syrup"), {"category": "c"}
+    assert [cid for cid, _ in await second_store.nearest(embedding=pears, top_k=3, where=where)] == ["c#0"]
+    moved = StoredChunk("c#0", "c", TEXTS["c"], bag_of_words(TEXTS["c"]), {"chunk_index": 0, "category": "tinned"})
+    await first_store.upsert([moved])
+    await second_sync.refresh()  # read, not yet built in
+    assert await second_store.nearest(embedding=pears, top_k=3, where=where) == []
+    assert second_store.inner.nearest_calls == 0
+
+
 def test_duplicate_chunks_score_alike_whether_a_query_is_alone_or_batched() -> None:
     """A matrix product rounds each row by its position and by how many queries share it: copies of one
     paragraph scored 1e-8 apart, so their order flipped between a lone query and a batched one."""
