@@ -195,12 +195,13 @@ def test_chroma_server_down_gives_503_then_recovers(tmp_path: Path, embedder: Se
             assert hit["doc_id"] == "users.md"
             assert client.get("/readyz").status_code == 200
             server.stop()
-            # What the replica holds in memory (keyword index and vectors) still answers a plain search;
-            # anything that needs Chroma names it.
-            again = client.post("/search", json={"query": "How do I add a user?"}, headers=AUTH)
-            assert again.status_code == 200 and again.json()["results"][0]["doc_id"] == "users.md"
+            # What the replica holds in memory (keyword index, vectors and metadata) still answers searches,
+            # filtered or not; anything that needs Chroma names it.
+            for filters in (None, {"doc_id": "users.md"}):
+                again = client.post("/search", json={"query": "How do I add a user?", "filters": filters}, headers=AUTH)
+                assert again.status_code == 200 and again.json()["results"][0]["doc_id"] == "users.md", filters
             for needs_chroma in (
-                client.post("/search", json={"query": "How do I add a user?", "filters": {"category": "x"}}, headers=AUTH),
+                client.get("/documents/users.md", headers=AUTH),
                 client.post("/documents", json={"text": "# More\n\nAnother page.", "source": "more.md"}, headers=AUTH),
             ):
                 assert needs_chroma.status_code == 503 and needs_chroma.json()["error"] == "chroma_unavailable"
