@@ -1,11 +1,12 @@
 """A backstop behind pytest-timeout, so no stuck test can hold the run for good.
 
-pytest-timeout (method signal) fails a test that outlives its timeout by raising inside it, once: a clean-up
-that then sticks as well (a browser driver interrupted mid-call, a process waited on without a limit) has
-no timeout left, and its worker, with every test queued on it, waits until CI gives up, printing nothing.
-Here each phase of a test (setup, call, teardown) gets a hard limit a while past that timeout: when it
-passes, every thread's stack is printed to the terminal and the worker ends, so pytest-xdist reports the
-test as crashed, starts a new worker for the tests left, and the log says where it stuck.
+pytest-timeout (method signal, test bodies only: see pyproject.toml) fails a test that outlives its timeout
+by raising inside it, once: a clean-up that then sticks as well (a browser driver interrupted mid-call, a
+process waited on without a limit) has no timeout left, nor has a fixture's set-up, and its worker, with every
+test queued on it, would wait until CI gives up, printing nothing. Here each phase of a test (setup, call,
+teardown) gets a hard limit a while past that timeout: when it passes, every thread's stack is printed to the
+terminal and the worker ends; `make test` tells pytest-xdist not to replace it, so the run ends with the
+test reported as crashed and the log saying where it stuck.
 """
 from __future__ import annotations
 
