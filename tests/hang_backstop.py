@@ -4,9 +4,9 @@ pytest-timeout (method signal, test bodies only: see pyproject.toml) fails a tes
 by raising inside it, once: a clean-up that then sticks as well (a browser driver interrupted mid-call, a
 process waited on without a limit) has no timeout left, nor has a fixture's set-up, and its worker, with every
 test queued on it, would wait until CI gives up, printing nothing. Here each phase of a test (setup, call,
-teardown) gets a hard limit a while past that timeout: when it passes, every thread's stack is printed to the
-terminal and the worker ends; `make test` tells pytest-xdist not to replace it, so the run ends with the
-test reported as crashed and the log saying where it stuck.
+teardown) gets a hard limit GRACE_S past that timeout: when it passes, every thread's stack is printed to
+the terminal and the worker ends; `make test` tells pytest-xdist not to replace it, so the run ends with
+the test reported as crashed and the log saying where it stuck.
 """
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from contextlib import contextmanager
 
 import pytest
 
-GRACE_S = 120.0  # past the test's own timeout: time for pytest-timeout's failure and a normal clean-up
+# Past the test's own timeout: a set-up bounded by its own waits (`cairn up` may take UP_TIMEOUT_S, 420 s, in
+# tests/e2e/conftest.py) must fit, as must pytest-timeout's failure and a normal clean-up.
+GRACE_S = 300.0
 
 
 def _hard_limit_s(item: pytest.Item) -> float | None:

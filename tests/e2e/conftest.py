@@ -18,6 +18,9 @@ from tests.support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "e2e-demo-password"
+# How long `cairn up` may take to print its URL. Adding the demo collection took 70 s while the other test
+# worker was busy, the services' start 15 s more; a machine 2.5 times slower needs over 200 s.
+UP_TIMEOUT_S = 420
 
 
 class Cairn:
@@ -72,7 +75,7 @@ def running_cairn(env: dict[str, str], *up_args: str) -> Iterator[Cairn]:
     try:
         wait_until(
             lambda: any("Cairn is up at" in line for line in system.output) or process.poll() is not None,
-            timeout=240, what="cairn up to print its URL",
+            timeout=UP_TIMEOUT_S, what="cairn up to print its URL",
         )
         assert process.poll() is None, system.logs()
         yield system

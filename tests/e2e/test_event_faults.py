@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import PASSWORD, REPO, Cairn
+from tests.e2e.conftest import PASSWORD, REPO, UP_TIMEOUT_S, Cairn
 from tests.rabbit_node import RabbitNode
 from tests.support import free_port, wait_until
 
@@ -74,7 +74,7 @@ def system(tmp_path_factory: pytest.TempPathFactory, redis_url: str, broker: Rab
     try:
         wait_until(
             lambda: any("Cairn is up at" in line for line in cairn.output) or process.poll() is not None,
-            timeout=240, what="cairn up to print its URL",
+            timeout=UP_TIMEOUT_S, what="cairn up to print its URL",
         )
         assert process.poll() is None, cairn.logs()
         added = cairn.cli("ingest", *GUIDES)
