@@ -59,13 +59,13 @@ async def test_chat_calls_retrieval_over_http_with_identity_and_token(retrieval)
 
 
 async def test_retrieval_down_is_503_at_once():
-    async with chat_client(retrieval_url=f"http://127.0.0.1:{free_port()}", retrieval_timeout_s=5) as client:
+    async with chat_client(retrieval_url=f"http://127.0.0.1:{free_port()}", retrieval_timeout_s=30) as client:
         started = time.monotonic()
         response = await client.post("/chat", json={"query": "add a user"}, headers=HEADERS)
         elapsed = time.monotonic() - started
         ready = await client.get("/readyz")
     assert response.status_code == 503 and response.json()["error"] == "retrieval_unavailable"
-    assert elapsed < 2
+    assert elapsed < 5, elapsed  # a refused connection: not the 30 s timeout, with slack for a slow, busy machine
     assert ready.status_code == 200 and ready.json()["checks"]["retrieval"] is False  # reported, not needed
 
 

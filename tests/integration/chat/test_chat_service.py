@@ -274,11 +274,11 @@ def test_a_context_overflow_answered_with_200_takes_the_path_of_its_400(chat, sc
 
 
 def test_a_hanging_model_times_out_within_the_bound(chat, script):
-    script.reset(mode="hang", hang_s=3.0)
+    script.reset(mode="hang", hang_s=10.0)  # one attempt left to the hang would pass the bound below
     started = time.monotonic()
     response = ask(chat[0])
     assert response.status_code == 502 and response.json()["error"] == "llm_unavailable"
-    assert time.monotonic() - started < 3 * 0.5 + 2.0  # three attempts of LLM_TIMEOUT_S plus backoff
+    assert time.monotonic() - started < 3 * 0.5 + 3.5  # three attempts of LLM_TIMEOUT_S, backoff, a slow busy machine
 
 
 def test_an_answer_without_citations_is_replaced_by_the_fallback(chat, script):

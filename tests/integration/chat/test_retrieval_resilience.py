@@ -107,7 +107,9 @@ async def test_a_search_one_replica_leaves_unanswered_goes_to_another_replica_wi
             elapsed = time.monotonic() - started
     assert [[chunk.chunk_id for chunk in chunks] for chunks in found] == [["c1"], ["c1"]]
     assert (hung["calls"], live["calls"]) == (1, 2), "the live replica is asked too, and the silent one then skipped"
-    assert elapsed < 1.0, "the live replica is asked after the first attempt's share of the timeout (0.5 s)"
+    # The first attempt's share of the timeout (0.5 s), then the live replica, twice: under the one whole timeout
+    # (1.5 s) that a first attempt waiting for all of it would cost, with slack for a slow, busy machine.
+    assert elapsed < 1.5, "the live replica is asked after the first attempt's share of the timeout (0.5 s)"
 
 
 async def test_breaker_opens_after_failures_and_closes_after_cooldown(server):

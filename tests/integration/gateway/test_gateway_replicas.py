@@ -176,7 +176,8 @@ def test_every_replica_down_is_503_naming_the_service_at_once(redis_url, unique)
         ready = client.get("/readyz")
     assert (chat.status_code, chat.json()["error"]) == (503, "chat_unavailable")
     assert (search.status_code, search.json()["error"]) == (503, "retrieval_unavailable")
-    assert elapsed < 2, "refused connections fail fast, without waiting for a timeout"
+    assert settings.upstream_timeout_s >= 60
+    assert elapsed < 10, "refused connections fail fast, without waiting for a timeout"
     # Reported, not needed: a gateway leaving its load balancer would take every route down with chat.
     assert ready.status_code == 200 and ready.json()["checks"]["chat"] is False
 
