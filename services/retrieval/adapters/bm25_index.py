@@ -68,6 +68,13 @@ class _Entry:
     terms: np.ndarray  # vocabulary ids, int32
     vector: np.ndarray | None  # float32, kept only for the exact dense scan
 
+    def field(self, key: str) -> MetadataValue | None:
+        """What a filter on `key` reads: the metadata, and the chunk's doc_id under "doc_id"."""
+        return self.doc_id if key == "doc_id" else self.metadata.get(key)
+
+    def matches(self, where: Filter) -> bool:
+        return matches(where, self.metadata | {"doc_id": self.doc_id})
+
 
 @dataclass(frozen=True)
 class _Built:
@@ -324,7 +331,7 @@ class Bm25Index:
         hits: list[KeywordHit] = []
         for row in ordered:
             chunk_id, entry = built.rows[row]
-            if where and not matches(where, entry.metadata | {"doc_id": entry.doc_id}):
+            if where and not entry.matches(where):
                 continue
             hits.append(KeywordHit(chunk_id, entry.doc_id, entry.content, float(scores[row]), dict(entry.metadata)))
             if len(hits) == top_k:
@@ -368,7 +375,7 @@ class Bm25Index:
         return [
             (chunk_id, distance)
             for chunk_id, distance in hits
-            if (entry := entries.get(chunk_id)) is not None and matches(where, entry.metadata | {"doc_id": entry.doc_id})
+            if (entry := entries.get(chunk_id)) is not None and entry.matches(where)
         ]
 
     def _exact_built(self) -> _Built | None:
@@ -402,7 +409,7 @@ def _rows_matching(where: Filter, rows: list[tuple[str, _Entry]]) -> np.ndarray:
     mask = np.ones(len(rows), dtype=bool)
     for condition in where.conditions:
         key, alone = condition.key, Filter((condition,))
-        values = (entry.doc_id if key == "doc_id" else entry.metadata.get(key) for _, entry in rows)
+        values = (entry.field(key) for _, entry in rows)
         typed = [(type(value), value) for value in values]  # True and 1 are equal keys, yet never match alike
         verdict = {kind_and_value: matches(alone, {key: kind_and_value[1]}) for kind_and_value in set(typed)}
         mask &= np.fromiter(map(verdict.__getitem__, typed), dtype=bool, count=len(rows))
