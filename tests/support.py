@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import tempfile
 import threading
@@ -19,14 +20,16 @@ from shared.events import parse_event
 from shared.web import SERVER_OPTIONS
 
 
-# Removed when the test process exits (TemporaryDirectory's finalizer), with every outbox made in it.
-_OUTBOXES = tempfile.TemporaryDirectory(prefix="cairn-test-outboxes-")
+@functools.cache
+def _outboxes() -> tempfile.TemporaryDirectory:
+    """Made on first use; removed when the test process exits (its finalizer), with every outbox made in it."""
+    return tempfile.TemporaryDirectory(prefix="cairn-test-outboxes-")
 
 
 def own_outbox() -> Path:
     """An outbox file for one publisher of a test: on the default path, publishers of tests running at once (in
     other workers) share one file, and each sends the others' events to its own exchange."""
-    return Path(tempfile.mkdtemp(dir=_OUTBOXES.name)) / "outbox.sqlite3"
+    return Path(tempfile.mkdtemp(dir=_outboxes().name)) / "outbox.sqlite3"
 
 
 def free_port() -> int:
