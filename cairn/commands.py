@@ -318,11 +318,15 @@ def user_add(settings: CliSettings, *, username: str, roles: list[str], password
     )
 
 
+def _listed(user: User) -> str:
+    line = f"{user.username:<24} {','.join(user.roles)}{'  (disabled)' if user.disabled else ''}"
+    # A record edited by hand or by an older version: the fields to repair (set-role, reset-password) or delete
+    return f"{line}  (damaged: {', '.join(user.problems)})" if user.problems else line
+
+
 def user_list(settings: CliSettings) -> int:
     def describe(users: list[User]) -> str:
-        return "\n".join(
-            f"{u.username:<24} {','.join(u.roles)}{'  (disabled)' if u.disabled else ''}" for u in users
-        ) or "no users"
+        return "\n".join(_listed(u) for u in users) or "no users"
 
     return _run_user_command(settings, lambda users, sessions: users.list(), describe, changes=False)
 

@@ -46,7 +46,7 @@ async def login(
     user = await users.get(username)
     # argon2 takes tens of milliseconds of CPU: off the event loop, so other requests go on meanwhile
     matches = await asyncio.to_thread(verify_password, user.password_hash if user else None, password)
-    if not matches or user is None or user.disabled:
+    if not matches or user is None or not user.may_log_in:
         raise Unauthorized(_BAD_CREDENTIALS)
     token = new_token()
     now = datetime.now(UTC)

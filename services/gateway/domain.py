@@ -1,8 +1,13 @@
 """What the gateway knows about people and their sessions."""
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+
+def new_user_id() -> str:
+    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -13,6 +18,14 @@ class User:
     roles: tuple[str, ...]
     disabled: bool = False
     created_at: datetime | None = None
+    # The fields of the stored record found missing or bad (services/gateway/user_record.py), by name
+    problems: tuple[str, ...] = ()
+
+    @property
+    def may_log_in(self) -> bool:
+        """Whether a login with the right password opens a session: not for a disabled user, nor for one
+        whose record lacks the id a session is kept under."""
+        return bool(self.id) and not self.disabled
 
 
 @dataclass(frozen=True)

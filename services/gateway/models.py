@@ -54,12 +54,16 @@ class UserRecord(BaseModel):
     roles: list[str]
     disabled: bool
     created_at: datetime | None = Field(description="Null for users stored before Cairn recorded it")
+    problems: list[str] = Field(
+        description="The fields of the stored record found missing or bad (edited by hand, or by an older version): "
+        "empty for a sound record"
+    )
 
     @classmethod
     def of(cls, user: User) -> UserRecord:
         return cls(
             id=user.id, username=user.username, roles=list(user.roles), disabled=user.disabled,
-            created_at=user.created_at,
+            created_at=user.created_at, problems=list(user.problems),
         )
 
 

@@ -27,7 +27,8 @@ class UserStore(Protocol):
         disabled: bool | None = None,
     ) -> User | None:
         """Set the fields given and no other, in one step, so that commands changing one user at once all
-        keep their change; the user as it now is, or None when there is no such user (nothing stored)."""
+        keep their change; the user as it now is, or None when there is no such user (nothing stored). A damaged
+        record that lacks its id or username gets them too: a new id, and the name it is stored under."""
 
     async def delete(self, user: User) -> bool:
         """Delete the user, in one step, if its name still belongs to this user (same id); whether it did."""

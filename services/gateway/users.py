@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.gateway.domain import User
+from services.gateway.domain import User, new_user_id
 from services.gateway.passwords import hash_password
 from services.gateway.roles import grants, validate_roles
 from services.gateway.stores import SessionStore, UserStore
@@ -100,7 +99,7 @@ async def add_user(*, users: UserStore, username: str, password: str, roles: lis
     await check_new_username(users=users, username=username)
     check_password(password)
     user = User(
-        id=uuid.uuid4().hex,
+        id=new_user_id(),
         username=username,
         password_hash=await _hashed(password),
         roles=_checked_roles(roles),

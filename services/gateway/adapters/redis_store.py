@@ -20,7 +20,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from services.gateway.adapters.redis_base import RedisAdapter, bounded
-from services.gateway.domain import Session, User
+from services.gateway.domain import Session, User, new_user_id
+from services.gateway.user_record import changed_fields, record_fields, user_from_record
 
 
 def connect(url: str, *, timeout_s: float) -> Redis:
@@ -53,19 +54,22 @@ redis.call('HSET', KEYS[2], unpack(ARGV, 2))
 redis.call('SADD', KEYS[1], ARGV[1])
 return false
 """
-# KEYS[1]: the user's hash. ARGV: field, value pairs. Returns the user's fields after the change, or nil
-# (nothing stored) when there is no such user.
+# KEYS[1]: the user's hash. ARGV[1]: an id for a damaged record that has none; ARGV[2]: the username; then field,
+# value pairs. Returns the user's fields after the change, or nil (nothing stored) when there is no such user.
 _UPDATE_USER = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return false
 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
+if (redis.call('HGET', KEYS[1], 'id') or '') == '' then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'username', ARGV[2], unpack(ARGV, 3))
 return redis.call('HGETALL', KEYS[1])
 """
-# KEYS: the set of usernames, the user's hash. ARGV: the username, the user's id. Deletes the user only if it
-# still has that id, so a user added again under the name meanwhile stays. Returns 1 once deleted, else 0.
+# KEYS: the set of usernames, the user's hash. ARGV: the username, the user's id ("" for a damaged record that has
+# none). Deletes the user only if it still has that id, so a user added again under the name meanwhile stays. Returns 1 once deleted, else 0.
 _DELETE_USER = """
-if redis.call('HGET', KEYS[2], 'id') ~= ARGV[2] then
+if (redis.call('HGET', KEYS[2], 'id') or '') ~= ARGV[2] then
   return 0
 end
 redis.call('DEL', KEYS[2])
@@ -87,12 +91,12 @@ class RedisUserStore(RedisAdapter):
     @bounded
     async def get(self, username: str) -> User | None:
         fields = await self._redis.hgetall(self._key(username))
-        return _user_from(fields) if fields else None
+        return user_from_record(username, fields) if fields else None
 
     @bounded
     async def create(self, user: User) -> str | None:
         keys = [f"{self._prefix}:users", self._key(user.username)]
-        return await self._create(keys=keys, args=[user.username, *_flat(_user_fields(user))])
+        return await self._create(keys=keys, args=[user.username, *_flat(record_fields(user))])
 
     @bounded
     async def update(
@@ -103,11 +107,11 @@ class RedisUserStore(RedisAdapter):
         roles: tuple[str, ...] | None = None,
         disabled: bool | None = None,
     ) -> User | None:
-        changes = _changed_fields(password_hash=password_hash, roles=roles, disabled=disabled)
+        changes = changed_fields(password_hash=password_hash, roles=roles, disabled=disabled)
         if not changes:
             raise ValueError("update: no field to change")
-        reply = await self._update(keys=[self._key(username)], args=_flat(changes))
-        return _user_from(dict(zip(reply[::2], reply[1::2], strict=True))) if reply else None
+        reply = await self._update(keys=[self._key(username)], args=[new_user_id(), username, *_flat(changes)])
+        return user_from_record(username, dict(zip(reply[::2], reply[1::2], strict=True))) if reply else None
 
     @bounded
     async def delete(self, user: User) -> bool:
@@ -121,7 +125,7 @@ class RedisUserStore(RedisAdapter):
             for name in names:
                 pipe.hgetall(self._key(name))
             records = await pipe.execute()
-        return [_user_from(fields) for fields in records if fields]
+        return [user_from_record(name, fields) for name, fields in zip(names, records, strict=True) if fields]
 
 
 class RedisSessionStore(RedisAdapter):
@@ -213,39 +217,8 @@ def _is_session(fields: dict[str, str], ttl: int) -> bool:
     return ttl >= 0 and "user_id" in fields and "public_id" in fields
 
 
-def _user_fields(user: User) -> dict[str, str]:
-    return {
-        "id": user.id,
-        "username": user.username,
-        **_changed_fields(password_hash=user.password_hash, roles=user.roles, disabled=user.disabled),
-        "created_at": (user.created_at or datetime.now(UTC)).isoformat(),
-    }
-
-
-def _changed_fields(*, password_hash: str | None, roles: tuple[str, ...] | None, disabled: bool | None) -> dict[str, str]:
-    changes = {}
-    if password_hash is not None:
-        changes["password_hash"] = password_hash
-    if roles is not None:
-        changes["roles"] = ",".join(roles)
-    if disabled is not None:
-        changes["disabled"] = "1" if disabled else "0"
-    return changes
-
-
 def _flat(fields: dict[str, str]) -> list[str]:
     return [item for pair in fields.items() for item in pair]
-
-
-def _user_from(fields: dict[str, str]) -> User:
-    return User(
-        id=fields["id"],
-        username=fields["username"],
-        password_hash=fields["password_hash"],
-        roles=_roles(fields),
-        disabled=fields.get("disabled") == "1",
-        created_at=datetime.fromisoformat(fields["created_at"]) if fields.get("created_at") else None,
-    )
 
 
 def _session_fields(session: Session) -> dict[str, str]:

@@ -302,3 +302,20 @@ def test_a_delete_of_a_user_added_again_meanwhile_leaves_the_new_one(redis_url, 
 
     kept, new, listed = asyncio.run(go())
     assert kept == new and listed == ["ann"]
+
+
+def test_the_list_names_the_bad_fields_of_a_damaged_record_and_reset_password_repairs_it(cairn_user, redis_url, unique):
+    assert cairn_user("add", "ann", "--role", "user", "--password-stdin", stdin=PASSWORD)[0] == 0
+
+    async def damage():
+        redis = connect(redis_url, timeout_s=2)
+        await redis.hset(f"{unique}:user:ann", mapping={"roles": "user,owner"})
+        await redis.hdel(f"{unique}:user:ann", "password_hash")
+        await redis.aclose()
+
+    asyncio.run(damage())
+    assert cairn_user("list")[1] == "ann                      user  (damaged: password_hash, roles)\n"
+    assert cairn_user("reset-password", "ann", "--password-stdin", stdin=PASSWORD)[0] == 0
+    assert cairn_user("set-role", "ann", "--role", "user")[0] == 0
+    assert cairn_user("list")[1] == "ann                      user\n"
+    assert _login(redis_url, unique)[1] == ("user",)
