@@ -46,8 +46,8 @@ _BAD_INPUT = (
 _STATUSES = {
     401: "Missing or wrong service token",
     422: _BAD_INPUT,
-    503: "Database unavailable, or busy with every connection in use (database_unavailable; when busy, "
-    "with Retry-After)",
+    503: "Database unavailable, busy with every connection in use, or a query cancelled at "
+    "ANALYTICS_STATEMENT_TIMEOUT_S (database_unavailable; when busy, with Retry-After)",
 }
 _ERRORS = error_responses(_STATUSES)
 _TIMESERIES_ERRORS = error_responses(

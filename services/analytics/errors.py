@@ -28,6 +28,16 @@ class DatabaseBusy(DependencyUnavailable):
         super().__init__("database", message, retry_after=self.RETRY_AFTER_S)
 
 
+class QueryTimedOut(DependencyUnavailable):
+    """The database cancelled a statement that ran past ANALYTICS_STATEMENT_TIMEOUT_S: a 503 naming the database,
+    like one that is down, rather than a request (and a worker thread) waiting on it without end."""
+
+    def __init__(self, *, timeout_s: float | None) -> None:
+        limit = f", which may run for at most {timeout_s:g} s" if timeout_s is not None else ""
+        message = f"database cancelled the query{limit}; try a shorter range, or again later"
+        super().__init__("database", message)
+
+
 class TooManyExports(ServiceError):
     """All export slots are streaming: 429, so that a download never waits on, or takes, the connections
     the reports need."""

@@ -27,7 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         store = SqlEventStore.from_url(
-            settings.database_url, timeout_s=settings.db_timeout_s,
+            settings.database_url, timeout_s=settings.db_timeout_s, statement_timeout_s=settings.statement_timeout_s,
             pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow,
         )
         try:

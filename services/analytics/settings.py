@@ -45,6 +45,11 @@ class Settings(CommonSettings):
         description="Longest wait to connect to the database, for a connection of the pool to come free, "
         "and for a lock another connection holds (not in migrations).",
     )
+    statement_timeout_s: float = Field(
+        30.0, gt=0, validation_alias=aliases("ANALYTICS_STATEMENT_TIMEOUT_S"),
+        description="Longest one SQL statement of a report or of the consumer may run before the database "
+        "cancels it (not in migrations); the report then answers 503 and the consumer retries its events.",
+    )
     db_pool_size: int = Field(5, ge=1, le=1000, validation_alias=aliases("ANALYTICS_DB_POOL_SIZE"))
     db_max_overflow: int = Field(
         10, ge=0, le=1000, validation_alias=aliases("ANALYTICS_DB_MAX_OVERFLOW"),

@@ -88,8 +88,10 @@ def _locked(engine: Engine) -> Iterator[Connection]:
     """A connection in a transaction that one migrating process holds at a time, committed on success."""
     if engine.dialect.name == "sqlite":
         # pysqlite opens no transaction around DDL by itself: take the write lock and the transaction by hand.
+        # A migration may rebuild a large table for as long as that takes: the store's statement timeout is
+        # for reports and inserts (see sql_store.SqliteStatementWatchdog).
         with engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT", statement_timeout=False)
             conn.exec_driver_sql("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -101,8 +103,10 @@ def _locked(engine: Engine) -> Iterator[Connection]:
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # Waits for another replica's migration, and for the reports reading the tables, however long
-            # they take: the store's lock timeout is for reports and inserts, not for a migration.
+            # they take, and builds an index over a large table however long that takes: the store's lock
+            # and statement timeouts are for reports and inserts, not for a migration.
             conn.execute(text("SET LOCAL lock_timeout = 0"))
+            conn.execute(text("SET LOCAL statement_timeout = 0"))
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
         yield conn
 

@@ -6,8 +6,11 @@ that is down is a 503 naming it wherever it is met.
 from __future__ import annotations
 
 import logging
+import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,7 +24,7 @@ from services.analytics import metrics
 from services.analytics.adapters import migrations
 from services.analytics.adapters.event_rows import insert_records
 from services.analytics.domain import EventRecord
-from services.analytics.errors import DatabaseBusy
+from services.analytics.errors import DatabaseBusy, QueryTimedOut
 from shared.errors import DependencyUnavailable
 
 log = logging.getLogger(__name__)
@@ -29,9 +32,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def make_engine(url: str, *, timeout_s: float = 5.0, pool_size: int = 5, max_overflow: int = 10) -> Engine:
+def make_engine(
+    url: str, *, timeout_s: float = 5.0, statement_timeout_s: float | None = None, pool_size: int = 5,
+    max_overflow: int = 10,
+) -> Engine:
     """An engine for `url`; a bare postgresql:// URL gets the installed psycopg 3 driver. A request that
-    finds all pool_size + max_overflow connections in use waits `timeout_s` for one, then gets DatabaseBusy."""
+    finds all pool_size + max_overflow connections in use waits `timeout_s` for one, then gets DatabaseBusy.
+    A statement that runs past `statement_timeout_s` (None: never) is cancelled: by the server on PostgreSQL,
+    by a SqliteStatementWatchdog on SQLite. A migration passes the execution option `statement_timeout=False`
+    on SQLite, and SET LOCAL statement_timeout = 0 on PostgreSQL."""
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -46,22 +55,33 @@ def make_engine(url: str, *, timeout_s: float = 5.0, pool_size: int = 5, max_ove
             **({} if in_memory else pool),  # an in-memory database has a pool of its own kind, without these
         )
         event.listen(engine, "connect", _sqlite_pragmas)
+        if statement_timeout_s is not None:
+            SqliteStatementWatchdog(statement_timeout_s).watch(engine)
         return engine
     if backend != "postgresql":
         return create_engine(parsed, pool_pre_ping=True, **pool)
     engine = create_engine(
         parsed, pool_pre_ping=True, connect_args={"connect_timeout": max(1, round(timeout_s))}, **pool
     )
-    event.listen(engine, "connect", partial(_postgresql_session, lock_timeout_ms=max(1, round(timeout_s * 1000))))
+    event.listen(engine, "connect", partial(
+        _postgresql_session, lock_timeout_ms=_milliseconds(timeout_s),
+        statement_timeout_ms=_milliseconds(statement_timeout_s) if statement_timeout_s is not None else 0,
+    ))
     return engine
 
 
-def _postgresql_session(dbapi_connection, _record, *, lock_timeout_ms: int) -> None:
+def _milliseconds(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _postgresql_session(dbapi_connection, _record, *, lock_timeout_ms: int, statement_timeout_ms: int) -> None:
     # The reports' joins over the events table cost past jit_above_cost from tens of thousands of questions,
     # and compiling them took two thirds of the summary's time (2.9-3.4 s against 1.2-1.3 s at 60,000).
     # A lock held by someone else (VACUUM FULL, ALTER TABLE, LOCK TABLE, a replica migrating) made every
     # report and insert wait as long as it was held, each in a worker thread, until /readyz found none left:
     # the wait is bounded as SQLite's busy timeout bounds it, and then the database is unavailable (55P03).
+    # A report that runs long without waiting on anyone (a year of a large table, a bad plan) is cancelled
+    # by the server at the statement timeout (57014, 0 = never), whose thread would otherwise wait with it.
     # The export and the time series read their rows through a server-side cursor, which PostgreSQL plans
     # for its first 10 % of rows (cursor_tuple_fraction): on tables not analyzed yet that plan compared every
     # question with every other, and an export of 30,000 questions took 38 s instead of 0.3 s. Every
@@ -73,9 +93,68 @@ def _postgresql_session(dbapi_connection, _record, *, lock_timeout_ms: int) -> N
     cursor = dbapi_connection.cursor()
     cursor.execute("SET jit = off")
     cursor.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+    cursor.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
     cursor.execute("SET cursor_tuple_fraction = 1.0")
     cursor.close()
     dbapi_connection.autocommit = autocommit
+
+
+class SqliteStatementWatchdog:
+    """Interrupts a SQLite statement that runs past `timeout_s`, as PostgreSQL's statement_timeout cancels one:
+    SQLite has no such setting. Each statement is watched from its execute until that returns, which for a
+    query is when its first row is ready: aggregates and sorts are done by then, and a download read slowly
+    afterwards is not a slow query. A connection with the execution option `statement_timeout=False` is not
+    watched (migrations).
+
+    One thread per engine rather than sqlite3's progress handler, which takes the GIL every N instructions of
+    the query: beside a busy thread a 1.6 s query took 4.6 s with a call every 100,000 instructions. No statement
+    wakes the thread (that would be a thread switch per statement): it sleeps until the earliest deadline, or for
+    `timeout_s` when none is set, which no deadline of a statement started meanwhile can precede. Watching costs
+    a statement a few microseconds of SQLAlchemy's event dispatch. interrupt() runs under the lock, so never on a
+    statement that has been removed as ended (on a connection that runs none, it does nothing)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        # id of a sqlite3 connection: (deadline, the connection). Keyed by connection, which runs one statement at
+        # a time, so that the next statement on it replaces an entry that an execute left behind.
+        self._running: dict[int, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, engine: Engine) -> None:
+        event.listen(engine, "before_cursor_execute", self._started)
+        event.listen(engine, "after_cursor_execute", self._ended)
+        event.listen(engine, "handle_error", self._failed)
+
+    def _started(self, conn: Connection, cursor, _statement, _parameters, _context, _executemany) -> None:
+        if conn.get_execution_options().get("statement_timeout", True) is False:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._interrupt_late, name="sqlite-statement-timeout",
+                                                daemon=True)
+                self._thread.start()
+            self._running[id(cursor.connection)] = (time.monotonic() + self._timeout_s, cursor.connection)
+
+    def _ended(self, _conn, cursor, _statement, _parameters, _context, _executemany) -> None:
+        with self._lock:
+            self._running.pop(id(cursor.connection), None)
+
+    def _failed(self, context) -> None:
+        if (cursor := getattr(context.execution_context, "cursor", None)) is not None:
+            self._ended(None, cursor, None, None, None, None)
+
+    def _interrupt_late(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                for key, (deadline, dbapi_connection) in list(self._running.items()):
+                    if deadline <= now:
+                        del self._running[key]
+                        with suppress(sqlite3.Error):  # closed meanwhile: nothing left to interrupt
+                            dbapi_connection.interrupt()
+                earliest = min((deadline for deadline, _ in self._running.values()), default=now + self._timeout_s)
+            time.sleep(earliest - now)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -86,17 +165,24 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 
 
 class SqlEventStore:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, statement_timeout_s: float | None = None) -> None:
+        """`statement_timeout_s`: the one `engine` was made with, for the message of a cancelled query."""
         self._engine = engine
+        self._statement_timeout_s = statement_timeout_s
         self._schema_ready = False
         self._write_refusal: str | None = None  # why the last write failed, until one commits
         metrics.DATABASE_WRITABLE.set(1)
 
     @classmethod
     def from_url(
-        cls, url: str, *, timeout_s: float = 5.0, pool_size: int = 5, max_overflow: int = 10
+        cls, url: str, *, timeout_s: float = 5.0, statement_timeout_s: float | None = None, pool_size: int = 5,
+        max_overflow: int = 10,
     ) -> SqlEventStore:
-        return cls(make_engine(url, timeout_s=timeout_s, pool_size=pool_size, max_overflow=max_overflow))
+        engine = make_engine(
+            url, timeout_s=timeout_s, statement_timeout_s=statement_timeout_s, pool_size=pool_size,
+            max_overflow=max_overflow,
+        )
+        return cls(engine, statement_timeout_s=statement_timeout_s)
 
     @property
     def engine(self) -> Engine:
@@ -196,6 +282,12 @@ class SqlEventStore:
             log.warning("no database connection came free", extra={"pool": self._engine.pool.status()})
             raise DatabaseBusy() from exc
         except DBAPIError as exc:
+            if _cancelled(exc):
+                if not quiet:
+                    log.warning("database cancelled a query", extra={
+                        "error": _error_text(exc), "statement_timeout_s": self._statement_timeout_s,
+                    })
+                raise QueryTimedOut(timeout_s=self._statement_timeout_s) from exc
             if _database_unavailable(exc):
                 if not quiet:
                     log.warning("database error", extra={"error": _error_text(exc)})
@@ -236,6 +328,14 @@ _UNAVAILABLE_SQLSTATES = frozenset({"42501"})
 
 def _error_text(exc: BaseException) -> str:
     return str(getattr(exc, "orig", None) or exc)[:300]
+
+
+def _cancelled(exc: DBAPIError) -> bool:
+    """A statement the database cancelled: PostgreSQL's query_canceled (the statement timeout, or by hand), or
+    SQLite's interrupted (by SqliteStatementWatchdog)."""
+    if getattr(exc.orig, "sqlstate", None) == "57014":
+        return True
+    return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
 
 
 def _database_unavailable(exc: DBAPIError) -> bool:
