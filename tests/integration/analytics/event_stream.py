@@ -134,6 +134,9 @@ class AnalyticsProcess:
             "ANALYTICS_QUEUE": queue,
             "CAIRN_SERVICE_TOKEN": token,
             "CAIRN_ENV": "test",
+            # Its default is where `make up` runs retrieval: a Cairn running beside the tests would refuse the test
+            # token, and that refusal keeps analytics not ready. A port nobody listens on is only reported.
+            "RETRIEVAL_URLS": f"http://127.0.0.1:{free_port()}",
         } | ({"ANALYTICS_DB_URL": db_url} if db_url else {}) | (env or {})
         self.process: subprocess.Popen | None = None
 
@@ -152,7 +155,11 @@ class AnalyticsProcess:
             except httpx.HTTPError:
                 return False
 
-        wait_until(ready, timeout=ready_timeout, interval=0.1, what="the analytics process to be ready")
+        try:
+            wait_until(ready, timeout=ready_timeout, interval=0.1, what="the analytics process to be ready")
+        except BaseException:  # the test's clean-up never learns of a process it did not get
+            self.stop()
+            raise
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, unacked messages return to the queue when the socket drops."""

@@ -28,7 +28,7 @@ from tests.integration.analytics.event_stream import (
     stored_events,
 )
 from tests.integration.analytics.pg_databases import fresh_database
-from tests.support import free_port, wait_until
+from tests.support import wait_until
 from tests.unit.analytics.analytics_events import submitted
 
 pytestmark = pytest.mark.integration
@@ -88,16 +88,12 @@ def test_a_report_stuck_behind_a_lock_is_503_naming_the_database_and_the_event_h
     with fresh_database(postgres_server_url) as url:
         analytics = AnalyticsProcess(
             data_dir=tmp_path / "data", amqp_url=amqp_url, db_url=url, **names,
-            env={
-                "ANALYTICS_STATEMENT_TIMEOUT_S": str(TIMEOUT_S), "ANALYTICS_DB_TIMEOUT_S": "30",
-                # Not the default port, where a retrieval of another token would keep analytics from being ready.
-                "RETRIEVAL_URLS": f"http://127.0.0.1:{free_port()}",
-            },
+            env={"ANALYTICS_STATEMENT_TIMEOUT_S": str(TIMEOUT_S), "ANALYTICS_DB_TIMEOUT_S": "30"},
         )
         headers = {"X-Service-Token": analytics.token}
         event = submitted()
         try:
-            analytics.start()  # within the try: a start that fails leaves the process to be stopped
+            analytics.start()
             with httpx.Client(base_url=analytics.url, headers=headers, timeout=20) as client:
                 with _holding(url, "LOCK TABLE events IN ACCESS EXCLUSIVE MODE", for_s=25):
                     started = time.monotonic()
