@@ -22,6 +22,8 @@ from services.retrieval.deps import (
     StoreDep,
 )
 from services.retrieval.models import (
+    FILTERS_DESCRIPTION,
+    FILTERS_EXAMPLE,
     ChunkMetadata,
     DeletedDocument,
     DocumentList,
@@ -32,9 +34,11 @@ from services.retrieval.models import (
     SearchResult,
     SimilarDocumentOut,
     SimilarDocuments,
+    filters_query,
 )
 from services.retrieval.similar import similar_documents
 from shared.errors import NotFound
+from shared.filters import filter_schema
 from shared.json_body import StrictJsonRoute
 from shared.web import error_responses
 
@@ -196,14 +200,29 @@ async def search(
     )
 
 
+# `filters` as POST /search takes them, sent as one JSON object in the query string. Declared to FastAPI as text
+# (a list, to refuse it given twice) and to OpenAPI as JSON, which FastAPI cannot say of a query parameter.
+FiltersQuery = Annotated[list[str] | None, Query(include_in_schema=False), AfterValidator(filters_query)]
+_FILTERS_PARAMETER = {
+    "name": "filters",
+    "in": "query",
+    "required": False,
+    "description": f"A JSON object, URL-encoded: the filters of POST /search. {FILTERS_DESCRIPTION}",
+    "content": {"application/json": {"schema": filter_schema(), "example": FILTERS_EXAMPLE}},
+}
+
+
 @router.get(
     "/documents/{doc_id:path}/similar",
     response_model=SimilarDocuments,
     tags=["documents"],
-    responses={**_NO_DOCUMENT, **error_responses({422: "top_k is not an integer in 1..50"})},
+    responses={**_NO_DOCUMENT, **error_responses({422: "top_k is not an integer in 1..50, or an invalid filter (named)"})},
+    openapi_extra={"parameters": [_FILTERS_PARAMETER]},
 )
-async def similar(doc_id: str, store: StoreDep, top_k: int = Query(5, ge=1, le=50)) -> SimilarDocuments:
-    found = await similar_documents(doc_id=doc_id, top_k=top_k, store=store)
+async def similar(
+    doc_id: str, store: StoreDep, top_k: int = Query(5, ge=1, le=50), filters: FiltersQuery = None
+) -> SimilarDocuments:
+    found = await similar_documents(doc_id=doc_id, top_k=top_k, store=store, filters=filters)
     if found is None:
         raise NotFound(f"no document {doc_id!r}")
     return SimilarDocuments(

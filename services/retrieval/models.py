@@ -198,6 +198,27 @@ class DeletedDocument(BaseModel):
     deleted_chunks: int
 
 
+FILTERS_DESCRIPTION = (
+    "Metadata conditions, all of which must hold: a value for equality, or an object of operators $eq $ne $in "
+    "$nin $gt $gte $lt $lte. Range bounds are numbers, or ISO dates compared with fields stored as epoch seconds."
+)
+FILTERS_EXAMPLE = {"category": "guide", "doc_id": {"$in": ["a.md", "b.md"]}, "page": {"$gte": 2, "$lte": 5}}
+
+
+def filters_query(sent: list[str] | None) -> dict[str, Any] | None:
+    """The `filters` query parameter of GET /documents/{doc_id}/similar: the JSON object POST /search takes as
+    `filters`, checked as it is there. Given twice it is refused: taking one would drop the other's conditions."""
+    if not sent:
+        return None
+    if len(sent) > 1:
+        raise ValueError("give filters once, as one JSON object holding every condition")
+    try:
+        value = json_body.loads(sent[0].encode("utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"filters must be a JSON object: {exc}") from None
+    return checked_filter(value)
+
+
 class SearchRequest(RequestModel):
     query: str = Field(
         description=f"What to look for, 1..{MAX_QUERY_CHARS} characters once trimmed, not only invisible ones.",
@@ -213,11 +234,7 @@ class SearchRequest(RequestModel):
         "hybrid", description="hybrid: BM25 and dense fused by reciprocal rank; dense: cosine; keyword: BM25."
     )
     filters: Annotated[dict[str, Any], WithJsonSchema(filter_schema())] | None = Field(
-        None,
-        description="Metadata conditions, all of which must hold: a value for equality, or an object of "
-        "operators $eq $ne $in $nin $gt $gte $lt $lte. Range bounds are numbers, or ISO dates compared "
-        "with fields stored as epoch seconds.",
-        examples=[{"category": "guide", "doc_id": {"$in": ["a.md", "b.md"]}, "page": {"$gte": 2, "$lte": 5}}],
+        None, description=FILTERS_DESCRIPTION, examples=[FILTERS_EXAMPLE]
     )
     rerank: JsonBool | None = Field(
         None, description="Rerank with the cross-encoder; default: yes when RERANK_MODEL is set. true without one: 422."

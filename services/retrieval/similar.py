@@ -1,13 +1,15 @@
 """Documents like a given one: the mean of its chunk embeddings as the query, documents ranked by
-their best chunk, the document itself left out."""
+their best chunk, the document itself left out. Filters, as in search, choose the chunks that may answer:
+they go into the store's query, so the top_k are the nearest of the matching documents, however far."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from shared.filters import Condition, Filter
+from shared.filters import Condition, Filter, parse_filter
 from services.retrieval.ports import MetadataValue, VectorStore
 
 _MAX_CHUNKS = 1000
@@ -27,15 +29,19 @@ def _mean_direction(vectors: list[Sequence[float]]) -> list[float]:
     return (total / norm if norm else total).tolist()
 
 
-async def similar_documents(*, doc_id: str, top_k: int, store: VectorStore) -> list[SimilarDocument] | None:
-    """Up to top_k other documents, most similar first; None when `doc_id` is not stored."""
+async def similar_documents(
+    *, doc_id: str, top_k: int, store: VectorStore, filters: Filter | Mapping[str, Any] | None = None
+) -> list[SimilarDocument] | None:
+    """Up to top_k other documents whose chunks `filters` lets through, most similar first; None when `doc_id`
+    is not stored. The filters choose the results only: the whole of `doc_id` makes the query."""
     if top_k < 1:
         raise ValueError("top_k must be >= 1")
+    wanted = parse_filter(filters)  # raises InvalidFilter before any store call
     own = await store.get_chunks(doc_ids=[doc_id], with_embeddings=True)
     if not own:
         return None
     query = _mean_direction([chunk.embedding for chunk in own])
-    others = Filter((Condition("doc_id", "$ne", doc_id),))
+    others = Filter(wanted.conditions + (Condition("doc_id", "$ne", doc_id),))
     asked = top_k * 4
     while True:
         hits = await store.query(embedding=query, top_k=asked, where=others)

@@ -1,6 +1,7 @@
 """POST /search modes, filters and rerank, and GET /documents/{id}/similar, over HTTP with fakes behind."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from services.retrieval.main import create_app
 from services.retrieval.settings import Settings
+from shared.filters import filter_schema
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 
 pytestmark = pytest.mark.unit
@@ -126,3 +128,33 @@ def test_similar_for_an_unknown_document_is_404_and_top_k_is_checked(client: Tes
     assert client.get("/documents/ops/backups.md/similar").status_code == 401
     # The plain document route still answers for the same id.
     assert client.get("/documents/ops/backups.md", headers=AUTH).json()["doc_id"] == "ops/backups.md"
+
+
+def test_similar_documents_take_the_filters_of_search(client: TestClient) -> None:
+    def similar(filters: dict | str) -> list[str]:
+        sent = filters if isinstance(filters, str) else json.dumps(filters)
+        response = client.get("/documents/ops/backups.md/similar", params={"top_k": 2, "filters": sent}, headers=AUTH)
+        assert response.status_code == 200, response.text
+        return [r["doc_id"] for r in response.json()["results"]]
+
+    # The nearest document, ops/restore.md, is left out: the answer reaches further.
+    assert similar({"category": "finance"}) == ["finance/billing.md"]
+    assert similar({"doc_id": {"$in": ["ops/backups.md", "ops/restore.md"]}}) == ["ops/restore.md"]
+    assert similar("{}") == similar("null") == ["ops/restore.md", "finance/billing.md"]
+
+
+def test_a_bad_similar_filter_gets_the_message_search_gives_it(client: TestClient) -> None:
+    bad = {"category": {"$regex": "f.*"}}
+    refused = client.get("/documents/ops/backups.md/similar", params={"filters": json.dumps(bad)}, headers=AUTH)
+    searched = post_search(client, query="backups", filters=bad)
+    assert refused.status_code == 422 and refused.json()["error"] == "invalid_request"
+    assert refused.json()["message"] == "query." + searched.json()["message"]
+    assert "filter 'category': unknown operator" in refused.json()["message"]
+
+
+def test_openapi_describes_the_similar_filters_as_json(client: TestClient) -> None:
+    get = client.get("/openapi.json").json()["paths"]["/documents/{doc_id}/similar"]["get"]
+    params = {p["name"]: p for p in get["parameters"]}
+    assert list(params) == ["doc_id", "top_k", "filters"]
+    assert params["filters"]["content"]["application/json"]["schema"] == filter_schema()
+    assert "422" in get["responses"]
