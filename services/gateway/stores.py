@@ -33,6 +33,10 @@ class UserStore(Protocol):
     async def delete(self, user: User) -> bool:
         """Delete the user, in one step, if its name still belongs to this user (same id); whether it did."""
 
+    async def drop_stray_name(self, username: str) -> bool:
+        """Forget a name listed among the users without a record (one deleted by hand), in one step; whether
+        there was such a name. A name with a record stays."""
+
     async def list(self) -> list[User]: ...
 
 

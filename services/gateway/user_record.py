@@ -44,17 +44,28 @@ def user_from_record(username: str, fields: dict[str, str]) -> User:
         id=fields.get("id", ""),
         username=username,
         password_hash=password_hash if is_password_hash(password_hash) else "",  # blank: no password opens it
-        roles=_roles(fields.get("roles", "")),
+        roles=known_roles(fields.get("roles", "")),
         disabled=fields.get("disabled", "0") != "0",  # refused for any value but "0": an operator may type "true"
-        created_at=_moment(fields.get("created_at")),
+        created_at=stored_moment(fields.get("created_at")),
     )
     if problems := _problems(user, fields):
-        # Field names only: never a value, which for password_hash would be a secret.
-        log.warning(
-            "user record damaged: repair it with `cairn user` or /api/users, or delete it",
-            extra={"username": username, "bad_fields": list(problems)},
-        )
+        _warn(username, problems)
     return replace(user, problems=problems)
+
+
+def user_from_no_hash(username: str) -> User:
+    """The user whose key holds no hash (someone ran SET on it): nothing of it can be read, so it is read as a
+    record that lacks every field, its one problem named `record`. Any change writes a hash in its place."""
+    _warn(username, ("record",))
+    return User(id="", username=username, password_hash="", roles=(), problems=("record",))
+
+
+def _warn(username: str, problems: tuple[str, ...]) -> None:
+    # Field names only: never a value, which for password_hash would be a secret.
+    log.warning(
+        "user record damaged: repair it with `cairn user` or /api/users, or delete it",
+        extra={"username": username, "bad_fields": list(problems)},
+    )
 
 
 def _problems(user: User, fields: dict[str, str]) -> tuple[str, ...]:
@@ -69,11 +80,13 @@ def _problems(user: User, fields: dict[str, str]) -> tuple[str, ...]:
     return tuple(field for field, is_bad in bad.items() if is_bad)
 
 
-def _roles(stored: str) -> tuple[str, ...]:
+def known_roles(stored: str) -> tuple[str, ...]:
+    """The roles of a comma-separated list that Cairn knows, in rank order: an unknown one is never granted."""
     return tuple(sorted({r for r in stored.split(",") if r in ROLES}, key=ROLES.index))
 
 
-def _moment(stored: str | None) -> datetime | None:
+def stored_moment(stored: str | None) -> datetime | None:
+    """An ISO 8601 time as stored (one without a zone is UTC); None when it is missing or not such a time."""
     try:
         moment = datetime.fromisoformat(stored) if stored else None
     except ValueError:

@@ -169,10 +169,21 @@ async def change_user(
     return await _change_then_end_sessions(users, sessions, username, roles=checked, disabled=disabled)
 
 
-async def delete_user(*, users: UserStore, sessions: SessionStore, username: str) -> UserChange:
+async def delete_user(
+    *, users: UserStore, sessions: SessionStore, username: str, caller_id: str | None = None
+) -> UserChange:
     """Delete the user and end its sessions: the name is free to add again, for a new user with a new id, so
-    nothing kept under the old id (conversations, ratings, analytics) passes to it."""
-    user = await _existing(users, username)
+    nothing kept under the old id (conversations, ratings, analytics) passes to it. `caller_id`: the admin
+    asking, who may not delete its own account (check_own_delete).
+
+    A name left among the users without its record (deleted by hand) is no user: it is forgotten, and the answer
+    is UnknownUser, as for any name that is no user's."""
+    user = await users.get(username)
+    if user is None:
+        await users.drop_stray_name(username)
+        raise UnknownUser(username)
+    if caller_id is not None:
+        check_own_delete(caller_id=caller_id, user=user)
     # Deleted first, sessions ended second, as _change_then_end_sessions does for a racing login.
     if not await users.delete(user):
         raise UnknownUser(username)  # deleted meanwhile, or deleted and added again: this user is gone

@@ -90,6 +90,5 @@ async def delete_user(username: str, admin: AdminSession, store: UsersDep, sessi
     """Delete the user and end its sessions; the record deleted is returned. The name may be added again, as a
     new user."""
     with _refused_as_http():
-        users.check_own_delete(caller_id=admin.user_id, user=await users.find_user(users=store, username=username))
-        change = await users.delete_user(users=store, sessions=sessions, username=username)
+        change = await users.delete_user(users=store, sessions=sessions, username=username, caller_id=admin.user_id)
     return UserChanged(user=UserRecord.of(change.user), sessions_ended=change.sessions_ended)

@@ -18,10 +18,13 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
 
 from services.gateway.adapters.redis_base import RedisAdapter, bounded
 from services.gateway.domain import Session, User, new_user_id
-from services.gateway.user_record import changed_fields, record_fields, user_from_record
+from services.gateway.session_record import DamagedSession, session_from_record, session_of_no_hash
+from services.gateway.session_record import record_fields as session_fields
+from services.gateway.user_record import changed_fields, record_fields, user_from_no_hash, user_from_record
 
 
 def connect(url: str, *, timeout_s: float) -> Redis:
@@ -37,6 +40,15 @@ def connect(url: str, *, timeout_s: float) -> Redis:
     )
 
 
+# KEYS: the set of usernames, a name's record. ARGV[1]: the name. Removes the name from the set if it has no record
+# (a record deleted by hand): a name without a record is no user, and must not keep anyone from taking it.
+# Returns 1 when it removed the name, else 0.
+_DROP_STRAY_NAME = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
+return redis.call('SREM', KEYS[1], ARGV[1])
+"""
 # KEYS: the set of usernames, the new user's hash. ARGV[1]: the username; then field, value pairs.
 # Returns the name of a user whose name equals it in any case (nothing stored), or nil once stored.
 # Usernames are ASCII, so string.lower compares them as str.casefold does.
@@ -56,9 +68,13 @@ return false
 """
 # KEYS[1]: the user's hash. ARGV[1]: an id for a damaged record that has none; ARGV[2]: the username; then field,
 # value pairs. Returns the user's fields after the change, or nil (nothing stored) when there is no such user.
+# A key that holds no hash (someone ran SET on it) has nothing to keep: a hash of the changed fields replaces it.
 _UPDATE_USER = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'none' then
   return false
+elseif kind ~= 'hash' then
+  redis.call('DEL', KEYS[1])
 end
 if (redis.call('HGET', KEYS[1], 'id') or '') == '' then
   redis.call('HSET', KEYS[1], 'id', ARGV[1])
@@ -68,8 +84,13 @@ return redis.call('HGETALL', KEYS[1])
 """
 # KEYS: the set of usernames, the user's hash. ARGV: the username, the user's id ("" for a damaged record that has
 # none). Deletes the user only if it still has that id, so a user added again under the name meanwhile stays. Returns 1 once deleted, else 0.
+# A key that holds no hash (someone ran SET on it) has no id.
 _DELETE_USER = """
-if (redis.call('HGET', KEYS[2], 'id') or '') ~= ARGV[2] then
+local id = ''
+if redis.call('TYPE', KEYS[2]).ok == 'hash' then
+  id = redis.call('HGET', KEYS[2], 'id') or ''
+end
+if id ~= ARGV[2] then
   return 0
 end
 redis.call('DEL', KEYS[2])
@@ -84,19 +105,34 @@ class RedisUserStore(RedisAdapter):
         self._create = redis.register_script(_CREATE_USER)
         self._update = redis.register_script(_UPDATE_USER)
         self._delete = redis.register_script(_DELETE_USER)
+        self._drop_stray = redis.register_script(_DROP_STRAY_NAME)
 
     def _key(self, username: str) -> str:
         return f"{self._prefix}:user:{username}"
 
     @bounded
     async def get(self, username: str) -> User | None:
-        fields = await self._redis.hgetall(self._key(username))
-        return user_from_record(username, fields) if fields else None
+        try:
+            fields = await self._redis.hgetall(self._key(username))
+        except ResponseError as exc:
+            return _user_from_reply(username, exc)
+        return _user_from_reply(username, fields)
 
     @bounded
     async def create(self, user: User) -> str | None:
+        folded = user.username.casefold()
+        for name in await self._redis.smembers(f"{self._prefix}:users"):
+            if name.casefold() == folded:
+                await self._drop_stray_name(name)
         keys = [f"{self._prefix}:users", self._key(user.username)]
         return await self._create(keys=keys, args=[user.username, *_flat(record_fields(user))])
+
+    @bounded
+    async def drop_stray_name(self, username: str) -> bool:
+        return await self._drop_stray_name(username)
+
+    async def _drop_stray_name(self, username: str) -> bool:
+        return bool(await self._drop_stray(keys=[f"{self._prefix}:users", self._key(username)], args=[username]))
 
     @bounded
     async def update(
@@ -124,8 +160,9 @@ class RedisUserStore(RedisAdapter):
         async with self._redis.pipeline(transaction=False) as pipe:
             for name in names:
                 pipe.hgetall(self._key(name))
-            records = await pipe.execute()
-        return [user_from_record(name, fields) for name, fields in zip(names, records, strict=True) if fields]
+            records = await pipe.execute(raise_on_error=False)
+        found = (_user_from_reply(name, reply) for name, reply in zip(names, records, strict=True))
+        return [user for user in found if user is not None]
 
 
 class RedisSessionStore(RedisAdapter):
@@ -141,7 +178,7 @@ class RedisSessionStore(RedisAdapter):
         # would otherwise keep every session id ever issued to them.
         await self._live_for_user(session.user_id)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._key(session.id), mapping=_session_fields(session))
+            pipe.hset(self._key(session.id), mapping=session_fields(session))
             pipe.expire(self._key(session.id), ttl_s)
             pipe.sadd(self._user_key(session.user_id), session.id)
             _outlive(pipe, self._user_key(session.user_id), ttl_s)
@@ -149,7 +186,11 @@ class RedisSessionStore(RedisAdapter):
 
     @bounded
     async def get(self, session_id: str) -> Session | None:
-        return (await self._fetch([session_id]))[0]
+        found = (await self._fetch([session_id]))[0]
+        if isinstance(found, DamagedSession):
+            await self._end_damaged([found], listed_under=found.user_id)
+            return None
+        return found
 
     @bounded
     async def touch(self, session: Session, *, seen_at: datetime, ttl_s: int) -> None:
@@ -189,18 +230,28 @@ class RedisSessionStore(RedisAdapter):
         found = await self._fetch(ids)
         if gone := [sid for sid, session in zip(ids, found, strict=True) if session is None]:
             await self._redis.srem(self._user_key(user_id), *gone)
-        live = [s for s in found if s is not None and s.user_id == user_id]
+        # Ended here, as no token can use them, so that they are neither kept nor in the way of listing the others
+        if damaged := [s for s in found if isinstance(s, DamagedSession)]:
+            await self._end_damaged(damaged, listed_under=user_id)
+        live = [s for s in found if isinstance(s, Session) and s.user_id == user_id]
         return sorted(live, key=lambda s: s.created_at)
 
-    async def _fetch(self, session_ids: list[str]) -> list[Session | None]:
+    async def _end_damaged(self, damaged: list[DamagedSession], *, listed_under: str) -> None:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(*(self._key(d.id) for d in damaged))
+            if listed_under:  # unknown for a record that is no hash: its id is dropped at the next listing
+                pipe.srem(self._user_key(listed_under), *(d.id for d in damaged))
+            await pipe.execute()
+
+    async def _fetch(self, session_ids: list[str]) -> list[Session | DamagedSession | None]:
         async with self._redis.pipeline(transaction=False) as pipe:
             for sid in session_ids:
                 pipe.hgetall(self._key(sid))
                 pipe.ttl(self._key(sid))
-            replies = await pipe.execute()
+            replies = await pipe.execute(raise_on_error=False)
         now = datetime.now(UTC)
         return [
-            _session_from(sid, fields, expires_at=now + timedelta(seconds=ttl)) if _is_session(fields, ttl) else None
+            _session_from_reply(sid, fields, ttl, now=now)
             for sid, fields, ttl in zip(session_ids, replies[::2], replies[1::2], strict=True)
         ]
 
@@ -211,39 +262,31 @@ def _outlive(pipe: Any, key: str, ttl_s: int) -> None:
     pipe.expire(key, ttl_s, gt=True)
 
 
-def _is_session(fields: dict[str, str], ttl: int) -> bool:
-    # A hash without these is not a live session: gone, a stray `last_seen` write racing a logout,
-    # or a session stored by an older gateway (no public id, not listed under its user): log in again.
-    return ttl >= 0 and "user_id" in fields and "public_id" in fields
+def _hash_in(reply: dict[str, str] | Exception) -> dict[str, str] | None:
+    """The fields of an HGETALL reply taken without raising; None when the key holds another type than a hash
+    (someone ran SET on it). Any other error raises, as the Redis failure it is."""
+    if isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE"):
+        return None
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _user_from_reply(username: str, reply: dict[str, str] | Exception) -> User | None:
+    if (fields := _hash_in(reply)) is None:
+        return user_from_no_hash(username)
+    return user_from_record(username, fields) if fields else None
+
+
+def _session_from_reply(
+    session_id: str, reply: dict[str, str] | Exception, ttl: int | Exception, *, now: datetime
+) -> Session | DamagedSession | None:
+    if (fields := _hash_in(reply)) is None:
+        return session_of_no_hash(session_id)
+    if isinstance(ttl, Exception):
+        raise ttl
+    return session_from_record(session_id, fields, ttl=ttl, expires_at=now + timedelta(seconds=ttl))
 
 
 def _flat(fields: dict[str, str]) -> list[str]:
     return [item for pair in fields.items() for item in pair]
-
-
-def _session_fields(session: Session) -> dict[str, str]:
-    return {
-        "public_id": session.public_id,
-        "user_id": session.user_id,
-        "username": session.username,
-        "roles": ",".join(session.roles),
-        "created_at": session.created_at.isoformat(),
-        "last_seen": session.last_seen.isoformat(),
-    }
-
-
-def _session_from(session_id: str, fields: dict[str, str], *, expires_at: datetime) -> Session:
-    return Session(
-        id=session_id,
-        public_id=fields["public_id"],
-        user_id=fields["user_id"],
-        username=fields["username"],
-        roles=_roles(fields),
-        created_at=datetime.fromisoformat(fields["created_at"]),
-        last_seen=datetime.fromisoformat(fields["last_seen"]),
-        expires_at=expires_at,
-    )
-
-
-def _roles(fields: dict[str, str]) -> tuple[str, ...]:
-    return tuple(r for r in fields.get("roles", "").split(",") if r)

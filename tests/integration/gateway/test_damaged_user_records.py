@@ -1,12 +1,14 @@
 """User records in the real Redis that lack a field or hold a bad value (edited by hand, or written by an older
 version): logins fail as with a wrong password or go on, nothing answers 500, and an admin sees, repairs or deletes
 the record."""
+import io
 import logging
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from cairn import cli
 from services.gateway.main import create_app
 from tests.integration.gateway.chat_stand_in import PASSWORD, gateway_settings, login
 from tests.support import free_port
@@ -127,3 +129,96 @@ def test_a_signed_in_user_whose_record_is_damaged_meanwhile_gets_no_500(client, 
         "/auth/password", json={"current_password": PASSWORD, "new_password": NEW_PASSWORD}, headers=bob
     )
     assert (changed.status_code, changed.json()["error"]) == (403, "wrong_password"), changed.text
+
+
+@pytest.fixture
+def cairn_user(redis_url, unique, client, monkeypatch, capsys):
+    """Runs `cairn user ARGS` on the same users as `client`; returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("REDIS_PREFIX", unique)
+
+    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        code = cli.main(["user", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _set_instead_of_a_hash(raw, key):
+    raw.delete(key)
+    raw.set(key, "bob")
+
+
+def test_a_user_key_that_is_no_hash_is_a_damaged_record_not_an_unavailable_store(client, raw, unique, caplog):
+    ada = login(client, "ada")
+    _set_instead_of_a_hash(raw, f"{unique}:user:bob")
+
+    with caplog.at_level(logging.WARNING):
+        logged_in = _log_in(client, "bob")
+    wrong = _log_in(client, "bob", "not bob's password")
+    assert logged_in.status_code == wrong.status_code == 401, logged_in.text
+    assert _without_request_id(logged_in.json()) == _without_request_id(wrong.json())
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and getattr(r, "username", None) == "bob"]
+    assert warnings and warnings[0].bad_fields == ["record"], [r.__dict__ for r in caplog.records]
+
+    listed = client.get("/api/users", headers=ada)
+    assert listed.status_code == 200, listed.text
+    by_name = {u["username"]: u for u in listed.json()["users"]}
+    assert list(by_name) == ["ada", "ann", "bob"] and by_name["bob"]["problems"] == ["record"]
+    shown = client.get("/api/users/bob", headers=ada)
+    assert (shown.status_code, shown.json()["problems"]) == (200, ["record"]), shown.text
+    assert client.post("/api/users", json={"username": "bob", "password": PASSWORD, "roles": ["user"]},
+                       headers=ada).status_code == 409
+    deleted = client.delete("/api/users/bob", headers=ada)
+    assert deleted.status_code == 200, deleted.text
+    assert [u["username"] for u in client.get("/api/users", headers=ada).json()["users"]] == ["ada", "ann"]
+
+
+def test_resetting_the_password_of_a_user_key_that_is_no_hash_makes_it_a_hash_again(client, raw, unique):
+    ada = login(client, "ada")
+    _set_instead_of_a_hash(raw, f"{unique}:user:bob")
+
+    reset = client.put("/api/users/bob/password", json={"password": NEW_PASSWORD}, headers=ada)
+    assert reset.status_code == 200, reset.text
+    assert reset.json()["user"]["problems"] == ["roles"]  # nothing to keep from the key: set-role repairs that
+    changed = client.patch("/api/users/bob", json={"roles": ["user"]}, headers=ada)
+    assert (changed.status_code, changed.json()["user"]["problems"]) == (200, []), changed.text
+    assert _log_in(client, "bob", NEW_PASSWORD).status_code == 200
+
+
+def test_cairn_user_lists_and_deletes_a_user_key_that_is_no_hash(client, raw, unique, cairn_user):
+    _set_instead_of_a_hash(raw, f"{unique}:user:bob")
+
+    code, out, err = cairn_user("list")
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()] == ["ada", "ann", "bob"]
+    assert out.splitlines()[2].endswith("(damaged: record)")
+    assert cairn_user("delete", "bob")[:2] == (0, "deleted bob; 0 sessions ended\n")
+    assert [line.split()[0] for line in cairn_user("list")[1].splitlines()] == ["ada", "ann"]
+
+
+def test_a_name_left_in_the_set_of_users_without_a_record_is_no_user_and_may_be_added_again(client, raw, unique):
+    ada = login(client, "ada")
+    raw.delete(f"{unique}:user:bob")  # deleted by hand, its name left behind
+
+    assert [u["username"] for u in client.get("/api/users", headers=ada).json()["users"]] == ["ada", "ann"]
+    assert client.get("/api/users/bob", headers=ada).status_code == 404
+    added = client.post("/api/users", json={"username": "Bob", "password": PASSWORD, "roles": ["user"]}, headers=ada)
+    assert added.status_code == 201, added.text
+    assert raw.smembers(f"{unique}:users") == {"ada", "ann", "Bob"}
+    assert _log_in(client, "Bob").status_code == 200
+
+
+def test_deleting_a_name_left_without_a_record_removes_the_name(client, raw, unique, cairn_user):
+    raw.delete(f"{unique}:user:bob")
+
+    code, _, err = cairn_user("delete", "bob")
+    assert (code, err) == (2, "error: no user 'bob'\n")
+    assert raw.smembers(f"{unique}:users") == {"ada", "ann"}
+    ada = login(client, "ada")
+    raw.sadd(f"{unique}:users", "bob")
+    assert client.delete("/api/users/bob", headers=ada).status_code == 404
+    assert raw.smembers(f"{unique}:users") == {"ada", "ann"}
+    assert cairn_user("add", "bob", "--role", "user", "--password-stdin", stdin=f"{PASSWORD}\n")[0] == 0

@@ -35,6 +35,9 @@ class FakeUserStore:
         del self.users[user.username]
         return True
 
+    async def drop_stray_name(self, username: str) -> bool:
+        return False  # every name here has its record
+
     async def list(self) -> list[User]:
         return sorted(self.users.values(), key=lambda u: u.username)
 
