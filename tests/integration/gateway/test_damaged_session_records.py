@@ -5,12 +5,8 @@ import hashlib
 import logging
 
 import pytest
-import redis
-from fastapi.testclient import TestClient
 
-from services.gateway.main import create_app
-from tests.integration.gateway.chat_stand_in import PASSWORD, gateway_settings, login
-from tests.support import free_port
+from tests.integration.gateway.chat_stand_in import PASSWORD, login
 
 pytestmark = pytest.mark.integration
 NEW_PASSWORD = "a new password"
@@ -31,20 +27,6 @@ DAMAGES = {
     "last_seen a number": (lambda r, key: r.hset(key, "last_seen", "1700000000"), "last_seen"),
     "not a hash": (_replace_with_a_string, "record"),
 }
-
-
-@pytest.fixture
-def raw(redis_url):
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def client(redis_url, unique):
-    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=f"http://127.0.0.1:{free_port()}")
-    with TestClient(create_app(settings)) as client:
-        yield client
 
 
 def _token(headers: dict[str, str]) -> str:

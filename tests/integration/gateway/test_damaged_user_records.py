@@ -5,13 +5,9 @@ import io
 import logging
 
 import pytest
-import redis
-from fastapi.testclient import TestClient
 
 from cairn import cli
-from services.gateway.main import create_app
-from tests.integration.gateway.chat_stand_in import PASSWORD, gateway_settings, login
-from tests.support import free_port
+from tests.integration.gateway.chat_stand_in import PASSWORD, login
 
 pytestmark = pytest.mark.integration
 NEW_PASSWORD = "a new password"
@@ -29,20 +25,6 @@ DAMAGES = {
     "created_at not a time": (lambda r, key: r.hset(key, "created_at", "yesterday"), "created_at", True),
     "created_at a number": (lambda r, key: r.hset(key, "created_at", "1700000000"), "created_at", True),
 }
-
-
-@pytest.fixture
-def raw(redis_url):
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def client(redis_url, unique):
-    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=f"http://127.0.0.1:{free_port()}")
-    with TestClient(create_app(settings)) as client:
-        yield client
 
 
 def _log_in(client, username, password=PASSWORD):

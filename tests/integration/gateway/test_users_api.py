@@ -1,20 +1,10 @@
 """/api/users against the real Redis: an admin manages users, and each change reaches logins and sessions."""
 import pytest
-from fastapi.testclient import TestClient
 
-from services.gateway.main import create_app
-from tests.integration.gateway.chat_stand_in import PASSWORD, gateway_settings, login
-from tests.support import free_port
+from tests.integration.gateway.chat_stand_in import PASSWORD, login
 
 pytestmark = pytest.mark.integration
 NEW_PASSWORD = "a new password"
-
-
-@pytest.fixture
-def client(redis_url, unique):
-    settings = gateway_settings(redis_url=redis_url, prefix=unique, chat_url=f"http://127.0.0.1:{free_port()}")
-    with TestClient(create_app(settings)) as client:
-        yield client
 
 
 def _log_in(client, username, password=PASSWORD):
