@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from cairn import cli
 from services.gateway.main import create_app
 from tests.integration.gateway.chat_stand_in import gateway_settings
 from tests.own_redis import OwnRedis
@@ -36,3 +38,20 @@ def raw(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+def cairn_user(redis_url: str, unique: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str, str]]:
+    """Runs `cairn user ARGS` (with `stdin` as standard input) on the users under the test's prefix, those of
+    `client`; returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("REDIS_PREFIX", unique)
+
+    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        code = cli.main(["user", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -1,12 +1,10 @@
 """User records in the real Redis that lack a field or hold a bad value (edited by hand, or written by an older
 version): logins fail as with a wrong password or go on, nothing answers 500, and an admin sees, repairs or deletes
 the record."""
-import io
 import logging
 
 import pytest
 
-from cairn import cli
 from tests.integration.gateway.chat_stand_in import PASSWORD, login
 
 pytestmark = pytest.mark.integration
@@ -111,21 +109,6 @@ def test_a_signed_in_user_whose_record_is_damaged_meanwhile_gets_no_500(client, 
         "/auth/password", json={"current_password": PASSWORD, "new_password": NEW_PASSWORD}, headers=bob
     )
     assert (changed.status_code, changed.json()["error"]) == (403, "wrong_password"), changed.text
-
-
-@pytest.fixture
-def cairn_user(redis_url, unique, client, monkeypatch, capsys):
-    """Runs `cairn user ARGS` on the same users as `client`; returns (exit code, stdout, stderr)."""
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("REDIS_PREFIX", unique)
-
-    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
-        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-        code = cli.main(["user", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def _set_instead_of_a_hash(raw, key):

@@ -21,21 +21,6 @@ pytestmark = pytest.mark.integration
 PASSWORD = "correct horse battery"
 
 
-@pytest.fixture
-def cairn_user(redis_url, unique, monkeypatch, capsys):
-    """Runs `cairn user ARGS` (with `stdin` as standard input); returns (exit code, stdout, stderr)."""
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("REDIS_PREFIX", unique)
-
-    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
-        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-        code = cli.main(["user", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 def _login(redis_url: str, prefix: str, password: str = PASSWORD, username: str = "ann") -> tuple[str, tuple[str, ...]]:
     async def go():
         redis = connect(redis_url, timeout_s=2)
