@@ -1,16 +1,18 @@
 """`cairn`: run Cairn on one machine, manage users, add documents, ask a question."""
 from __future__ import annotations
 
+# Only the standard library at the top: the rest is imported inside main(), so that Ctrl-C in the second or more
+# that importing it takes (several on a busy machine) ends quietly with status 130, as it does later.
 import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+from cairn.exit_status import INTERRUPTED
 
-from cairn import commands
-from cairn.settings import CliSettings, parse_replicas
-from shared.settings import print_settings_problems
+if TYPE_CHECKING:
+    from cairn.settings import CliSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,6 +90,8 @@ def _top_k(text: str) -> int:
 
 def _replicas(text: str) -> str:
     """`--replicas` refused as it is read, named as the option: the settings would name their field."""
+    from cairn.settings import parse_replicas
+
     try:
         parse_replicas(text)
     except ValueError as exc:
@@ -106,24 +110,34 @@ def _password_stdin_option(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
     try:
-        settings = CliSettings(**_up_options(args))
-    except ValidationError as exc:  # a bad --replicas or environment variable: named, its value never shown
-        print_settings_problems(exc, prefix="error: ")
-        return 2
-    try:
-        return _run(args, settings)
+        return _parse_and_run(argv)
     except KeyboardInterrupt:  # `cairn up` stops its services itself; elsewhere Ctrl-C needs no traceback
         print("\ninterrupted", file=sys.stderr)
-        return commands.INTERRUPTED
+        return INTERRUPTED
     except BrokenPipeError:  # the reader went away (`cairn ask ... | head -1`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
         return 1
 
 
+def _parse_and_run(argv: list[str] | None) -> int:
+    from pydantic import ValidationError
+
+    from cairn.settings import CliSettings
+    from shared.settings import print_settings_problems
+
+    args = _parser().parse_args(argv)
+    try:
+        settings = CliSettings(**_up_options(args))
+    except ValidationError as exc:  # a bad --replicas or environment variable: named, its value never shown
+        print_settings_problems(exc, prefix="error: ")
+        return 2
+    return _run(args, settings)
+
+
 def _run(args: argparse.Namespace, settings: CliSettings) -> int:
+    from cairn import commands  # with Redis, argon2 and httpx: most of the start-up
+
     match args.command:
         case "up":
             return commands.up(settings, ingest_demo=not args.no_demo_docs)
@@ -159,6 +173,8 @@ def _up_options(args: argparse.Namespace) -> dict:
 
 
 def _user_command(settings: CliSettings, args: argparse.Namespace) -> int:
+    from cairn import commands
+
     match args.user_command:
         case "add":
             return commands.user_add(settings, username=args.username, roles=args.role, password_stdin=args.password_stdin)

@@ -16,6 +16,7 @@ import httpx
 
 from cairn import demo
 from cairn.engines import EngineMissing, engines_for, ensure
+from cairn.exit_status import INTERRUPTED
 from cairn.ingest import IngestError, NotRetrieval, RetrievalUnreachable
 from cairn.settings import SERVICES, CliSettings
 from cairn.retry_after import try_again_in
@@ -46,8 +47,6 @@ from services.gateway.users import (
 )
 from shared.errors import DependencyUnavailable
 from shared.json_types import is_blank
-
-INTERRUPTED = 130  # the exit code shells give a command stopped by Ctrl-C (128 + SIGINT)
 
 
 class StopRequested(Exception):

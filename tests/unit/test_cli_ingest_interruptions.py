@@ -3,7 +3,12 @@ with no retrieval behind it ends the run with a summary, and Ctrl-C at any point
 from __future__ import annotations
 
 import email.utils
+import fcntl
+import os
+import re
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -22,6 +27,7 @@ from tests.support import serve_in_thread
 pytestmark = pytest.mark.unit
 
 TOKEN = "stand-in-token"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def stand_in(received: list[str], *, proxy_gone_after: int | None = None) -> FastAPI:
@@ -183,6 +189,42 @@ def test_ctrl_c_while_the_progress_bar_redraws_keeps_the_summary(
         "2 added, 0 replaced, 0 unchanged, 0 failed",
         "interrupted: the files not counted above were not sent: run the same command again to finish",
     ]
+
+
+def test_ctrl_c_while_the_command_starts_ends_quietly_with_status_130(tmp_path: Path) -> None:
+    """Importing what the command needs takes a second or more (several on a busy machine), long enough to press
+    Ctrl-C in. `-X importtime` writes a line on standard error as each module is in; Ctrl-C is pressed once
+    pydantic is. The command cannot have got much further, however slow the test is to press: its standard
+    error is a pipe of one page that is not read meanwhile, and the imports still to come write ten times that."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "note.md").write_text("# Note\n")
+    errors_in, errors_out = os.pipe()
+    fcntl.fcntl(errors_out, fcntl.F_SETPIPE_SZ, 4096)
+    with socket.create_server(("127.0.0.1", 0)) as silent, os.fdopen(errors_in) as errors:  # silent: never answers
+        env = os.environ | {
+            "PYTHONPATH": str(REPO),
+            "RETRIEVAL_URL": f"http://127.0.0.1:{silent.getsockname()[1]}",
+            "CAIRN_SERVICE_TOKEN": TOKEN,
+        }
+        run = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-m", "cairn.cli", "ingest", "notes"],
+            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors_out, text=True,
+        )
+        os.close(errors_out)
+        for line in errors:
+            if re.search(r"\|\s+pydantic$", line.rstrip()):
+                break
+        run.send_signal(signal.SIGINT)
+        rest: list[str] = []
+        reader = threading.Thread(target=lambda: rest.append(errors.read()))
+        reader.start()
+        out, _ = run.communicate(timeout=60)
+        reader.join(timeout=60)
+    err = "".join(rest)
+    assert "Traceback" not in err, err[-2000:]
+    assert run.returncode == 130
+    assert err.rstrip().endswith("interrupted")
+    assert out == "", "nothing was being sent yet, so there is no summary"
 
 
 def test_redirected_to_a_file_it_draws_no_progress_bar(
