@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 
-from services.gateway import openai_errors
+from services.gateway import openai_errors, passwords
 from services.gateway.adapters.redis_rate_limits import RedisRateLimiter
 from services.gateway.adapters.redis_request_owners import RedisRequestOwners
 from services.gateway.adapters.redis_eviction import warn_if_keys_may_be_evicted
@@ -36,6 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         redis = connect(settings.redis_url, timeout_s=settings.redis_timeout_s)
         await warn_if_keys_may_be_evicted(redis)
+        await asyncio.to_thread(passwords.prepare)
         store_args = {"prefix": settings.redis_prefix, "timeout_s": settings.redis_timeout_s}
         app.state.users = RedisUserStore(redis, **store_args)
         app.state.sessions = RedisSessionStore(redis, **store_args)

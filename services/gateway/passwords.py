@@ -1,11 +1,24 @@
 from __future__ import annotations
 
+from functools import cache
+
 from argon2 import PasswordHasher, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError
 
 _hasher = PasswordHasher()
-# Verified against when the username is unknown, so a login takes as long either way.
-_DUMMY_HASH = _hasher.hash("cairn-no-such-user")
+
+
+@cache
+def _dummy_hash() -> str:
+    """Verified against when the username is unknown, so a login takes as long either way. Made on first use, not
+    at import: a hash costs a third of a second and 64 MiB, which every `cairn` command would pay at start."""
+    return _hasher.hash("cairn-no-such-user")
+
+
+def prepare() -> None:
+    """Make the stand-in hash now (a server calls this at start), so that no login pays for it: the first one
+    for an unknown username would otherwise take twice as long as the others."""
+    _dummy_hash()
 
 
 def hash_password(password: str) -> str:
@@ -24,6 +37,6 @@ def is_password_hash(stored: str) -> bool:
 def verify_password(password_hash: str | None, password: str) -> bool:
     """Whether `password` opens `password_hash`; a missing or blank hash opens to none (checked all the same)."""
     try:
-        return _hasher.verify(password_hash or _DUMMY_HASH, password) and bool(password_hash)
+        return _hasher.verify(password_hash or _dummy_hash(), password) and bool(password_hash)
     except (VerificationError, InvalidHashError):
         return False
