@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -131,12 +131,15 @@ def read_until(run: subprocess.Popen[str], pattern: re.Pattern[str], *, timeout:
     """The command's standard output as it comes, up to what `pattern` finds (or the end of the output)."""
     deadline = time.monotonic() + timeout
     out = b""
-    while not pattern.search(out.decode(errors="replace")):
-        if not select.select([run.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
-            raise AssertionError(f"no {pattern.pattern!r} on the command's output within {timeout}s:\n{out.decode()}")
-        if not (chunk := os.read(run.stdout.fileno(), 65536)):  # raw reads: communicate() reads the rest after them
-            break
-        out += chunk
+    # A selector, not select.select: late in a full run this process may hold descriptors numbered past 1024.
+    with selectors.DefaultSelector() as waiting:
+        waiting.register(run.stdout, selectors.EVENT_READ)
+        while not pattern.search(out.decode(errors="replace")):
+            if not waiting.select(max(0.0, deadline - time.monotonic())):
+                raise AssertionError(f"no {pattern.pattern!r} on the command's output within {timeout}s:\n{out.decode()}")
+            if not (chunk := os.read(run.stdout.fileno(), 65536)):  # raw reads: communicate() reads the rest after them
+                break
+            out += chunk
     return out.decode()
 
 
