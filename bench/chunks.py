@@ -47,8 +47,11 @@ async def _read_from_chroma(index: Path, settings: Settings) -> Chunks:
     from bench.index import store_for
 
     store = store_for(settings, index)
-    await store.open()
-    stored = sorted(await store.get_chunks(with_embeddings=True), key=lambda c: c.chunk_id)
+    try:
+        await store.open()
+        stored = sorted(await store.get_chunks(with_embeddings=True), key=lambda c: c.chunk_id)
+    finally:
+        store.close()
     vectors = np.asarray([c.embedding for c in stored], dtype=np.float32)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return Chunks(

@@ -71,6 +71,7 @@ async def ensure_index(settings: Settings, dataset_dir: Path) -> tuple[Path, dic
     finally:
         cached.close()
         model.close()
+        chroma.close()
     info = {
         "documents": report.documents,
         "chunks": report.chunks,

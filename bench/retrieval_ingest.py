@@ -21,11 +21,14 @@ from services.retrieval.settings import Settings
 
 async def _ingest_once(docs, *, embedder: BatchingEmbedder, settings: Settings, scratch: Path) -> tuple[int, float, list[str]]:
     chroma = store_for(settings, Path(tempfile.mkdtemp(dir=scratch)))
-    await chroma.open()
-    store, _, sync = keyword_indexed(chroma)
-    await sync.refresh()
-    recording = RecordingEmbedder(embedder)
-    report = await ingest_all(docs, embedder=recording, store=store)
+    try:
+        await chroma.open()
+        store, _, sync = keyword_indexed(chroma)
+        await sync.refresh()
+        recording = RecordingEmbedder(embedder)
+        report = await ingest_all(docs, embedder=recording, store=store)
+    finally:
+        chroma.close()  # else each repeat's index stays in memory
     if report.statuses.get("added") != len(docs):
         raise RuntimeError(f"expected every document added, got {report.statuses}")
     return report.chunks, report.seconds, recording.texts

@@ -9,6 +9,7 @@ embeddings are cached under CAIRN_DATA_DIR, so evaluating the same corpus again 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -219,59 +220,60 @@ async def _measure(
         dense_weight=settings.hybrid_dense_weight,
         keyword_weight=settings.hybrid_keyword_weight,
     )
-    chroma = ChromaStore(
+    # Closed at the end: Chroma would keep the temporary index, files and memory, until the process ends.
+    with contextlib.closing(ChromaStore(
         collection="cairn-eval",
         path=folder,
         timeout_s=max(settings.chroma_timeout_s, 60.0),
         ef_search=settings.hnsw_ef_search,
         ef_construction=settings.hnsw_ef_construction,
         max_neighbors=settings.hnsw_max_neighbors,
-    )
-    recording = RecordingStore(chroma)
-    store, keywords, keyword_sync = keyword_indexed(
-        recording,
-        interval_s=settings.keyword_sync_interval_s,
-        exact_max_chunks=settings.exact_search_max_chunks,
-        max_scan_batch=settings.search_max_query_batch,
-    )
-    await keyword_sync.refresh()  # loads the (empty) index; every later write goes through `store`
-
-    async def ingest(document: ingestion.NewDocument) -> ingestion.IngestResult:
-        return await ingestion.ingest_document(
-            document, embedder=embedder, store=store, chunk_size=size, chunk_overlap=overlap, contextualizer=contextualizer
+    )) as chroma:
+        recording = RecordingStore(chroma)
+        store, keywords, keyword_sync = keyword_indexed(
+            recording,
+            interval_s=settings.keyword_sync_interval_s,
+            exact_max_chunks=settings.exact_search_max_chunks,
+            max_scan_batch=settings.search_max_query_batch,
         )
+        await keyword_sync.refresh()  # loads the (empty) index; every later write goes through `store`
 
-    async def search(query: str, mode: str, top_k: int) -> list[search_module.SearchHit]:
-        return await search_module.search(
-            query=query, top_k=top_k, embedder=embedder, store=store, keywords=keywords, mode=mode, options=options
-        )
+        async def ingest(document: ingestion.NewDocument) -> ingestion.IngestResult:
+            return await ingestion.ingest_document(
+                document, embedder=embedder, store=store, chunk_size=size, chunk_overlap=overlap, contextualizer=contextualizer
+            )
 
-    label = f"ingesting {dataset.name}" + (" with contextual prefixes" if contextualizer else "")
-    with _bar(len(dataset.corpus), label) as bar:
-        ingested = await ingest_corpus(
-            dataset,
-            ingest=ingest,
-            truncate_to=embedder.max_tokens if whole_docs else None,
-            count_tokens=embedder.count_tokens,
-            progress=bar.update,
+        async def search(query: str, mode: str, top_k: int) -> list[search_module.SearchHit]:
+            return await search_module.search(
+                query=query, top_k=top_k, embedder=embedder, store=store, keywords=keywords, mode=mode, options=options
+            )
+
+        label = f"ingesting {dataset.name}" + (" with contextual prefixes" if contextualizer else "")
+        with _bar(len(dataset.corpus), label) as bar:
+            ingested = await ingest_corpus(
+                dataset,
+                ingest=ingest,
+                truncate_to=embedder.max_tokens if whole_docs else None,
+                count_tokens=embedder.count_tokens,
+                progress=bar.update,
+            )
+        # Built before the first query, as a replica's index is once its writes settle: otherwise dense
+        # lookups would go to Chroma until some keyword search built it, and the modes would not compare.
+        await asyncio.to_thread(keywords.build)
+        dense_lookup = "exact" if keywords.exact_dense() is not None else "hnsw"
+        # One more document when a query's own document is left out of its ranking, so that 100 remain.
+        ranked = DOCUMENTS_RANKED + 1 if dataset.queries_in_corpus else DOCUMENTS_RANKED
+        depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents, ranked=ranked)
+        results = []
+        for mode in modes:
+            # Hybrid fuses the top `candidates` of each leg, as served; asking for more would deepen the legs.
+            top_k = min(depth, options.candidates) if mode == "hybrid" else depth
+            with _bar(len(dataset.queries), f"{mode} search") as bar:
+                results.append(await run_mode(dataset, mode=mode, search=search, top_k=top_k, progress=bar.update))
+        ann = await ann_recall(
+            queries=list(dataset.queries.values()), embed_query=embedder.embed_query, store=chroma, embeddings=recording.embeddings
         )
-    # Built before the first query, as a replica's index is once its writes settle: otherwise dense
-    # lookups would go to Chroma until some keyword search built it, and the modes would not compare.
-    await asyncio.to_thread(keywords.build)
-    dense_lookup = "exact" if keywords.exact_dense() is not None else "hnsw"
-    # One more document when a query's own document is left out of its ranking, so that 100 remain.
-    ranked = DOCUMENTS_RANKED + 1 if dataset.queries_in_corpus else DOCUMENTS_RANKED
-    depth = chunks_to_request(chunks=ingested.chunks, documents=ingested.documents, ranked=ranked)
-    results = []
-    for mode in modes:
-        # Hybrid fuses the top `candidates` of each leg, as served; asking for more would deepen the legs.
-        top_k = min(depth, options.candidates) if mode == "hybrid" else depth
-        with _bar(len(dataset.queries), f"{mode} search") as bar:
-            results.append(await run_mode(dataset, mode=mode, search=search, top_k=top_k, progress=bar.update))
-    ann = await ann_recall(
-        queries=list(dataset.queries.values()), embed_query=embedder.embed_query, store=chroma, embeddings=recording.embeddings
-    )
-    return _Measured(ingest=ingested, modes=results, ann=ann, dense_lookup=dense_lookup)
+        return _Measured(ingest=ingested, modes=results, ann=ann, dense_lookup=dense_lookup)
 
 
 def _contextual_effect(without: list[ModeReport], with_prefixes: list[ModeReport], *, model: str) -> dict[str, Any]:

@@ -45,19 +45,25 @@ async def _open_index(
             max_query_batch=settings.search_max_query_batch,
             model_id=model_id(),
         )
-        await chroma.open()
-    # Every write goes through the synced store, so the keyword index (and the vectors it keeps for
-    # exact search) follows this replica's writes at once and other replicas' within about keyword_sync_interval_s.
-    app.state.store, app.state.keywords, keyword_sync = keyword_indexed(
-        chroma if store is None else store,
-        interval_s=settings.keyword_sync_interval_s,
-        exact_max_chunks=settings.exact_search_max_chunks,
-        max_scan_batch=settings.search_max_query_batch,
-    )
     try:
-        await keyword_sync.refresh()
-    except DependencyUnavailable:
-        log.warning("keyword index not loaded: chroma unavailable; retrying in the background")
+        if chroma is not None:
+            await chroma.open()
+        # Every write goes through the synced store, so the keyword index (and the vectors it keeps for exact
+        # search) follows this replica's writes at once and other replicas' within about keyword_sync_interval_s.
+        app.state.store, app.state.keywords, keyword_sync = keyword_indexed(
+            chroma if store is None else store,
+            interval_s=settings.keyword_sync_interval_s,
+            exact_max_chunks=settings.exact_search_max_chunks,
+            max_scan_batch=settings.search_max_query_batch,
+        )
+        try:
+            await keyword_sync.refresh()
+        except DependencyUnavailable:
+            log.warning("keyword index not loaded: chroma unavailable; retrying in the background")
+    except BaseException:
+        if chroma is not None:
+            chroma.close()
+        raise
     return keyword_sync, chroma
 
 
@@ -89,7 +95,7 @@ def create_app(
             # with the copy already exported ready came 1.03-1.35x sooner (bench/README.md, start-up section).
             await asyncio.to_thread(export_onnx_copy, settings)
             loading = asyncio.ensure_future(asyncio.to_thread(embedder_from_settings, settings))
-        owned = None
+        owned = chroma = None
         try:
             keyword_sync, chroma = await _open_index(app, settings, store, identity)
             if loading is not None:
@@ -101,6 +107,8 @@ def create_app(
                 app.state.reranker = await asyncio.to_thread(CrossEncoderReranker, settings.rerank_model)
         except BaseException:
             await _close_loaded(owned, loading)
+            if chroma is not None:
+                chroma.close()
             raise
         app.state.search_options = SearchOptions(
             candidates=settings.hybrid_candidates,
@@ -141,6 +149,8 @@ def create_app(
                 owned.close()
             if app.state.contextualizer is not None:
                 await app.state.contextualizer.close()
+            if chroma is not None:
+                chroma.close()
 
     async def readiness() -> dict[str, bool]:
         current_store, keywords = getattr(app.state, "store", None), getattr(app.state, "keywords", None)

@@ -54,6 +54,11 @@ _HTTP_TIMEOUTS = 3  # a request to the server gives up after this many CHROMA_TI
 MODEL_KEY = "cairn:embedding_model"
 
 
+def _session_of(client: Any) -> Any:
+    """The httpx.Client of a Chroma server client (None for an embedded one)."""
+    return getattr(getattr(client, "_server", None), "_session", None)
+
+
 def _matrix(embedding: list[float]) -> np.ndarray:
     # Chroma checks a list's every float in Python; an array is checked at once (~0.6 ms less per query).
     return np.asarray([embedding], dtype=np.float32)
@@ -196,7 +201,7 @@ class ChromaStore:
         server frees the thread (asyncio's timeout only stops waiting for it). A few times ours: a write that
         is slow but lands still gets its change record, written after it on the same thread, so that the
         other replicas hear of it."""
-        session = getattr(getattr(client, "_server", None), "_session", None)
+        session = _session_of(client)
         if isinstance(session, httpx.Client):
             session.timeout = httpx.Timeout(_HTTP_TIMEOUTS * self._timeout_s)
         else:
@@ -287,10 +292,10 @@ class ChromaStore:
                 self._mismatch_logged = str(exc)
             raise DependencyUnavailable("chroma") from exc
         except _FAILURES as exc:
-            # Reopen next time: the server may have restarted, the collection may have been recreated.
+            # Look the collections up again next time: the collection may have been recreated meanwhile. A server
+            # client is kept: its connections are remade as needed, and Chroma never lets go of part of every
+            # server client it makes (chromadb 1.5: AdminClient.from_system files the system under an extra id).
             self._collections = None
-            if self._url is not None:
-                self._client = None
             log.warning("chroma call failed", extra={"error": type(exc).__name__, "detail": str(exc)[:200]})
             raise DependencyUnavailable("chroma") from exc
         self._mismatch_logged = None  # the collection served: a later mismatch is news again
@@ -459,6 +464,25 @@ class ChromaStore:
         chunk deleted after its id was read is simply not returned, and one added is a change to replay."""
         ids: list[str] = (await self._run(lambda c: c.chunks.get(include=[])))["ids"]
         return [ids[start : start + _PAGE] for start in range(0, len(ids), _PAGE)]
+
+    def close(self) -> None:
+        """Let go of the client: Chroma keeps each client's system (an embedded store's open files and
+        loaded index) until it is closed, however long the process lives. A call still running on one of
+        the store's threads is not waited for; later calls fail."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._collections = None
+        # A server client's systems (its own and its admin client's) stop without closing their connections.
+        client, self._client = self._client, None
+        sessions = [_session_of(c) for c in (client, getattr(client, "_admin_client", None))]
+        if client is not None:
+            try:
+                client.close()
+            except Exception as exc:  # a client that fails to close leaves nothing more to do
+                log.warning("chroma client did not close cleanly", extra={"error": type(exc).__name__})
+        for session in sessions:
+            if isinstance(session, httpx.Client):
+                session.close()
+
 
     async def heartbeat(self) -> bool:
         try:

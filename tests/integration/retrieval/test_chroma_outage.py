@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chromadb.api.shared_system_client import SharedSystemClient
 from fastapi.testclient import TestClient
 
 from cairn.ingest import IngestError, RetrievalUnreachable, ingest_paths
@@ -123,6 +124,22 @@ async def test_a_server_lost_between_two_writes_leaves_no_document_half_written(
     stored = await ChromaStore(collection=unique, url=chroma.url).get_chunks(doc_ids=list(documents))
     counts = {doc_id: sum(c.doc_id == doc_id for c in stored) for doc_id in documents}
     assert all(count in (0, per_document) for count in counts.values()), counts
+
+
+async def test_each_reconnection_lets_go_of_the_client_it_replaces(chroma: ChromaServer, unique: str) -> None:
+    """Chroma keeps every server client it makes under an id of its own until the client is closed; the
+    store dropped its client on each failure without closing it, so each outage left one behind for good."""
+    store = ChromaStore(collection=unique, url=chroma.url, timeout_s=TIMEOUT_S)
+    await store.upsert([StoredChunk("a#0", "a", "chunk", [1.0, 0.0], {"chunk_index": 0, "content_hash": "h"})])
+    clients_before = len(SharedSystemClient._identifier_to_system)
+    for _ in range(3):
+        chroma.pause()
+        with pytest.raises(DependencyUnavailable):
+            await store.get_chunks()
+        chroma.resume()
+        assert [c.chunk_id for c in await store.get_chunks()] == ["a#0"]
+    assert len(SharedSystemClient._identifier_to_system) == clients_before
+    store.close()
 
 
 def test_readiness_answers_quickly_while_chroma_is_silent(

@@ -2,6 +2,7 @@
 the embedding cache across runs, whole documents, and contextual prefixes from a local LLM stand-in."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -70,6 +71,15 @@ def evaluate(capsys, dataset: Path, settings: Settings, embedder, **options) -> 
     return json.loads(capsys.readouterr().out)
 
 
+def open_paths() -> list[str]:
+    """What this process's descriptors point to, deleted files included (psutil's open_files leaves them out)."""
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return paths
+
+
 def exact_scans() -> float:
     return REGISTRY.get_sample_value("cairn_retrieval_batch_size_count", {"batcher": "exact_scan"}) or 0.0
 
@@ -101,6 +111,8 @@ def test_every_mode_is_scored_and_a_second_run_reuses_the_embeddings(
     again = evaluate(capsys, dataset, settings, embedder, mode="dense")
     assert (again["ingest"]["computed"], again["ingest"]["reused"]) == (0, first["chunks"])
     assert again["modes"]["dense"]["ndcg@10"] == 1.0 and list(again["modes"]) == ["dense"]
+    # Chroma keeps a store's files and index in memory until its client is closed, the temporary ones too.
+    assert [path for path in open_paths() if "cairn-eval-" in path] == []
 
 
 def test_whole_documents_are_single_chunks_and_the_table_prints(

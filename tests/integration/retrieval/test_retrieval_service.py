@@ -5,6 +5,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 
@@ -156,6 +157,19 @@ def test_the_index_survives_a_restart(tmp_path: Path, embedder: SentenceTransfor
         assert [d["doc_id"] for d in again.get("/documents", headers=AUTH).json()["documents"]] == ["users.md"]
         assert again.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH).json()["status"] == "unchanged"
         assert again.get("/readyz").json()["checks"] == {"chroma": True, "embedder": True, "index": True}
+
+
+def test_a_stopped_service_lets_go_of_its_index_files(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
+    """Chroma holds an embedded index's files, and the index in memory, until its client is closed."""
+    settings = settings_for(tmp_path)
+
+    def index_files_open() -> list[str]:
+        return [f.path for f in psutil.Process().open_files() if Path(f.path).is_relative_to(settings.chroma_path)]
+
+    with TestClient(create_app(settings, embedder=embedder)) as client:
+        assert client.post("/documents", json={"text": USERS, "source": "users.md"}, headers=AUTH).status_code == 200
+        assert index_files_open()
+    assert index_files_open() == []
 
 
 def test_chunks_respect_the_budget_in_real_model_tokens(embedder: SentenceTransformerEmbedder) -> None:

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from services.retrieval.adapters import chroma_store
@@ -27,13 +29,16 @@ def chunk(doc_id: str, index: int, embedding: list[float], **meta) -> StoredChun
 
 
 @pytest.fixture(params=["fake", "embedded", "server"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> VectorStore:
+async def store(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> AsyncIterator[VectorStore]:
     if request.param == "fake":
-        return FakeStore()
+        yield FakeStore()
+        return
     if request.param == "embedded":
-        return ChromaStore(collection=unique, path=tmp_path / "chroma")
-    server = request.getfixturevalue("chroma_server")
-    return ChromaStore(collection=unique, url=server.url)
+        chroma = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    else:
+        chroma = ChromaStore(collection=unique, url=request.getfixturevalue("chroma_server").url)
+    yield chroma
+    chroma.close()
 
 
 async def test_query_ranks_by_cosine_distance_and_filters(store: VectorStore) -> None:
@@ -288,3 +293,46 @@ async def test_reading_everything_while_another_writer_deletes_skips_no_other_ch
     left = {c.chunk_id for c in await ChromaStore(collection=unique, path=tmp_path / "chroma").get_chunks()}
     assert first_page_read and len(left) == 19
     assert left <= read  # every chunk still stored was read
+
+
+def _open_files_under(path: Path) -> list[str]:
+    return [f.path for f in psutil.Process().open_files() if Path(f.path).is_relative_to(path)]
+
+
+def _connections_to(port: int) -> set[int]:
+    """The local ports of this process's open connections to `port`."""
+    return {
+        c.laddr.port for c in psutil.Process().net_connections("tcp")
+        if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+    }
+
+
+async def test_closing_an_embedded_store_lets_go_of_its_files_and_its_data_stays(tmp_path: Path, unique: str) -> None:
+    """Chroma keeps a client's system, with its open files and loaded index, for as long as the process
+    lives unless the client is closed: `cairn eval` and a process that opens many stores held them all."""
+    store = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    await store.upsert([chunk("a", 0, unit(1, 0, 0))])
+    assert [cid for cid, _ in await store.nearest(embedding=unit(1, 0, 0), top_k=1)] == ["a#0"]
+    assert _open_files_under(tmp_path / "chroma")
+
+    store.close()
+    store.close()  # a second close does nothing
+
+    assert _open_files_under(tmp_path / "chroma") == []
+    reopened = ChromaStore(collection=unique, path=tmp_path / "chroma")
+    try:
+        assert [c.chunk_id for c in await reopened.get_chunks()] == ["a#0"]
+    finally:
+        reopened.close()
+
+
+async def test_closing_a_server_store_closes_its_connections(chroma_server, unique: str) -> None:
+    others = _connections_to(chroma_server.port)  # other tests' stores on the same server
+    store = ChromaStore(collection=unique, url=chroma_server.url)
+    await store.upsert([chunk("a", 0, unit(1, 0, 0))])
+    its_own = _connections_to(chroma_server.port) - others
+    assert its_own
+
+    store.close()
+
+    assert its_own & _connections_to(chroma_server.port) == set()
