@@ -53,6 +53,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S = 0.5
+_CANCEL_AGAIN_S = 0.5
 RETRY_CAP_S = 5.0
 LINGER_S = 1.0  # the longest an event waits for others before it is sent
 
@@ -176,8 +177,13 @@ class RabbitEventPublisher:
                     await self._idle.wait()
             except TimeoutError:
                 log.warning("closing with unpublished events", extra={"backlog": self.backlog})
+            # Asked again until it ends: a cancellation can be lost inside a library (asyncio.wait_for in Python
+            # 3.11, in aio_pika's connect, returns a connection attempt's refusal that came as it was cancelled,
+            # and the drainer would take it for the broker being down and go on retrying).
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            while not (await asyncio.wait({self._task}, timeout=_CANCEL_AGAIN_S))[0]:
+                self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)  # done: takes its outcome, so none is reported
         await self._reset()
         self._outbox.close()
 

@@ -1,6 +1,7 @@
 """`submit` with no broker at all: it returns at once, keeps the event in the file, and never raises."""
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -72,3 +73,28 @@ async def test_submit_never_raises() -> None:
 def test_a_window_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         publisher(tmp_path / "x.sqlite3", window=0)
+
+
+async def test_close_ends_the_drainer_even_when_a_connect_swallows_its_cancellation(tmp_path: Path, monkeypatch) -> None:
+    """Python 3.11's asyncio.wait_for, which aio_pika's connect uses, returns the outcome of a connection
+    attempt that ends as it is cancelled: here a refusal, which the drainer took for the broker being down and
+    retried. close() waited for the drainer without end (a test worker hung 300 s on it under load)."""
+    connecting = asyncio.Event()
+
+    async def connect_that_swallows_cancellation(*_args, **_kwargs):
+        connecting.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise ConnectionRefusedError("refused just as the wait was cancelled") from None
+
+    monkeypatch.setattr("shared.broker.aio_pika.connect", connect_that_swallows_cancellation)
+    events = publisher(tmp_path / "chat.sqlite3")
+    await events.start()
+    events.submit(question(0))
+    async with asyncio.timeout(5):
+        await connecting.wait()
+    closing = asyncio.ensure_future(events.close(timeout=0.2))
+    done, _ = await asyncio.wait({closing}, timeout=10)  # not asyncio.timeout: cancelling close() would hang too
+    assert done, "close() did not return"
+    assert events.backlog == 1, "the event stays in the file for the next start"
