@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import answers
@@ -41,6 +42,9 @@ class ChromaServer:
         """Freeze the server (SIGSTOP): connections stay open and nothing answers, like a host gone silent."""
         assert self._process is not None
         self._process.send_signal(signal.SIGSTOP)
+        # The kernel stops each of its threads on their way back to user space, not when kill() returns.
+        process = psutil.Process(self._process.pid)
+        wait_until(lambda: process.status() == psutil.STATUS_STOPPED, timeout=10, interval=0.01, what="chroma stopped")
 
     def resume(self) -> None:
         assert self._process is not None
