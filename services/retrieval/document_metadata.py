@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN
+from services.retrieval.parsing.document import NUL, NUL_CHARACTERS
 from services.retrieval.ports import CHUNK_COUNT_KEY, CONTEXT_KEY, DOCUMENT_FIELDS, MetadataValue
 
 __all__ = ["MAX_FIELDS", "MAX_TEXT_CHARS", "RESERVED_KEYS", "document_fields", "own_fields", "user_metadata"]
@@ -68,6 +69,8 @@ def _check_value(key: str, value: Any) -> None:
     elif isinstance(value, str):
         if len(value) > MAX_TEXT_CHARS:
             raise ValueError(f"metadata field {key!r}: at most {MAX_TEXT_CHARS} characters")
+        if NUL in value:
+            raise ValueError(f"metadata field {key!r}: must not contain {NUL_CHARACTERS}")
         if not value.isascii():
             try:
                 value.encode("utf-8")

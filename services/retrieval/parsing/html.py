@@ -14,7 +14,7 @@ from bs4.element import Comment, Declaration, Doctype, PageElement, ProcessingIn
 
 from services.retrieval.chunking import Heading, sections_under
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.parsing.document import ParsedDocument
+from services.retrieval.parsing.document import NUL, NUL_CHARACTERS, ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
 from shared.json_types import is_blank
 
@@ -295,7 +295,10 @@ def _without_unclosed_markup(text: str) -> str:
 def parse_html(filename: str, data: bytes) -> ParsedDocument:
     if not data.strip():
         raise UnprocessableDocument(f"{filename}: the file is empty")
-    soup = BeautifulSoup(_without_unclosed_markup(written_out(_decoded(data))), "html.parser")
+    page = _decoded(data)
+    if NUL in page:  # refused as in a text file; a `&#0;` reference is read as U+FFFD, as browsers read it
+        raise UnprocessableDocument(f"{filename}: binary content, not text: it holds {NUL_CHARACTERS}")
+    soup = BeautifulSoup(_without_unclosed_markup(written_out(page)), "html.parser")
     out = _Writer()
     _walk(soup, out)  # the whole document: text after </body>, or in a head never closed, is still page text
     out.flush()

@@ -10,7 +10,7 @@ from pypdf import PdfReader
 from pypdf.errors import DependencyError, PyPdfError
 
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS, ParsedDocument
+from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS, NUL, ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.parsing.running_lines import without_running_lines
 from shared.json_types import is_blank
@@ -35,8 +35,15 @@ def _whole_characters(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def _shown(text: str) -> str:
+    """`text` without U+0000, which no text Cairn stores holds (parsing.document.NUL): pypdf can give it for a glyph
+    that the font maps to no character. It shows nothing, so the PDF is read without it, where a text file holding it
+    is refused as binary."""
+    return text.replace(NUL, "") if NUL in text else text
+
+
 def _page_text(raw: str) -> str:
-    raw = _whole_characters(raw)
+    raw = _shown(_whole_characters(raw))
     lines = [line.rstrip() for line in raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     text = _LINE_END_HYPHEN.sub(_joined_if_lower, written_out("\n".join(lines)))
     return _SOFT_HYPHEN.sub("", text).strip()
@@ -50,7 +57,8 @@ def parse_pdf(filename: str, data: bytes) -> ParsedDocument:
         if reader.is_encrypted and not reader.decrypt(""):
             raise UnprocessableDocument(f"{filename}: the PDF is encrypted")
         pages = without_running_lines(_page_texts(reader, filename))
-        title = (reader.metadata.title if reader.metadata else None) or None
+        title = reader.metadata.title if reader.metadata else None
+        title = _shown(title) if isinstance(title, str) else None
         outline = _outline(reader)
     except UnprocessableDocument:
         raise
@@ -110,7 +118,7 @@ def _outline(reader: PdfReader) -> list[tuple[int, str]]:
             if isinstance(item, list):
                 walk(item, [*parents, last] if last else parents)
                 continue
-            last = " ".join(written_out(str(item.title or "")).split())
+            last = " ".join(written_out(_shown(str(item.title or ""))).split())
             page = reader.get_destination_page_number(item)
             if last and page is not None and page >= 0:
                 found.append((page, " > ".join([*parents, last])))

@@ -5,7 +5,7 @@ import codecs
 
 from services.retrieval.chunking import document_title, front_matter_end
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.parsing.document import ParsedDocument
+from services.retrieval.parsing.document import NUL, NUL_CHARACTERS, ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
 from shared.json_types import is_blank
 
@@ -19,8 +19,8 @@ def decode(filename: str, data: bytes) -> str:
         text = data.decode(encoding)
     except UnicodeDecodeError:
         raise UnprocessableDocument(f"{filename}: not {'UTF-16' if encoding == 'utf-16' else 'UTF-8'} text") from None
-    if "\x00" in text:
-        raise UnprocessableDocument(f"{filename}: binary content, not text")
+    if NUL in text:
+        raise UnprocessableDocument(f"{filename}: binary content, not text: it holds {NUL_CHARACTERS}")
     if is_blank(text):  # whitespace, or characters shown as nothing (zero-width spaces, byte-order marks)
         raise UnprocessableDocument(f"{filename}: the file is empty")
     return written_out(text)

@@ -192,6 +192,76 @@ def test_text_of_only_invisible_characters_is_refused_as_empty_text_is(client: T
     assert kept.status_code == 200, kept.text
 
 
+NUL_REFUSAL = "must not contain NUL characters (U+0000)"
+TEXT_FIELDS = ["doc_id", "title", "source", "url", "category"]
+
+
+@pytest.mark.parametrize("field", ["text", *TEXT_FIELDS])
+def test_a_nul_character_in_a_json_field_is_refused_naming_the_field(
+    client: TestClient, store: FakeStore, field: str
+) -> None:
+    """A stray \\u0000 is refused as a file holding one is: it would not come back as sent (the chat's citations
+    take it for their own marker, analytics stores it as U+FFFD)."""
+    refused = client.post("/documents", json={"text": "Some text.", field: "notes\x00v2.md"}, headers=AUTH)
+    assert refused.status_code == 422, refused.text
+    assert (refused.json()["error"], refused.json()["message"]) == ("invalid_request", f"{field}: {NUL_REFUSAL}")
+    assert not store.chunks
+
+
+@pytest.mark.parametrize("field", [*TEXT_FIELDS, "metadata"])
+def test_a_nul_character_in_an_upload_field_is_refused_naming_the_field(
+    client: TestClient, store: FakeStore, field: str
+) -> None:
+    value = '{"note": "ops\\u0000"}' if field == "metadata" else "notes\x00v2.md"
+    refused = upload(client, "notes.md", b"# Notes\n\ntext", **{field: value})
+    assert refused.status_code == 422, refused.text
+    message = "metadata field 'note': " + NUL_REFUSAL if field == "metadata" else NUL_REFUSAL
+    assert (refused.json()["error"], refused.json()["message"]) == ("invalid_request", f"{field}: {message}")
+    assert not store.chunks
+
+
+@pytest.mark.parametrize(
+    ("filename", "data"),
+    [
+        ("notes.md", b"# Notes\n\nab\x00c"),
+        ("notes.txt", "ab\x00c".encode("utf-16")),
+        ("page.html", b"<h1>Notes</h1><p>ab\x00c</p>"),
+    ],
+)
+def test_a_text_file_holding_nul_is_refused_as_binary_whatever_its_format(
+    client: TestClient, store: FakeStore, filename: str, data: bytes
+) -> None:
+    refused = upload(client, filename, data)
+    assert refused.status_code == 422, refused.text
+    assert refused.json() == {
+        "error": "unprocessable_document", "message": f"{filename}: binary content, not text: it holds NUL characters (U+0000)"
+    }
+    assert not store.chunks
+
+
+def test_no_nul_reaches_the_store_from_a_pdf_or_an_html_reference(client: TestClient, store: FakeStore) -> None:
+    """A PDF's NUL is a glyph without a character, shown as nothing; HTML's `&#0;` is read as U+FFFD, as browsers do."""
+    pdf = make_pdf(["Pump\x00 manual"], title="Pump\x00 guide")
+    assert upload(client, "manual.pdf", pdf, "application/pdf").status_code == 200
+    assert upload(client, "page.html", b"<h1>Notes</h1><p>ab&#0;c</p>", "text/html").status_code == 200
+    contents = sorted(chunk.content for chunk in store.chunks.values())
+    assert contents == ["# Notes\n\nab\ufffdc", "Pump manual"]
+    assert client.get("/documents/manual.pdf", headers=AUTH).json()["title"] == "Pump guide"
+
+
+def test_the_schema_refuses_nul_in_every_text_field(client: TestClient) -> None:
+    """Said for clients and schema-driven tests, which otherwise send NUL as valid."""
+    content = client.get("/openapi.json").json()["paths"]["/documents"]["post"]["requestBody"]["content"]
+    json_fields = content["application/json"]["schema"]["properties"]
+    form_fields = content["multipart/form-data"]["schema"]["properties"]
+    schemas = [json_fields[name] for name in ["text", *TEXT_FIELDS]] + [form_fields[name] for name in TEXT_FIELDS]
+    metadata_values = json_fields["metadata"]["anyOf"][0]["additionalProperties"]["anyOf"]
+    metadata_text = next(choice for choice in metadata_values if choice["type"] == "string")
+    for schema in [*schemas, metadata_text]:
+        refusal = schema.get("not") or next(c["not"] for c in schema["anyOf"] if c["type"] == "string")
+        assert re.search(refusal["pattern"], "a\x00b") and not re.search(refusal["pattern"], "a b.md"), schema
+
+
 def test_getting_an_unknown_document_is_404(client: TestClient) -> None:
     response = client.get("/documents/no/such.md", headers=AUTH)
     assert response.status_code == 404 and response.json()["error"] == "not_found"
@@ -207,8 +277,9 @@ def test_openapi_offers_json_and_multipart_bodies(client: TestClient) -> None:
     # A form field is a string; an unfilled one ("") is taken as absent.
     assert form["schema"]["properties"]["doc_id"] == {
         "type": "string", "maxLength": 512, "title": "Doc Id", "description": "Default: the file name.",
-        # One line, no '.' or '..' segment, no /similar at the end: such a doc_id could be neither read nor deleted.
-        "not": {"pattern": "\n|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)|[/\\]similar$"},
+        # One line, no NUL, no '.' or '..' segment, no /similar at the end: such a doc_id could be neither read nor
+        # deleted, and NUL is refused in every text field.
+        "not": {"pattern": "\n|\\x00|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)|[/\\]similar$"},
     }
     assert {"400", "413", "415", "422"} <= set(post["responses"])
 
@@ -261,6 +332,7 @@ def test_an_upload_takes_its_metadata_as_a_json_form_field(client: TestClient) -
         ({f"k{i}": i for i in range(33)}, "at most 32 metadata fields"),
         ({"note": "x" * 1001}, "at most 1000 characters"),
         ({"big": 2**63}, "fit in 64 bits"),
+        ({"note": "ops\x00"}, "metadata field 'note': must not contain NUL characters (U+0000)"),
     ],
 )
 def test_metadata_that_cannot_be_stored_is_refused_naming_the_field(client: TestClient, metadata: dict, message: str) -> None:

@@ -377,7 +377,8 @@ def test_a_pdf_without_a_title_in_its_metadata_has_none() -> None:
         ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
         ("cut.txt", "caf\xe9".encode("utf-16")[:-1], "not UTF-16"),  # a BOM, then an odd number of bytes
         ("utf16-no-bom.txt", "caf\xe9".encode("utf-16-le"), "not UTF-8"),  # no BOM: not guessed
-        ("binary.md", b"abc\x00def", "binary"),
+        ("binary.md", b"abc\x00def", "binary content, not text: it holds NUL characters (U+0000)"),
+        ("binary.html", b"<p>abc\x00def</p>", "binary content, not text: it holds NUL characters (U+0000)"),
         ("empty.html", b"<html><head><title>t</title><script>x()</script></head><body> </body></html>", "no text"),
     ],
     ids=lambda value: "data" if isinstance(value, bytes) else None,  # a PDF's bytes hold its creation time
