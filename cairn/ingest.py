@@ -73,6 +73,7 @@ class IngestSummary:
     skipped: list[str] = field(default_factory=list)  # files of other types found in folders
     interrupted: bool = False  # Ctrl-C stopped the run
     interrupted_at: str | None = None  # the file being sent then, if one was
+    not_sent: int = 0  # files Ctrl-C kept from being sent
     unavailable_at: str | None = None  # the file being sent when retrieval went away
 
     @property
@@ -99,8 +100,10 @@ class IngestSummary:
         if self.interrupted_at is not None:
             lines.append(f"interrupted while sending {self.interrupted_at} (it may or may not have been added); "
                          "the files after it were not sent: run the same command again to finish")
-        elif self.interrupted:
+        elif self.interrupted and self.not_sent:
             lines.append("interrupted: the files not counted above were not sent: run the same command again to finish")
+        elif self.interrupted:  # as the run closed its progress bar and connections: nothing is left to send
+            lines.append("interrupted after the last file: every file is counted above")
         return "\n".join(lines)
 
 
@@ -228,15 +231,18 @@ def ingest_paths(
     headers = {SERVICE_TOKEN_HEADER: service_token}
     uploads = 0  # when the first upload cannot reach retrieval, one error line says it all
     sending: str | None = None
-    with (
-        httpx.Client(
-            base_url=retrieval_url.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
-        ) as client,
-        tqdm(total=len(files), unit="file", desc="ingest", disable=None if progress else True) as bar,
-    ):
-        try:  # around the whole loop: Ctrl-C anywhere in it (the bar's redraw too) keeps the summary
+    counted = 0  # files whose outcome the summary holds
+    # Around the whole run, the closing of the progress bar (its last redraw) and of the connections too: Ctrl-C
+    # anywhere in it keeps the summary, also once the last file is in.
+    try:
+        with (
+            httpx.Client(
+                base_url=retrieval_url.rstrip("/"),
+                headers=headers,
+                timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
+            ) as client,
+            tqdm(total=len(files), unit="file", desc="ingest", disable=None if progress else True) as bar,
+        ):
             for index, path in enumerate(files):
                 sending = name = source_name(path, base)
                 bar.set_postfix_str(name[-40:])  # drawn now: the file may take minutes
@@ -262,11 +268,13 @@ def ingest_paths(
                     not_sent = [source_name(rest, base) for rest in files[index + 1:]]
                     summary.failures += [(rest, "not sent: retrieval unavailable") for rest in not_sent]
                     bar.write(f"failed: {name}: retrieval unavailable: {exc}", file=sys.stderr)
+                    sending, counted = None, len(files)
                     break
-                sending = None
+                sending, counted = None, index + 1
                 bar.update(1)
-        except KeyboardInterrupt:  # what went in so far is worth knowing: the summary says it
-            summary.interrupted, summary.interrupted_at = True, sending
+    except KeyboardInterrupt:  # what went in so far is worth knowing: the summary says it
+        summary.interrupted, summary.interrupted_at = True, sending
+        summary.not_sent = len(files) - counted - (sending is not None)
     return summary
 
 

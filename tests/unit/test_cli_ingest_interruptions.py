@@ -191,6 +191,44 @@ def test_ctrl_c_while_the_progress_bar_redraws_keeps_the_summary(
     ]
 
 
+def _ctrl_c_after(close):
+    """`close`, then Ctrl-C, once: a bar is closed again when it is collected."""
+    pressed = []
+
+    def closing(*args, **kwargs):
+        close(*args, **kwargs)
+        if not pressed:
+            pressed.append(True)
+            raise KeyboardInterrupt
+
+    return closing
+
+
+@pytest.mark.parametrize("closing", ["progress bar", "connections"])
+def test_ctrl_c_after_the_last_file_went_in_keeps_the_summary(
+    notes: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], closing: str
+) -> None:
+    """Every file is in; Ctrl-C lands while the run closes its progress bar (its last redraw, on a slow terminal) or
+    its connections to retrieval, before the summary is printed."""
+    received: list[str] = []
+    with serve_in_thread(stand_in(received)) as url:  # which waits for the server with a client of its own
+        if closing == "progress bar":
+            monkeypatch.setattr(ingest.tqdm, "close", _ctrl_c_after(ingest.tqdm.close))
+            on_a_terminal(monkeypatch)
+        else:
+            transport = ingest.httpx.HTTPTransport
+            monkeypatch.setattr(transport, "__exit__", _ctrl_c_after(transport.__exit__))
+        monkeypatch.setenv("RETRIEVAL_URL", url)
+        monkeypatch.setenv("CAIRN_SERVICE_TOKEN", TOKEN)
+        assert cli.main(["ingest", "notes"]) == 130
+    assert len(received) == 5
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "5 added, 0 replaced, 0 unchanged, 0 failed",
+        "interrupted after the last file: every file is counted above",
+    ]
+
+
 def test_ctrl_c_while_the_command_starts_ends_quietly_with_status_130(tmp_path: Path) -> None:
     """Importing what the command needs takes a second or more (several on a busy machine), long enough to press
     Ctrl-C in. `-X importtime` writes a line on standard error as each module is in; Ctrl-C is pressed once
