@@ -8,10 +8,12 @@ Keys, under the configured prefix:
                                     expires with the session
   {prefix}:user-sessions:{user_id}  set: the token digests of the user's sessions; expires with the
                                     longest-lived of them, members of expired sessions are removed at the
-                                    user's next login or listing of their sessions
+                                    user's next login or listing of their sessions. One that holds another
+                                    type (someone ran SET on it) is replaced, with a warning, when next used.
 """
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,9 +24,11 @@ from redis.exceptions import ResponseError
 
 from services.gateway.adapters.redis_base import RedisAdapter, bounded
 from services.gateway.domain import Session, User, new_user_id
-from services.gateway.session_record import DamagedSession, session_from_record, session_of_no_hash
+from services.gateway.session_record import DamagedSession, session_from_record, session_of_no_hash, unknown_roles_in
 from services.gateway.session_record import record_fields as session_fields
 from services.gateway.user_record import changed_fields, record_fields, user_from_no_hash, user_from_record
+
+log = logging.getLogger(__name__)
 
 
 def connect(url: str, *, timeout_s: float) -> Redis:
@@ -98,6 +102,26 @@ redis.call('SREM', KEYS[1], ARGV[1])
 return 1
 """
 
+# KEYS[1]: a session's hash. ARGV: its roles as read, the known ones among them. Stores the known ones, unless the
+# session ended or its roles changed since they were read (nothing written then). Returns 1 once stored, else 0.
+_DROP_UNKNOWN_ROLES = """
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('HGET', KEYS[1], 'roles') ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'roles', ARGV[2])
+return 1
+"""
+# KEYS[1]: a user's index of sessions. Deletes it if it holds another type than a set, so that the next SADD makes
+# a set in its place. Returns 1 when it deleted it, else 0 (a set, or no key: another gateway replaced it already).
+_DROP_DAMAGED_INDEX = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'set' or kind == 'none' then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
 
 class RedisUserStore(RedisAdapter):
     def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
@@ -166,6 +190,11 @@ class RedisUserStore(RedisAdapter):
 
 
 class RedisSessionStore(RedisAdapter):
+    def __init__(self, redis: Redis, *, prefix: str, timeout_s: float) -> None:
+        super().__init__(redis, prefix=prefix, timeout_s=timeout_s)
+        self._drop_unknown_roles = redis.register_script(_DROP_UNKNOWN_ROLES)
+        self._drop_damaged_index = redis.register_script(_DROP_DAMAGED_INDEX)
+
     def _key(self, session_id: str) -> str:
         return f"{self._prefix}:session:{session_id}"
 
@@ -182,7 +211,7 @@ class RedisSessionStore(RedisAdapter):
             pipe.expire(self._key(session.id), ttl_s)
             pipe.sadd(self._user_key(session.user_id), session.id)
             _outlive(pipe, self._user_key(session.user_id), ttl_s)
-            await pipe.execute()
+            await self._execute_on_index(pipe, session.user_id)
 
     @bounded
     async def get(self, session_id: str) -> Session | None:
@@ -207,7 +236,7 @@ class RedisSessionStore(RedisAdapter):
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(self._key(session.id))
             pipe.srem(self._user_key(session.user_id), session.id)
-            await pipe.execute()
+            await self._execute_on_index(pipe, session.user_id)
 
     @bounded
     async def list_for_user(self, user_id: str) -> list[Session]:
@@ -215,18 +244,18 @@ class RedisSessionStore(RedisAdapter):
 
     @bounded
     async def delete_all_for_user(self, user_id: str) -> int:
-        ids = list(await self._redis.smembers(self._user_key(user_id)))
+        ids = list(await self._listed_for_user(user_id))
         if not ids:
             return 0
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(*(self._key(sid) for sid in ids))
             pipe.srem(self._user_key(user_id), *ids)  # not DEL: a session added meanwhile stays listed
-            ended, _ = await pipe.execute()
+            ended, _ = await self._execute_on_index(pipe, user_id)
         return ended
 
     async def _live_for_user(self, user_id: str) -> list[Session]:
         """The user's live sessions, oldest first; removes the ids of the others from the user's set."""
-        ids = sorted(await self._redis.smembers(self._user_key(user_id)))
+        ids = sorted(await self._listed_for_user(user_id))
         found = await self._fetch(ids)
         if gone := [sid for sid, session in zip(ids, found, strict=True) if session is None]:
             await self._redis.srem(self._user_key(user_id), *gone)
@@ -241,7 +270,40 @@ class RedisSessionStore(RedisAdapter):
             pipe.delete(*(self._key(d.id) for d in damaged))
             if listed_under:  # unknown for a record that is no hash: its id is dropped at the next listing
                 pipe.srem(self._user_key(listed_under), *(d.id for d in damaged))
-            await pipe.execute()
+            await self._execute_on_index(pipe, listed_under)
+
+    async def _listed_for_user(self, user_id: str) -> set[str]:
+        """The token digests listed under the user; none, once it is replaced, for an index that is no set."""
+        try:
+            return await self._redis.smembers(self._user_key(user_id))
+        except ResponseError as exc:
+            if not _is_wrong_type(exc):
+                raise
+        await self._replace_damaged_index(user_id)
+        return set()
+
+    async def _execute_on_index(self, pipe: Any, user_id: str) -> list[Any]:
+        """The replies of a pipeline that changes the user's index. An index that is no set fails only its own
+        commands: it is replaced, and the others stand. Any other error raises."""
+        replies = await pipe.execute(raise_on_error=False)
+        if any(_is_wrong_type(reply) for reply in replies):
+            await self._replace_damaged_index(user_id)
+        if errors := [reply for reply in replies if isinstance(reply, Exception) and not _is_wrong_type(reply)]:
+            raise errors[0]
+        return replies
+
+    async def _replace_damaged_index(self, user_id: str) -> None:
+        # Only the gateway that deletes it warns: logged once however many requests find it at the same time
+        if await self._drop_damaged_index(keys=[self._user_key(user_id)]):
+            log.warning(
+                "index of a user's sessions damaged (not a set): replaced; the sessions it listed are no longer "
+                "ended with the user's other sessions and end when they expire",
+                extra={"index": self._user_key(user_id)},
+            )
+
+    async def _drop_unknown_roles_from(self, repairs: list[tuple[Session, str]]) -> None:
+        for session, stored in repairs:
+            await self._drop_unknown_roles(keys=[self._key(session.id)], args=[stored, ",".join(session.roles)])
 
     async def _fetch(self, session_ids: list[str]) -> list[Session | DamagedSession | None]:
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -250,10 +312,18 @@ class RedisSessionStore(RedisAdapter):
                 pipe.ttl(self._key(sid))
             replies = await pipe.execute(raise_on_error=False)
         now = datetime.now(UTC)
-        return [
+        found = [
             _session_from_reply(sid, fields, ttl, now=now)
             for sid, fields, ttl in zip(session_ids, replies[::2], replies[1::2], strict=True)
         ]
+        # Stored again without the unknown roles, so that they are reported once, not at each use of the session
+        if repairs := [
+            (session, fields["roles"])
+            for session, fields in zip(found, replies[::2], strict=True)
+            if isinstance(session, Session) and unknown_roles_in(fields)
+        ]:
+            await self._drop_unknown_roles_from(repairs)
+        return found
 
 
 def _outlive(pipe: Any, key: str, ttl_s: int) -> None:
@@ -265,11 +335,16 @@ def _outlive(pipe: Any, key: str, ttl_s: int) -> None:
 def _hash_in(reply: dict[str, str] | Exception) -> dict[str, str] | None:
     """The fields of an HGETALL reply taken without raising; None when the key holds another type than a hash
     (someone ran SET on it). Any other error raises, as the Redis failure it is."""
-    if isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE"):
+    if _is_wrong_type(reply):
         return None
     if isinstance(reply, Exception):
         raise reply
     return reply
+
+
+def _is_wrong_type(reply: Any) -> bool:
+    """Whether a reply is Redis's refusal of a command on a key that holds another type."""
+    return isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE")
 
 
 def _user_from_reply(username: str, reply: dict[str, str] | Exception) -> User | None:

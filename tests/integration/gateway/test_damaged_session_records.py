@@ -1,6 +1,7 @@
-"""Session records in the real Redis that lack a field, hold a bad value or are no hash at all (edited by hand):
-the token is refused as an unknown one is (401, no hint), never a 500 or a 503, the damage is logged once by field
-name, and the user's other sessions can still be listed and ended."""
+"""Session records in the real Redis that lack a field, hold a bad value, are no hash at all or never expire (edited
+by hand): the token is refused as an unknown one is (401, no hint), never a 500 or a 503, the damage is logged once
+by field name, and the user's other sessions can still be listed and ended. A record whose only damage is a role
+Cairn does not know goes on without it, logged once; an index of a user's sessions that is no set is replaced."""
 import hashlib
 import logging
 
@@ -26,6 +27,7 @@ DAMAGES = {
     "created_at not a time": (lambda r, key: r.hset(key, "created_at", "yesterday"), "created_at"),
     "last_seen a number": (lambda r, key: r.hset(key, "last_seen", "1700000000"), "last_seen"),
     "not a hash": (_replace_with_a_string, "record"),
+    "no expiry": (lambda r, key: r.persist(key), "expiry"),
 }
 
 
@@ -35,6 +37,14 @@ def _token(headers: dict[str, str]) -> str:
 
 def _key(prefix: str, headers: dict[str, str]) -> str:
     return f"{prefix}:session:{hashlib.sha256(_token(headers).encode()).hexdigest()}"
+
+
+def _index(prefix: str, client, headers: dict[str, str]) -> str:
+    return f"{prefix}:user-sessions:{client.get('/auth/me', headers=headers).json()['user']['id']}"
+
+
+def _warnings(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
 def _without_request_id(error: dict) -> dict:
@@ -101,6 +111,72 @@ def test_unknown_roles_of_a_session_are_dropped_never_granted(client, raw, uniqu
     me = client.get("/auth/me", headers=bob)
     assert (me.status_code, me.json()["user"]["roles"]) == (200, []), me.text
     assert client.get("/api/users", headers=bob).status_code == 403
+
+
+def test_unknown_roles_are_logged_once_and_dropped_from_the_stored_session(client, raw, unique, caplog):
+    bob = login(client, "bob")
+    raw.hset(_key(unique, bob), "roles", "user,owner")
+
+    with caplog.at_level(logging.WARNING):
+        answers = [client.get("/auth/me", headers=bob) for _ in range(3)]
+        listed = client.get("/auth/sessions", headers=bob)
+    assert [(a.status_code, a.json()["user"]["roles"]) for a in answers] == [(200, ["user"])] * 3
+    assert listed.status_code == 200, listed.text
+    assert [w.bad_fields for w in _warnings(caplog)] == [["roles"]], [r.__dict__ for r in caplog.records]
+    assert raw.hget(_key(unique, bob), "roles") == "user"
+    assert raw.ttl(_key(unique, bob)) > 0  # the repair keeps the session's expiry
+
+
+def _end_the_users_sessions(client, bob):
+    return client.patch("/api/users/bob", json={"disabled": True}, headers=login(client, "ada"))
+
+
+# What bob or an admin does after bob's index of sessions was replaced by a string, and the status that answers it
+INDEX_USES = {
+    "login": (lambda client, bob: client.post("/auth/login", json={"username": "bob", "password": PASSWORD}), 200),
+    "listing sessions": (lambda client, bob: client.get("/auth/sessions", headers=bob), 200),
+    "logout": (lambda client, bob: client.post("/auth/logout", headers=bob), 204),
+    "ending all sessions": (_end_the_users_sessions, 200),
+    "changing the password": (
+        lambda client, bob: client.post(
+            "/auth/password", json={"current_password": PASSWORD, "new_password": NEW_PASSWORD}, headers=bob
+        ),
+        200,
+    ),
+}
+
+
+@pytest.mark.parametrize("use", INDEX_USES, ids=list(INDEX_USES))
+def test_an_index_of_sessions_that_is_no_set_is_logged_once_and_replaced(client, raw, unique, caplog, use):
+    run, status = INDEX_USES[use]
+    bob = login(client, "bob")
+    index = _index(unique, client, bob)
+    raw.delete(index)
+    raw.set(index, "bob's sessions")
+
+    with caplog.at_level(logging.WARNING):
+        answer = run(client, bob)
+        again = run(client, bob) if use in ("login", "listing sessions") else answer
+    assert answer.status_code == again.status_code == status, answer.text
+    warnings = [w for w in _warnings(caplog) if getattr(w, "index", None) == index]
+    assert len(warnings) == 1, [r.__dict__ for r in caplog.records]
+    assert raw.type(index) in ("set", "none")
+
+
+def test_after_its_index_is_replaced_a_users_sessions_are_listed_and_ended_again(client, raw, unique):
+    lost = login(client, "bob")
+    index = _index(unique, client, lost)
+    raw.delete(index)
+    raw.set(index, "bob's sessions")
+    first, second = login(client, "bob"), login(client, "bob")
+
+    listed = client.get("/auth/sessions", headers=first)
+    assert (listed.status_code, len(listed.json()["sessions"])) == (200, 2), listed.text
+    ended = _end_the_users_sessions(client, first)
+    assert (ended.status_code, ended.json()["sessions_ended"]) == (200, 2), ended.text
+    assert [client.get("/auth/me", headers=h).status_code for h in (first, second)] == [401, 401]
+    # one the lost index listed cannot be found: it lives until it expires, as the log says
+    assert client.get("/auth/me", headers=lost).status_code == 200
 
 
 def test_a_session_time_without_a_zone_is_read_as_utc(client, raw, unique):
