@@ -137,6 +137,11 @@ class EventStore(Protocol):
         """False from a write the database refused until one commits (it may answer ping all the while)."""
         ...
 
+    def takes_writes(self, *, timeout_s: float) -> bool:
+        """`writable`, or, when the last write was only cut short (cancelled, or timed out waiting for a lock),
+        whether the database would take one now, asked within `timeout_s`; never raises."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -28,14 +28,21 @@ class DatabaseBusy(DependencyUnavailable):
         super().__init__("database", message, retry_after=self.RETRY_AFTER_S)
 
 
-class QueryTimedOut(DependencyUnavailable):
+class QueryCancelled(DependencyUnavailable):
+    """The database cancelled a statement before it had run for ANALYTICS_STATEMENT_TIMEOUT_S: someone cancelled
+    it by hand (pg_cancel_backend). A 503 naming the database, which says no more than it knows."""
+
+    def __init__(self, message: str = "database cancelled the query before it finished; try again later") -> None:
+        super().__init__("database", message)
+
+
+class QueryTimedOut(QueryCancelled):
     """The database cancelled a statement that ran past ANALYTICS_STATEMENT_TIMEOUT_S: a 503 naming the database,
     like one that is down, rather than a request (and a worker thread) waiting on it without end."""
 
     def __init__(self, *, timeout_s: float | None) -> None:
         limit = f", which may run for at most {timeout_s:g} s" if timeout_s is not None else ""
-        message = f"database cancelled the query{limit}; try a shorter range, or again later"
-        super().__init__("database", message)
+        super().__init__(f"database cancelled the query{limit}; try a shorter range, or again later")
 
 
 class TooManyExports(ServiceError):

@@ -20,6 +20,11 @@ from shared.web import create_service_app, service_token_guard
 
 log = logging.getLogger(__name__)
 
+# After an insert was cut short, /readyz asks the database whether an insert could take its lock, bounded by the
+# database to WRITES_CHECK_TIMEOUT_S, and waits for the answer at most WRITES_CHECK_WAIT_S (a frozen database).
+WRITES_CHECK_TIMEOUT_S = 0.5
+WRITES_CHECK_WAIT_S = 1.0
+
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
@@ -54,12 +59,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await http.aclose()
         await asyncio.to_thread(store.close)
 
+    async def takes_writes(store: SqlEventStore) -> bool:
+        try:
+            async with asyncio.timeout(WRITES_CHECK_WAIT_S):
+                return await asyncio.to_thread(store.takes_writes, timeout_s=WRITES_CHECK_TIMEOUT_S)
+        except TimeoutError:
+            return False
+
     async def readiness() -> dict[str, bool]:
         store, consumer = getattr(app.state, "store", None), getattr(app.state, "consumer", None)
         library = getattr(app.state, "library", None)
         return {
             "database": store is not None and await asyncio.to_thread(store.ping),
-            "database_writes": store is not None and store.writable,
+            "database_writes": store is not None and await takes_writes(store),
             "broker": consumer is not None and consumer.connected,
             **(await library.readiness() if library is not None else {}),
         }

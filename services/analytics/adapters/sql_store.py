@@ -6,6 +6,7 @@ that is down is a 503 naming it wherever it is met.
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -24,7 +25,7 @@ from services.analytics import metrics
 from services.analytics.adapters import migrations
 from services.analytics.adapters.event_rows import insert_records
 from services.analytics.domain import EventRecord
-from services.analytics.errors import DatabaseBusy, QueryTimedOut
+from services.analytics.errors import DatabaseBusy, QueryCancelled, QueryTimedOut
 from shared.errors import DependencyUnavailable
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def make_engine(
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         if statement_timeout_s is not None:
+            _time_statements(engine)  # before the watchdog starts its clock, so that this one is never behind it
             SqliteStatementWatchdog(statement_timeout_s).watch(engine)
         return engine
     if backend != "postgresql":
@@ -67,11 +69,33 @@ def make_engine(
         _postgresql_session, lock_timeout_ms=_milliseconds(timeout_s),
         statement_timeout_ms=_milliseconds(statement_timeout_s) if statement_timeout_s is not None else 0,
     ))
+    if statement_timeout_s is not None:
+        _time_statements(engine)
     return engine
 
 
 def _milliseconds(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
+    # Rounded up: the server's limit is never shorter than the one asked for (see _time_statements).
+    return max(1, math.ceil(seconds * 1000))
+
+
+def _time_statements(engine: Engine) -> None:
+    """Tell a statement cancelled at the statement timeout from one cancelled by hand (pg_cancel_backend), which
+    PostgreSQL reports with the same SQLSTATE: a failed statement's exception gets `statement_ran_s`, how long it
+    ran as seen from here. The server counts from a little later, so a statement it cancelled at the timeout has
+    always run at least that long here."""
+
+    def started(_conn, _cursor, _statement, _parameters, context, _executemany) -> None:
+        if context is not None:
+            context.statement_started = time.monotonic()
+
+    def failed(context) -> None:
+        start = getattr(context.execution_context, "statement_started", None)
+        if start is not None and context.sqlalchemy_exception is not None:
+            context.sqlalchemy_exception.statement_ran_s = time.monotonic() - start
+
+    event.listen(engine, "before_cursor_execute", started)
+    event.listen(engine, "handle_error", failed)
 
 
 def _postgresql_session(dbapi_connection, _record, *, lock_timeout_ms: int, statement_timeout_ms: int) -> None:
@@ -171,6 +195,11 @@ class SqlEventStore:
         self._statement_timeout_s = statement_timeout_s
         self._schema_ready = False
         self._write_refusal: str | None = None  # why the last write failed, until one commits
+        # The last write failed only cut short (cancelled, or gave up waiting for a lock), not refused outright.
+        self._write_cut_short = False
+        self._write_failures = 0  # counted, so that a check does not clear a failure that came while it ran
+        self._write_state = threading.Lock()  # the consumer's worker thread and /readyz's both change it
+        self._checking_writes = threading.Lock()
         metrics.DATABASE_WRITABLE.set(1)
 
     @classmethod
@@ -194,9 +223,53 @@ class SqlEventStore:
 
     @property
     def writable(self) -> bool:
-        """False from a write the database refused (down, read-only, out of disk, ...) until one commits: a
-        database can answer SELECT 1 and still refuse every insert."""
+        """False from a write the database refused (down, read-only, out of disk, ...) until one commits, or until
+        `takes_writes` finds that one cut short could go through now: a database can answer SELECT 1 and still
+        refuse every insert."""
         return self._write_refusal is None
+
+    def takes_writes(self, *, timeout_s: float) -> bool:
+        """For /readyz: whether the database takes writes now, asking it within `timeout_s` where `writable`
+        cannot tell. A refused write (read-only, out of disk, INSERT revoked, down) is only known to be over when
+        a write commits. A write only cut short (cancelled by the statement timeout or by hand, or given up
+        waiting for a lock) says nothing lasting, so the database is asked whether an insert could take its
+        lock now; when it can, the database takes writes again. False at once while an earlier check has not
+        returned (a frozen database), so that readiness never waits on more than one."""
+        if self._write_refusal is None:
+            return True
+        if not self._write_cut_short or not self._checking_writes.acquire(blocking=False):
+            return False
+        try:
+            failures = self._write_failures
+            if not self._insert_lock_free(timeout_s):
+                return False
+            self._writes_taken(unless_failed_since=failures)
+            return self._write_refusal is None
+        finally:
+            self._checking_writes.release()
+
+    def _insert_lock_free(self, timeout_s: float) -> bool:
+        """Whether an insert could take its lock within `timeout_s`; rolled back, so nothing is written."""
+        try:
+            with self._engine.connect() as conn:
+                if self.dialect == "postgresql":
+                    conn.execute(text(f"SET LOCAL lock_timeout = {_milliseconds(timeout_s)}"))
+                    conn.execute(text(f"SET LOCAL statement_timeout = {_milliseconds(timeout_s)}"))
+                    conn.execute(text("LOCK TABLE events IN ROW EXCLUSIVE MODE"))
+                    return True
+                if self.dialect == "sqlite":
+                    busy_timeout_ms = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+                    conn.exec_driver_sql(f"PRAGMA busy_timeout = {_milliseconds(timeout_s)}")
+                    try:
+                        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock an insert takes
+                        conn.rollback()
+                    finally:
+                        conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+                    return True
+                conn.execute(text("SELECT 1"))
+                return True
+        except SQLAlchemyError:
+            return False
 
     def create_schema(self, *, quiet: bool = False) -> None:
         """Upgrade the schema to the latest migration (see adapters/migrations.py)."""
@@ -217,7 +290,7 @@ class SqlEventStore:
         except DatabaseBusy:  # up, and taking writes: the reports hold every connection for now
             raise
         except DependencyUnavailable as exc:
-            self._writes_refused(exc)
+            self._writes_refused(exc, cut_short=_cut_short(exc.__cause__))
             raise
         self._writes_taken()
         return new
@@ -258,20 +331,26 @@ class SqlEventStore:
         if not self._schema_ready:
             self.create_schema(quiet=quiet)
 
-    def _writes_refused(self, exc: DependencyUnavailable) -> None:
+    def _writes_refused(self, exc: DependencyUnavailable, *, cut_short: bool) -> None:
         # Said once per cause, not at each retry of the held events: the consumer retries for as long as it lasts.
         reason = _error_text(exc.__cause__ or exc)
-        if reason != self._write_refusal:
-            log.error("database refuses writes, events stay in the queue until it takes them",
-                      extra={"error": reason})
-        self._write_refusal = reason
-        metrics.DATABASE_WRITABLE.set(0)
+        with self._write_state:
+            if reason != self._write_refusal:
+                log.error("database refuses writes, events stay in the queue until it takes them",
+                          extra={"error": reason})
+            self._write_failures += 1
+            self._write_refusal, self._write_cut_short = reason, cut_short
+            metrics.DATABASE_WRITABLE.set(0)
 
-    def _writes_taken(self) -> None:
-        if self._write_refusal is not None:
-            log.warning("database takes writes again")
-        self._write_refusal = None
-        metrics.DATABASE_WRITABLE.set(1)
+    def _writes_taken(self, *, unless_failed_since: int | None = None) -> None:
+        """`unless_failed_since`: the count of failed writes when a check began; a write that failed since wins."""
+        with self._write_state:
+            if unless_failed_since is not None and unless_failed_since != self._write_failures:
+                return
+            if self._write_refusal is not None:
+                log.warning("database takes writes again")
+            self._write_refusal = None
+            metrics.DATABASE_WRITABLE.set(1)
 
     @contextmanager
     def _unavailable_as_503(self, *, quiet: bool = False) -> Iterator[None]:
@@ -283,16 +362,26 @@ class SqlEventStore:
             raise DatabaseBusy() from exc
         except DBAPIError as exc:
             if _cancelled(exc):
+                timed_out = self._ran_past_statement_timeout(exc)
                 if not quiet:
                     log.warning("database cancelled a query", extra={
                         "error": _error_text(exc), "statement_timeout_s": self._statement_timeout_s,
+                        "timed_out": timed_out,
                     })
-                raise QueryTimedOut(timeout_s=self._statement_timeout_s) from exc
+                if timed_out:
+                    raise QueryTimedOut(timeout_s=self._statement_timeout_s) from exc
+                raise QueryCancelled() from exc
             if _database_unavailable(exc):
                 if not quiet:
                     log.warning("database error", extra={"error": _error_text(exc)})
                 raise DependencyUnavailable("database") from exc
             raise
+
+    def _ran_past_statement_timeout(self, exc: DBAPIError) -> bool:
+        """Whether a cancelled statement ran as long as the statement timeout, which then cancelled it; shorter,
+        someone cancelled it by hand (pg_cancel_backend), and saying it ran too long would mislead."""
+        ran_s = getattr(exc, "statement_ran_s", None)
+        return self._statement_timeout_s is not None and ran_s is not None and ran_s >= self._statement_timeout_s
 
 
 class StreamedRows:
@@ -336,6 +425,16 @@ def _cancelled(exc: DBAPIError) -> bool:
     if getattr(exc.orig, "sqlstate", None) == "57014":
         return True
     return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
+
+
+def _cut_short(exc: BaseException | None) -> bool:
+    """A statement cancelled, or that gave up waiting for a lock (PostgreSQL's lock_not_available, SQLite's busy),
+    rather than refused by the database."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if _cancelled(exc) or getattr(exc.orig, "sqlstate", None) == "55P03":
+        return True
+    return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
 
 
 def _database_unavailable(exc: DBAPIError) -> bool:
