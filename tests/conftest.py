@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
+from argon2 import PasswordHasher
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -42,6 +43,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     shared = sorted(nodeid for nodeid, count in counts.items() if count > 1)
     if shared:
         raise pytest.UsageError(f"{len(shared)} test ids are shared by several tests, e.g. {shared[0]}")
+
+
+@pytest.fixture(autouse=True)
+def quick_password_hashes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Passwords hashed in the test process at argon2's lowest cost. At the production cost (64 MiB, three
+    passes: a third of a second a hash here, several times that on a busy machine) hashing took half the
+    gateway tests' time, and they test what is done with a hash, not what it costs. Services the tests start
+    as processes keep the production cost, and tests marked production_password_cost check it."""
+    if request.node.get_closest_marker("production_password_cost"):
+        yield
+        return
+    from services.gateway import passwords
+
+    monkeypatch.setattr(passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1))
+    passwords._dummy_hash.cache_clear()  # made at the cost of the hasher that made it
+    yield
+    passwords._dummy_hash.cache_clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

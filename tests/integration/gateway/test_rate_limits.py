@@ -57,6 +57,7 @@ def test_successful_logins_use_up_no_limit(settings):
         assert _bad_login(client).status_code == 401
 
 
+@pytest.mark.production_password_cost  # the password checks of the first two are under way as the others come
 async def test_right_passwords_sent_at_once_beyond_the_limit_wait_a_second_not_the_window(settings):
     """A login counts while its password is checked, so that parallel guesses get no more than the limit
     through. Right passwords sent at the same moment beyond the limit are refused too, but no failure was

@@ -5,11 +5,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from argon2 import Type, extract_parameters
 
 from services.gateway import passwords
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.production_password_cost
+def test_passwords_are_hashed_with_argon2id_at_the_recommended_cost():
+    """RFC 9106's second recommended option, argon2-cffi's default: what an attacker with the hashes must pay
+    for every guess. Other tests hash at the lowest cost (tests/conftest.py)."""
+    cost = extract_parameters(passwords.hash_password("correct horse"))
+    assert (cost.type, cost.time_cost, cost.memory_cost, cost.parallelism) == (Type.ID, 3, 64 * 1024, 4)
+    assert extract_parameters(passwords._dummy_hash()) == cost, "an unknown username costs a login as much"
 
 
 def test_a_hash_opens_to_its_password_only():
