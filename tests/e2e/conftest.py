@@ -3,7 +3,10 @@ e2e test module: on free loopback ports, with a temporary data directory and its
 exchange and queue."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -12,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.support import free_port, wait_until
@@ -88,11 +92,36 @@ def running_cairn(env: dict[str, str], *up_args: str) -> Iterator[Cairn]:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+EMBEDDING_CACHE = "embedding-cache.sqlite3"  # in the data directory (services/retrieval/settings.py)
+
+
 @pytest.fixture(scope="session")
 def cairn(tmp_path_factory, redis_url, amqp_url) -> Iterator[Cairn]:
-    env = cairn_env(tmp_path_factory.mktemp("cairn-data"), redis_url, amqp_url, name=f"e2e-{os.getpid()}-{free_port()}")
-    with running_cairn(env) as system:
+    data_dir = tmp_path_factory.mktemp("cairn-data")
+    env = cairn_env(data_dir, redis_url, amqp_url, name=f"e2e-{os.getpid()}-{free_port()}") | {"EMBEDDING_CACHE": "1"}
+    # Each test worker runs a Cairn of its own, and the first run of `cairn up` encodes the demo documents (over
+    # a minute, twice as long with both workers encoding at once). They take turns instead: the first keeps its
+    # embedding cache for the others, whose `cairn up` then reads the vectors (the file is keyed by model and text).
+    runs = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
+    shared = runs / f"e2e-{EMBEDDING_CACHE}"
+    with contextlib.ExitStack() as running:
+        with FileLock(f"{shared}.lock"):
+            if shared.exists():
+                shutil.copyfile(shared, data_dir / EMBEDDING_CACHE)
+            system = running.enter_context(running_cairn(env))
+            if not shared.exists():
+                _copy_sqlite(data_dir / EMBEDDING_CACHE, shared)
         yield system
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite file another process may be writing (its WAL included)."""
+    if not source.exists():
+        return
+    partial = target.with_suffix(".partial")
+    with contextlib.closing(sqlite3.connect(source)) as reading, contextlib.closing(sqlite3.connect(partial)) as copy:
+        reading.backup(copy)
+    partial.replace(target)
 
 
 # Debian's chromium, driven by Playwright (never `playwright install`: it would download a browser).
