@@ -102,8 +102,10 @@ def cairn(tmp_path_factory, redis_url, amqp_url) -> Iterator[Cairn]:
     # Each test worker runs a Cairn of its own, and the first run of `cairn up` encodes the demo documents (over
     # a minute, twice as long with both workers encoding at once). They take turns instead: the first keeps its
     # embedding cache for the others, whose `cairn up` then reads the vectors (the file is keyed by model and text).
-    runs = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
-    shared = runs / f"e2e-{EMBEDDING_CACHE}"
+    this_run = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker has a folder of its own in the run's
+        this_run = this_run.parent
+    shared = this_run / f"e2e-{EMBEDDING_CACHE}"
     with contextlib.ExitStack() as running:
         with FileLock(f"{shared}.lock"):
             if shared.exists():
