@@ -15,6 +15,8 @@ from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.integration
 ORIGIN = "https://app.example"
+# Generous: these tests read headers, and on a loaded machine two in-process servers can be slow to answer.
+TIMEOUT_S = 30
 SECURITY_HEADERS = {"x-content-type-options": "nosniff", "referrer-policy": "no-referrer", "cache-control": "no-store"}
 
 
@@ -82,7 +84,7 @@ def _assert_public_headers(response: httpx.Response) -> None:
      ("/api/chat", "someone else's conversation", 404), ("/api/search", "How?", 503)],  # retrieval: nothing listens
 )
 def test_relayed_answers_streams_and_errors_carry_the_gateways_headers_once(gateway, path, query, status):
-    with httpx.Client(base_url=gateway, headers={"Origin": ORIGIN}) as client:
+    with httpx.Client(base_url=gateway, headers={"Origin": ORIGIN}, timeout=TIMEOUT_S) as client:
         response = client.post(path, json={"query": query}, headers=login(client))
     assert response.status_code == status, response.text
     _assert_public_headers(response)
@@ -91,14 +93,14 @@ def test_relayed_answers_streams_and_errors_carry_the_gateways_headers_once(gate
 @pytest.mark.parametrize("stream", [False, True])
 def test_openai_completions_carry_the_gateways_headers_once(gateway, stream):
     body = {"model": "cairn", "messages": [{"role": "user", "content": "How?"}], "stream": stream}
-    with httpx.Client(base_url=gateway, headers={"Origin": ORIGIN}) as client:
+    with httpx.Client(base_url=gateway, headers={"Origin": ORIGIN}, timeout=TIMEOUT_S) as client:
         response = client.post("/v1/chat/completions", json=body, headers=login(client))
     assert response.status_code == 200, response.text
     _assert_public_headers(response)
 
 
 def test_a_stream_relayed_from_chat_keeps_what_a_proxy_in_front_needs(gateway):
-    with httpx.Client(base_url=gateway) as client:
+    with httpx.Client(base_url=gateway, timeout=TIMEOUT_S) as client:
         response = client.post("/api/chat/stream", json={"query": "How?"}, headers=login(client))
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.headers["x-accel-buffering"] == "no"  # nginx in front must not buffer the stream
@@ -109,7 +111,7 @@ def test_an_error_no_handler_foresaw_carries_the_security_and_cors_headers_too(g
     def a_bug(*args, **kwargs):
         raise RuntimeError("a bug in reading sessions")
 
-    with httpx.Client(base_url=gateway, headers={"Origin": ORIGIN}) as client:
+    with httpx.Client(base_url=gateway, headers={"Origin": ORIGIN}, timeout=TIMEOUT_S) as client:
         auth = login(client)
         # The gateway is served in this process: reading the session now fails as a bug would, not as bad input.
         monkeypatch.setattr("services.gateway.adapters.redis_store.session_from_record", a_bug)
