@@ -3,7 +3,9 @@ document library, and the read API."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 # database to WRITES_CHECK_TIMEOUT_S, and waits for the answer at most WRITES_CHECK_WAIT_S (a frozen database).
 WRITES_CHECK_TIMEOUT_S = 0.5
 WRITES_CHECK_WAIT_S = 1.0
+# /readyz waits this long for the database's answer to SELECT 1: a frozen one never answers, nor fails.
+PING_WAIT_S = 1.0
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -59,19 +63,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await http.aclose()
         await asyncio.to_thread(store.close)
 
-    async def takes_writes(store: SqlEventStore) -> bool:
-        try:
-            async with asyncio.timeout(WRITES_CHECK_WAIT_S):
-                return await asyncio.to_thread(store.takes_writes, timeout_s=WRITES_CHECK_TIMEOUT_S)
-        except TimeoutError:
-            return False
-
     async def readiness() -> dict[str, bool]:
         store, consumer = getattr(app.state, "store", None), getattr(app.state, "consumer", None)
         library = getattr(app.state, "library", None)
         return {
-            "database": store is not None and await asyncio.to_thread(store.ping),
-            "database_writes": store is not None and await takes_writes(store),
+            "database": store is not None and await _answers_within(PING_WAIT_S, store.ping),
+            "database_writes": store is not None and await _answers_within(
+                WRITES_CHECK_WAIT_S, functools.partial(store.takes_writes, timeout_s=WRITES_CHECK_TIMEOUT_S)
+            ),
             "broker": consumer is not None and consumer.connected,
             **(await library.readiness() if library is not None else {}),
         }
@@ -91,3 +90,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.export_slots = ExportSlots(settings.max_exports)
     app.include_router(router, dependencies=[Depends(service_token_guard(settings))])
     return app
+
+
+async def _answers_within(seconds: float, check: Callable[[], bool]) -> bool:
+    """`check()` on a worker thread; False when it has not answered within `seconds` (the thread goes on: the
+    store's checks return False at once while an earlier one is still waiting)."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await asyncio.to_thread(check)
+    except TimeoutError:
+        return False

@@ -200,6 +200,7 @@ class SqlEventStore:
         self._write_failures = 0  # counted, so that a check does not clear a failure that came while it ran
         self._write_state = threading.Lock()  # the consumer's worker thread and /readyz's both change it
         self._checking_writes = threading.Lock()
+        self._pinging = threading.Lock()
         metrics.DATABASE_WRITABLE.set(1)
 
     @classmethod
@@ -316,12 +317,19 @@ class SqlEventStore:
         return StreamedRows(conn, result)
 
     def ping(self) -> bool:
+        """For /readyz: whether the database answers SELECT 1. False at once while an earlier ping has not
+        returned: a frozen database (stopped, or its network silently gone) holds a query without an error, and
+        probes sent every few seconds would otherwise each hold a thread and, in the end, every connection."""
+        if not self._pinging.acquire(blocking=False):
+            return False
         try:
             with self._engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
             return True
         except SQLAlchemyError:
             return False
+        finally:
+            self._pinging.release()
 
     def close(self) -> None:
         self._engine.dispose()

@@ -1,4 +1,5 @@
-"""A loopback TCP proxy the tests switch on and off to play a broker that goes away and comes back."""
+"""A loopback TCP proxy the tests switch on and off to play a broker that goes away and comes back, or freeze to
+play a server that stops answering without closing anything."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +13,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     async def start(self) -> None:
         """Listen (on the same port as before, once one was chosen)."""
@@ -32,6 +35,15 @@ class TcpProxy:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
             self._server = None
 
+    def freeze(self) -> None:
+        """Hold every byte from now on, both ways, and close nothing: a server stopped (SIGSTOP) or a network
+        gone silent. New connections are accepted and get no answer either."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        """Pass the held bytes on, and every byte after them."""
+        self._flowing.set()
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -47,6 +59,7 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
+                await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.CancelledError):
