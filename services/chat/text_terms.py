@@ -22,6 +22,8 @@ STOPWORDS = frozenset(
     only or other our ours over own same she should so some such than that the their theirs them then
     there these they this those through to too under until very was we were what when where which while
     who whom why will with would you your yours
+    whose whatever whoever whichever whenever wherever whether either neither else may might must shall
+    myself yourself yourselves himself herself ourselves themselves
     s t d ll m re ve don doesn didn isn aren wasn weren won wouldn couldn shouldn cannot""".split()
 )
 # Letters and digits of any script. The regex module's \w, unlike re's, takes in combining marks: the vowel

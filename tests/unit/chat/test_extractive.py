@@ -67,6 +67,16 @@ def test_questions_the_docs_do_not_answer_get_the_refusal(question):
     assert ask(question) == INSUFFICIENT
 
 
+def test_a_word_that_only_shapes_the_question_does_not_count_against_every_sentence():
+    """"whose" was weighed as a content term: no sentence had it, and with its weight counted against each of
+    them the best sentences fell short of MIN_SIMILARITY, so the question got the refusal."""
+    question = "What happens to a session whose record is damaged?"
+    _, blocks = context(question)
+    assert set(question_weights(question, candidate_sentences(blocks))) == {"session", "record", "damag"}
+    text = answer(question, blocks)
+    assert text != INSUFFICIENT and re.search(r"\[\d\]", text)
+
+
 def test_similarity_is_the_idf_weighted_share_of_question_terms():
     # Passages of its own: the demo docs change with every edit, and with them which word is rarer.
     blocks = [

@@ -27,6 +27,8 @@ def test_short_words_and_non_plurals_keep_their_ending():
 def test_terms_drop_stopwords_and_split_identifiers():
     assert terms_of("How do I set SESSION_TTL_SECONDS?") == ["set", "session", "ttl", "second"]
     assert terms_of("Don't log out when Redis is down") == ["log", "out", "redis", "down"]
+    # The words that shape a question or a clause, whatever it is about.
+    assert terms_of("Whose session must I end myself, whether or not it may expire?") == ["session", "end", "expir"]
 
 
 def test_letters_of_any_script_make_words_and_cjk_runs_make_pairs():
