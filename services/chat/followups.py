@@ -23,6 +23,9 @@ A follow-up is rewritten against the previous *standalone* question, so chains k
   sessions be changed?";
 - "do it" after a how-to question → its action: "Can I do it in bulk?" after "How do I add a user?" →
   "Can I add a user in bulk?";
+- "one" / "ones" standing for a thing → SUBJECT, or its noun after a determiner: "How do I remove one?" →
+  "How do I remove a user?", "Can I delete that one?" → "Can I delete that user?", "and the old ones?" →
+  "The old users?";
 - "what about the N" / "and the N" → "What about the N of SUBJECT?";
 - anything else keeps its words and carries the previous topic in brackets: "Why?" → "Why? (login
   sessions stored)", which still gives BM25 and the embedding the right terms.
@@ -63,6 +66,8 @@ CONJUNCTIONS = frozenset({"and", "also", "then", "so", "but", "or", "plus", "ok"
 PERSONAL = frozenset({"it", "its", "they", "them", "their", "theirs", "he", "him", "his", "she", "her"})
 DEMONSTRATIVE = frozenset({"this", "that", "these", "those"})
 PROP_ONE = frozenset({"one", "ones"})
+# Words before a "one" that make it "the one of the subject" rather than the subject itself.
+DETERMINERS = frozenset({"which", "this", "that", "these", "those", "each", "every", "another", "any", "my", "our", "your"})
 POSSESSIVE = frozenset({"its", "their", "his", "her"})
 BE = frozenset({"is", "are", "was", "were"})
 MODALS = frozenset({"do", "does", "did", "can", "could", "should", "would", "will", "may", "must"})
@@ -212,9 +217,14 @@ def subject_of(question: str) -> tuple[str | None, str | None]:
 
 def _substitute_reference(text: str, *, subject: str, action: str | None) -> str | None:
     spans = list(WORD.finditer(text))
+    bases = [_base(span.group()) for span in spans]
     for i, match in enumerate(spans):
         base = match.group().lower()
         after = spans[i + 1].group() if i + 1 < len(spans) else ""
+        if base in PROP_ONE and _stands_for_a_thing(bases, i):
+            return f"{text[: match.start()]}{_in_place_of_one(bases, i, subject)}{text[match.end() :]}"
+        if base in DEMONSTRATIVE and _base(after) in PROP_ONE:
+            continue  # "that one": the determiner of the "one" that stands for the subject
         if IMPERSONAL_IT.match(text, match.start()) or not (base in PERSONAL | DEMONSTRATIVE or base in CONTRACTED):
             continue
         if base in POSSESSIVE and after and _base(after) not in FUNCTION_WORDS:
@@ -228,6 +238,45 @@ def _substitute_reference(text: str, *, subject: str, action: str | None) -> str
         replacement = CONTRACTED.get(base, "{}").format(subject)
         return f"{text[: match.start()]}{replacement}{text[match.end() :]}"
     return None
+
+
+def _in_place_of_one(bases: list[str], i: int, subject: str) -> str:
+    """What the "one" (or "ones") at bases[i] stands for: `subject` ("remove one" → "remove a user"; of plural
+    things, "remove one API key"), or its noun alone after a determiner ("the old ones" → "the old users",
+    "which one" → "which user")."""
+    start = _noun_phrase_start(bases, i)
+    determined = bases[start] in ARTICLES or (start > 0 and bases[start - 1] in DETERMINERS)
+    words = subject.split()
+    if len(words) > 1 and words[0].lower() in ARTICLES:
+        words = words[1:]
+    singular = [*words[:-1], _singular(words[-1])]
+    if not determined:  # "remove one" of "the API keys" → "remove one API key"; of "a user" → "remove a user"
+        return f"one {' '.join(singular)}" if bases[i] == "one" and singular != words else subject
+    return " ".join([*words[:-1], _plural(words[-1])] if bases[i] == "ones" else singular)
+
+
+def _singular(noun: str) -> str:
+    """A rough English singular, for a search query: "keys" → "key", "policies" → "policy"; "status" stays."""
+    lower = noun.lower()
+    if lower.endswith("ies") and len(lower) > 4:
+        return noun[:-3] + "y"
+    if lower.endswith(("sses", "xes", "ches", "shes")):
+        return noun[:-2]
+    if lower.endswith("s") and not lower.endswith(("ss", "us", "is")):
+        return noun[:-1]
+    return noun
+
+
+def _plural(noun: str) -> str:
+    """A rough English plural, for a search query: "user" → "users", "policy" → "policies"."""
+    lower = noun.lower()
+    if lower != _singular(noun).lower() or lower.endswith(("ss", "us", "is")):
+        return noun  # already plural, or a word such as "status" best left as it is
+    if lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
+        return noun[:-1] + "ies"
+    if lower.endswith(("x", "ch", "sh")):
+        return noun + "es"
+    return noun + "s"
 
 
 def _attach_attribute(text: str, subject: str) -> str | None:

@@ -141,17 +141,26 @@ def test_a_bracketed_topic_whose_question_was_dropped_is_carried_as_it_is():
 
 
 @pytest.mark.parametrize(
-    ("follow_up", "standalone"),
+    ("previous", "follow_up", "standalone"),
     [
-        ("remove one", "Remove one (list the API keys)"),
-        ("the second one?", "The second one? (list the API keys)"),
-        ("Which one is the oldest?", "Which one is the oldest? (list the API keys)"),
-        ("How do I revoke the old ones?", "How do I revoke the old ones? (list the API keys)"),
+        # Was "Remove one (list the API keys)": the listing's verb searched for beside the removal's.
+        ("How do I list the API keys?", "remove one", "Remove one API key"),
+        ("How do I list the API keys?", "the second one?", "The second API key?"),
+        ("How do I list the API keys?", "Which one is the oldest?", "Which API key is the oldest?"),
+        ("How do I list the API keys?", "How do I revoke the old ones?", "How do I revoke the old API keys?"),
+        # Was "How do I remove one? (add a user)", which found how to add users rather than how to delete one.
+        ("How do I add a user?", "How do I remove one?", "How do I remove a user?"),
+        ("How do I add a user?", "And the second one?", "The second user?"),
+        ("What are access policies?", "which one is applied first?", "Which access policy is applied first?"),
+        ("What are access policies?", "and the old ones?", "The old access policies?"),
+        # Was "Can I delete a user one?": the demonstrative replaced by the subject, the "one" left behind.
+        ("How do I add a user?", "Can I delete that one?", "Can I delete that user?"),
+        ("How do I add a user?", "What about those ones?", "What about those users?"),
     ],
 )
-def test_one_standing_for_a_thing_of_the_previous_question_is_a_follow_up(follow_up, standalone):
-    assert is_follow_up(follow_up, turn("How do I list the API keys?"))
-    assert rewrite_follow_up(follow_up, "How do I list the API keys?") == standalone
+def test_one_standing_for_a_thing_of_the_previous_question_becomes_that_thing(previous, follow_up, standalone):
+    assert is_follow_up(follow_up, turn(previous))
+    assert rewrite_follow_up(follow_up, previous) == standalone
 
 
 @pytest.mark.parametrize(
@@ -162,12 +171,12 @@ def test_one_as_a_number_or_a_person_is_no_reference(question):
     assert not is_follow_up(question, turn("How do I list the API keys?"))
 
 
-def test_a_follow_up_with_one_keeps_the_subject_for_the_next_follow_up():
+def test_a_follow_up_with_one_passes_its_own_action_on_to_the_next_follow_up():
     history = resolve_history(
-        [("How do I add a user?", "Run cairn user add [1]."), ("remove one", "Run cairn user rm [1].")]
+        [("How do I add a user?", "Run cairn user add [1]."), ("How do I remove one?", "Run cairn user rm [1].")]
     )
-    assert history[-1].standalone == "Remove one (add a user)"
-    assert rewrite_against("Can I do it in bulk?", history) == "Can I add a user in bulk?"
+    assert history[-1].standalone == "How do I remove a user?"
+    assert rewrite_against("Can I do it in bulk?", history) == "Can I remove a user in bulk?"
 
 
 def test_a_long_question_of_many_pronouns_is_read_in_linear_time():
