@@ -30,7 +30,8 @@ A follow-up is rewritten against the previous *standalone* question, so chains k
 - anything else keeps its words and carries the previous topic in brackets: "Why?" → "Why? (login
   sessions stored)", which still gives BM25 and the embedding the right terms.
 SUBJECT comes from a few question shapes: "What is X", "How are X stored", "How do I VERB X", "What does
-X do", "What about X"; for other shapes only the bracketed topic is carried.
+X do", "What about X", "What N does X VERB" ("Which port does the gateway listen on?": the port of the
+gateway); for other shapes only the bracketed topic is carried.
 
 Limits: there is no part-of-speech tagger, so a question whose subject is not one of those shapes gets
 the bracketed form; a pronoun that points at something other than the previous subject (or at an
@@ -212,7 +213,27 @@ def subject_of(question: str) -> tuple[str | None, str | None]:
         return _phrase(words[start + 3 :]), _phrase(words[start + 2 :])
     if len(bases) > start + 2 and bases[start] in MODALS and bases[-1] in LIGHT_VERBS:
         return _phrase(words[start + 1 : -1]), None
+    if (start and bases[0] != "why") or (bases and bases[0] == "which"):  # "why" asks of an event: its topic
+        return _subject_before_the_verb(words, bases), None
     return None, None
+
+
+def _subject_before_the_verb(words: list[str], bases: list[str]) -> str | None:
+    """The subject of "What does the gateway need?" or "How often do replicas sync?": the words between the
+    auxiliary and the verb that ends the question (only particles after it), with what is asked of it:
+    "Which port does the gateway listen on?" → "the port of the gateway". None when a function word stands
+    inside it, where the verb may have had an object ("What does the gateway use for metrics?")."""
+    auxiliary = next((i for i, base in enumerate(bases[:4]) if base in MODALS), None)
+    if auxiliary is None or any(base in FUNCTION_WORDS for base in bases[1:auxiliary]):
+        return None
+    verb = max((i for i, base in enumerate(bases) if base not in FUNCTION_WORDS), default=-1)
+    subject = words[auxiliary + 1 : verb]
+    if verb <= auxiliary + 1 or any(_base(word) in FUNCTION_WORDS for word in subject[1:]):
+        return None
+    # What was asked of it comes with it ("the port of the gateway"): a follow-up's "it" may mean either.
+    asked = [word for word in words[1:auxiliary] if _base(word) not in GENERIC_WORDS]  # not "how long", "how often"
+    phrase = _phrase(subject)
+    return f"the {' '.join(asked)} of {phrase}" if asked and phrase else phrase
 
 
 def _substitute_reference(text: str, *, subject: str, action: str | None) -> str | None:

@@ -36,6 +36,10 @@ def turn(standalone: str) -> list[Exchange]:
         ("What does the gateway do?", "Does it need Redis?", "Does the gateway need Redis?"),
         ("What’s the upload size limit?", "Can I raise it?", "Can I raise the upload size limit?"),
         ("How do I log in to the console?", "What is its URL?", "What is the URL of the console?"),
+        # Was "Can I change it? (port does the gateway listen)".
+        ("Which port does the gateway listen on?", "Can I change it?", "Can I change the port of the gateway?"),
+        ("What temperature does the reactor run at?", "How often is it checked?",
+         "How often is the temperature of the reactor checked?"),
         (SESSIONS, "Why?", "Why? (login sessions stored)"),
         (SESSIONS, "What about Redis?", "What about Redis? (login sessions stored)"),
         (SESSIONS, "Is there a limit?", "Is there a limit? (login sessions stored)"),
@@ -104,6 +108,16 @@ def test_a_previous_question_without_words_leaves_the_follow_up_alone():
         ("How does retrieval work?", "retrieval", None),
         ("What is stored in Redis?", None, None),
         ("Which roles exist?", None, None),
+        ("Which port does the gateway listen on?", "the port of the gateway", None),
+        ("What temperature does the Zorblax reactor run at?", "the temperature of the Zorblax reactor", None),
+        ("How many chunks does a document make?", "the chunks of a document", None),
+        ("How often do replicas sync?", "replicas", None),
+        ("What does the gateway need?", "the gateway", None),
+        # The verb may have an object here: no subject rather than "the gateway use".
+        ("What does the gateway use for metrics?", None, None),
+        # A question of why asks about an event, which the bracketed topic keeps whole.
+        ("Why does the upload fail?", None, None),
+        ("Does the gateway need Redis?", None, None),
     ],
 )
 def test_subjects_come_from_known_question_shapes(question, subject, action):
