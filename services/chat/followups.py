@@ -277,7 +277,9 @@ def _in_place_of_one(bases: list[str], i: int, subject: str) -> str:
 
 
 def _singular(noun: str) -> str:
-    """A rough English singular, for a search query: "keys" → "key", "policies" → "policy"; "status" stays."""
+    """A rough English singular, for a search query: "keys" → "key", "policies" → "policy"; "status" stays.
+    Not inflect's singular_noun, which makes "Redis" "Redi" and "analysis" "analysi": names of software and
+    words in -is, -us are common in the questions this serves."""
     lower = noun.lower()
     if lower.endswith("ies") and len(lower) > 4:
         return noun[:-3] + "y"
