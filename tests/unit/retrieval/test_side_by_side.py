@@ -11,12 +11,14 @@ pytestmark = pytest.mark.unit
 
 
 class _HeldUpHelper:
-    """Encodes a text as [its length]; the helper thread's first text waits until the caller's thread has done
-    every other one, as when the CPU's other work keeps the helper off its core."""
+    """Encodes a text as [its length]. The helper thread, once it has taken a text, holds it until the caller's
+    thread has done every other one, as when the CPU's other work keeps the helper off its core; the caller's
+    thread starts once the helper has taken its text, so that the helper's thread is not merely late to start."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.by_thread: dict[str, list[str]] = {}
+        self._helper_took_one = threading.Event()
         self._caller_done = threading.Event()
         self._lock = threading.Lock()
 
@@ -24,7 +26,10 @@ class _HeldUpHelper:
         (text,) = texts
         name = threading.current_thread().name
         if name.startswith("embed-side"):
+            self._helper_took_one.set()
             self._caller_done.wait(timeout=5)
+        elif self.total > 1:
+            self._helper_took_one.wait(timeout=5)
         with self._lock:
             self.by_thread.setdefault(name, []).append(text)
             if sum(len(done) for done in self.by_thread.values()) == self.total - 1:
