@@ -228,10 +228,11 @@ def _subject_before_the_verb(words: list[str], bases: list[str]) -> str | None:
         return None
     verb = max((i for i, base in enumerate(bases) if base not in FUNCTION_WORDS), default=-1)
     subject = words[auxiliary + 1 : verb]
-    if verb <= auxiliary + 1 or any(_base(word) in FUNCTION_WORDS for word in subject[1:]):
+    if verb <= auxiliary + 1 or any(base in FUNCTION_WORDS for base in bases[auxiliary + 2 : verb]):
         return None
     # What was asked of it comes with it ("the port of the gateway"): a follow-up's "it" may mean either.
-    asked = [word for word in words[1:auxiliary] if _base(word) not in GENERIC_WORDS]  # not "how long", "how often"
+    # Not the "long" of "how long" or the "often" of "how often".
+    asked = [word for word, base in zip(words[1:auxiliary], bases[1:auxiliary]) if base not in GENERIC_WORDS]
     phrase = _phrase(subject)
     return f"the {' '.join(asked)} of {phrase}" if asked and phrase else phrase
 
