@@ -15,9 +15,7 @@ from services.retrieval import search as searching
 from services.retrieval.deps import (
     ContextualizerDep,
     EmbedderDep,
-    KeywordsDep,
-    RerankerDep,
-    SearchOptionsDep,
+    SearchPartsDep,
     SettingsDep,
     StoreDep,
 )
@@ -154,14 +152,7 @@ async def delete_document(doc_id: str, store: StoreDep) -> DeletedDocument:
         }
     ),
 )
-async def search(
-    body: SearchRequest,
-    embedder: EmbedderDep,
-    store: StoreDep,
-    keywords: KeywordsDep,
-    reranker: RerankerDep,
-    options: SearchOptionsDep,
-) -> SearchResponse:
+async def search(body: SearchRequest, parts: SearchPartsDep) -> SearchResponse:
     started = time.perf_counter()
     hits = await searching.search(
         query=body.query,
@@ -169,11 +160,11 @@ async def search(
         threshold=body.threshold,
         mode=body.mode,
         filters=body.filters,
-        embedder=embedder,
-        store=store,
-        keywords=keywords,
-        options=options,
-        reranker=reranker,
+        embedder=parts.embedder,
+        store=parts.store,
+        keywords=parts.keywords,
+        options=parts.options,
+        reranker=parts.reranker,
         rerank=body.rerank,
     )
     took_ms = round((time.perf_counter() - started) * 1000, 2)
