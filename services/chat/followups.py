@@ -227,6 +227,10 @@ def _subject_before_the_verb(words: list[str], bases: list[str]) -> str | None:
     if auxiliary is None or any(base in FUNCTION_WORDS for base in bases[1:auxiliary]):
         return None
     verb = max((i for i, base in enumerate(bases) if base not in FUNCTION_WORDS), default=-1)
+    if verb > auxiliary + 2 and _is_name_after_a_verb(words[verb - 1], words[verb]):
+        verb -= 1  # "What does the gateway need Redis for?": the name is the verb's object, not the verb
+        if bases[verb] in FUNCTION_WORDS:
+            return None
     subject = words[auxiliary + 1 : verb]
     if verb <= auxiliary + 1 or any(base in FUNCTION_WORDS for base in bases[auxiliary + 2 : verb]):
         return None
@@ -235,6 +239,12 @@ def _subject_before_the_verb(words: list[str], bases: list[str]) -> str | None:
     asked = [word for word, base in zip(words[1:auxiliary], bases[1:auxiliary]) if base not in GENERIC_WORDS]
     phrase = _phrase(subject)
     return f"the {' '.join(asked)} of {phrase}" if asked and phrase else phrase
+
+
+def _is_name_after_a_verb(before: str, word: str) -> bool:
+    """`word` is written as a name (Redis, RabbitMQ) after a word in lower case: a name is no verb. In a
+    question written in title case every word has a capital, and nothing is told from them."""
+    return word[:1].isupper() and before.islower()
 
 
 def _substitute_reference(text: str, *, subject: str, action: str | None) -> str | None:

@@ -34,6 +34,8 @@ def turn(standalone: str) -> list[Exchange]:
         ("How do I add a user?", "And how do I remove them?", "How do I remove a user?"),
         ("What is the retention period?", "What is its default value?", "What is the default value of the retention period?"),
         ("What does the gateway do?", "Does it need Redis?", "Does the gateway need Redis?"),
+        # Was "How do I configure the gateway need?".
+        ("What does the gateway need Redis for?", "How do I configure it?", "How do I configure the gateway?"),
         ("What’s the upload size limit?", "Can I raise it?", "Can I raise the upload size limit?"),
         ("How do I log in to the console?", "What is its URL?", "What is the URL of the console?"),
         # Was "Can I change it? (port does the gateway listen)".
@@ -113,6 +115,11 @@ def test_a_previous_question_without_words_leaves_the_follow_up_alone():
         ("How many chunks does a document make?", "the chunks of a document", None),
         ("How often do replicas sync?", "replicas", None),
         ("What does the gateway need?", "the gateway", None),
+        # A name after the verb is its object: not "the gateway need".
+        ("What does the gateway need Redis for?", "the gateway", None),
+        ("What does Cairn use RabbitMQ for?", "Cairn", None),
+        ("What Does The Gateway Need?", "The Gateway", None),
+        ("What does the gateway do with Redis?", None, None),
         # The verb may have an object here: no subject rather than "the gateway use".
         ("What does the gateway use for metrics?", None, None),
         # A question of why asks about an event, which the bracketed topic keeps whole.
