@@ -152,7 +152,7 @@ async def _keyword_or_hybrid(
     if mode == "hybrid":
         # The BM25 leg waits for the encode and then runs beside the dense lookup. Run beside the encode, it
         # took a core from the encode's two threads: one client, encode 5.8 -> 4.8 ms, BM25 3.3 -> 1.3 ms,
-        # /search p50 -1 ms (bench/README.md, "BM25 leg after the encode, again").
+        # /search p50 0.4-1 ms lower (bench/README.md, "BM25 leg after the encode, again").
         vector = await metrics.timed_stage("encode", embedder.embed_query(query))
         # Ids and distances only: content is fetched below for the few chunks returned.
         dense_leg = metrics.timed_stage("dense", store.nearest(embedding=vector, top_k=depth, where=where))
