@@ -231,9 +231,9 @@ def _subject_before_the_verb(words: list[str], bases: list[str]) -> str | None:
         verb -= 1  # "What does the gateway need Redis for?": the name is the verb's object, not the verb
         if bases[verb] in FUNCTION_WORDS:
             return None
-    subject = words[auxiliary + 1 : verb]
     if verb <= auxiliary + 1 or any(base in FUNCTION_WORDS for base in bases[auxiliary + 2 : verb]):
         return None
+    subject = words[auxiliary + 1 : verb]
     # What was asked of it comes with it ("the port of the gateway"): a follow-up's "it" may mean either.
     # Not the "long" of "how long" or the "often" of "how often".
     asked = [word for word, base in zip(words[1:auxiliary], bases[1:auxiliary]) if base not in GENERIC_WORDS]
