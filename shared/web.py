@@ -54,10 +54,9 @@ class RequestContextMiddleware:
     Pure ASGI so that streamed responses (SSE) pass through unbuffered.
     """
 
-    def __init__(self, app: ASGIApp, service: str, request_lines: bool = True) -> None:
+    def __init__(self, app: ASGIApp, service: str) -> None:
         self.app = app
         self.service = service
-        self.request_lines = request_lines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -95,7 +94,7 @@ class RequestContextMiddleware:
                 message["headers"].append((b"x-request-id", request_id.encode()))
                 # The server drops the answer to a client that has left without a word to the app: only
                 # asking the server now tells its request line apart from one that was answered.
-                if self.request_lines and body_read:
+                if body_read:
                     left_before_answer = await _client_gone(receive)
             await send(message)
             completed = completed or (message["type"] == "http.response.body" and not message.get("more_body"))
@@ -129,8 +128,6 @@ class RequestContextMiddleware:
         matched = _template(scope.get("route")) or _route_before_routing(scope)
         route = matched or "unmatched"
         finish_server_span(span, method=method, route=matched, status=status, request_id=request_id)
-        if not self.request_lines:
-            return
         REQUESTS.labels(self.service, method, route, str(status)).inc()
         LATENCY.labels(self.service, method, route, str(status)).observe(elapsed)
         if route not in ("/healthz", "/readyz", "/metrics"):
@@ -321,18 +318,15 @@ def create_service_app(
     lifespan: Any = None,
     readiness: ReadinessCheck | None = None,
     needed: Collection[str] | None = None,
-    request_lines: bool = True,
     service_token: SecretStr | None = None,
     **kwargs: Any,
 ) -> FastAPI:
     """`readiness` reports the dependencies; those in `needed` (default: all) make /readyz 503 when down.
     The others are reported only: a service that answers their failure with its own JSON error stays in
     its load balancer (in Kubernetes, a gateway leaving its Service because chat is down would take
-    every route down with it). Without `request_lines`, the app is part of another service's request
-    (served in process): it keeps its span, but writes no request line and counts no request of its own.
-    `service_token`, the token an internal service admits callers by: its /healthz then also tells a caller
-    that presents one whether it matches (see `token_verdict`), so that the callers' /readyz can see a
-    differing CAIRN_SERVICE_TOKEN without calling a route of the service."""
+    every route down with it). `service_token`, the token an internal service admits callers by: its
+    /healthz then also tells a caller that presents one whether it matches (see `token_verdict`), so that
+    the callers' /readyz can see a differing CAIRN_SERVICE_TOKEN without calling a route of the service."""
     # The API pages' scripts come from the service itself: they work on a machine without internet access,
     # and no other origin's script runs beside the gateway's pages and their session token.
     app = FastAPIOffline(
@@ -343,7 +337,7 @@ def create_service_app(
         **kwargs,
     )
     app.router.route_class = StrictJsonRoute  # the routers of each service's api.py set it too
-    app.add_middleware(RequestContextMiddleware, service=service, request_lines=request_lines)  # the outermost
+    app.add_middleware(RequestContextMiddleware, service=service)  # the outermost
     app.user_middleware.append(Middleware(UnhandledErrorMiddleware))  # the innermost, after the service's own
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

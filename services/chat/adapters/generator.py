@@ -25,7 +25,6 @@ from services.chat.adapters.llm_retry import RetryPolicy, is_retryable
 from services.chat.errors import LLMRetryLater, LLMUnavailable
 from services.chat.ports import Generation
 from services.chat.settings import Settings
-from shared.context import request_id_var
 from shared.tracing import client_span, inject, start_span
 
 log = logging.getLogger(__name__)
@@ -280,12 +279,6 @@ def _not_a(expected: str, response: httpx2.Response) -> LLMUnavailable:
     )
 
 
-async def _same_request_id(request: httpx2.Request) -> None:
-    """The in-process offline generator logs its answer under the question's request id, not a new one."""
-    if request_id := request_id_var.get():
-        request.headers["X-Request-ID"] = request_id
-
-
 def _options(headers: dict[str, str]) -> RequestOptions:
     # As create() sends it: the API key as bearer token, and never an admin key the environment may hold.
     return {"headers": headers, "security": {"bearer_auth": True}}
@@ -395,12 +388,9 @@ def build_generator(settings: Settings) -> OpenAIGenerator:
         deadline_s=settings.llm_deadline_s,
     )
     if settings.offline:
-        from services.chat.offline_llm.app import create_app as create_offline_app
+        from services.chat.offline_llm.transport import OfflineTransport
 
-        http_client = httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=create_offline_app(in_process=True)),
-            event_hooks={"request": [_same_request_id]},
-        )
+        http_client = httpx2.AsyncClient(transport=OfflineTransport())
         client = AsyncOpenAI(
             base_url=OFFLINE_BASE_URL, api_key="offline", http_client=http_client,
             timeout=settings.llm_timeout_s, max_retries=0,

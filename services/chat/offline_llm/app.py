@@ -128,9 +128,13 @@ async def stream_events(completion: Completion, *, include_usage: bool) -> Async
     yield "data: [DONE]\n\n"
 
 
-def create_app(settings: OfflineSettings | None = None, *, in_process: bool = False) -> FastAPI:
-    """The generator's app; `in_process`: served inside chat, whose request it is part of (a span, but no
-    request line or request metrics of its own)."""
+def model_list(settings: OfflineSettings) -> dict[str, object]:
+    """The body of GET /v1/models: the one model the generator answers as."""
+    return {"object": "list", "data": [{"id": settings.model, "object": "model", "created": 0, "owned_by": "cairn"}]}
+
+
+def create_app(settings: OfflineSettings | None = None) -> FastAPI:
+    """The generator served over HTTP; inside chat, transport.OfflineTransport answers the SDK instead."""
     settings = settings or OfflineSettings()
     router = APIRouter(route_class=StrictJsonRoute, prefix="/v1", tags=["openai-compatible"])
 
@@ -149,8 +153,8 @@ def create_app(settings: OfflineSettings | None = None, *, in_process: bool = Fa
 
     @router.get("/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": settings.model, "object": "model", "created": 0, "owned_by": "cairn"}]}
+        return model_list(settings)
 
-    app = create_service_app(service="offline-llm", title="Cairn offline generator", request_lines=not in_process)
+    app = create_service_app(service="offline-llm", title="Cairn offline generator")
     app.include_router(router)
     return app

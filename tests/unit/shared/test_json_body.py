@@ -109,7 +109,7 @@ def test_arrays_nested_too_deeply_are_malformed_json_not_a_recursion_error(depth
     ],
 )
 def test_a_body_python_cannot_read_is_malformed_json(body: bytes, why: str) -> None:
-    client = TestClient(create_offline_llm_app(in_process=True))
+    client = TestClient(create_offline_llm_app())
     response = client.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 400, response.text
     assert response.json() == {"error": "malformed_json", "message": f"request body is not valid JSON: {why}"}
