@@ -33,7 +33,8 @@ _SOFT_HYPHEN = "\u00ad"
 
 
 def has_cjk(text: str) -> bool:
-    return CJK_RUN.search(text) is not None
+    # isascii only reads a flag of the string; the search took a fifth of the time to read an English passage's terms
+    return not text.isascii() and CJK_RUN.search(text) is not None
 
 
 def pairs(run: str) -> list[str]:
