@@ -22,8 +22,8 @@ What is subtracted, and why it is fair:
   figure is the difference of the raw times, whatever the estimate's error. That the generator runs
   as fast inside the chat process as here is checked, not assumed: the /chat generation times the
   two processes report are compared in the figure's note. (The offline generator's first delta comes
-  only after its whole answer: the ASGI transport it is served through in-process hands the SDK the
-  response body once complete. A real model endpoint streams; the subtraction covers both.)
+  only after its whole answer: it picks its sentences before it sends a word. A real model endpoint
+  streams as it writes; the subtraction covers both.)
 Queries without a relevant passage never reach the generator (nothing is subtracted for them; their
 one token follows the post-processing); the warm-up logs how many reached it. The offline generator
 refuses in words when the passages do not cover the question: that answer, shown as "no information"
