@@ -24,6 +24,23 @@ VISIBLE_TEXT_PATTERN = f"[^{_WHITESPACE}{_INVISIBLE}]"
 _VISIBLE = re.compile(VISIBLE_TEXT_PATTERN)
 
 
+# What no text Cairn stores holds, named as its refusals name it. U+0000 in text is a binary or corrupted file read
+# as text, or a stray escape; kept, it would not come back as sent: the chat service's citation pass takes it for a
+# marker of its own (and drops it), and analytics stores it as U+FFFD since PostgreSQL's text columns refuse it (a
+# doc_id holding it would be counted as cited under another id, a question holding it under another text).
+NUL = "\x00"
+NUL_CHARACTERS = "NUL characters (U+0000)"
+# What without_nul checks, said in the schema for clients and schema-driven tests.
+NO_NUL_SCHEMA = {"not": {"pattern": "\\x00"}}
+
+
+def without_nul(value: str | None) -> str | None:
+    """A field validator: the text refused if it holds U+0000, as an uploaded text file holding it is refused."""
+    if value is not None and NUL in value:
+        raise ValueError(f"must not contain {NUL_CHARACTERS}")
+    return value
+
+
 def is_blank(text: str) -> bool:
     """Whether `text` is only whitespace and invisible characters: a text of zero-width spaces looks empty and
     gives nothing to search, yet str.strip() keeps it."""

@@ -7,7 +7,7 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel, Field, WithJsonSchema, field_validator
 
 from shared.filters import checked_filter, filter_schema
-from shared.json_types import JSON_INTEGER, is_blank, trimmed_text_pattern
+from shared.json_types import JSON_INTEGER, NO_NUL_SCHEMA, NUL, NUL_CHARACTERS, is_blank, trimmed_text_pattern
 from shared.request_model import RequestModel
 
 MAX_QUERY_CHARS = 1000
@@ -24,7 +24,7 @@ class ChatRequest(RequestModel):
     query: str = Field(
         description=f"The question, 1..{MAX_QUERY_CHARS} characters once trimmed, not only invisible ones.",
         # The same rule as the validator below, for clients and schema-driven tests.
-        json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS)},
+        json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS), **NO_NUL_SCHEMA},
     )
     top_k: Annotated[int, Ge(1), Le(50), JSON_INTEGER] | None = Field(
         None, description="Passages to retrieve; default DEFAULT_TOP_K (8)."
@@ -58,6 +58,8 @@ class ChatRequest(RequestModel):
             raise ValueError("query must not be empty or only whitespace and invisible characters")
         if len(value) > MAX_QUERY_CHARS:
             raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters")
+        if NUL in value:  # analytics would keep another question than the one asked (shared.json_types.NUL)
+            raise ValueError(f"query must not contain {NUL_CHARACTERS}")
         return value
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN
-from services.retrieval.parsing.document import NUL, NUL_CHARACTERS
+from shared.json_types import NUL, NUL_CHARACTERS
 from services.retrieval.ports import CHUNK_COUNT_KEY, CONTEXT_KEY, DOCUMENT_FIELDS, MetadataValue
 
 __all__ = ["MAX_FIELDS", "MAX_TEXT_CHARS", "RESERVED_KEYS", "document_fields", "own_fields", "user_metadata"]

@@ -10,17 +10,26 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from services.retrieval.document_metadata import MAX_FIELDS, MAX_TEXT_CHARS, RESERVED_KEYS, own_fields, user_metadata
 from shared.filters import INT64_MAX, INT64_MIN, KEY_PATTERN, checked_filter, filter_schema
 from services.retrieval.ingestion import doc_id_of_path
-from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS, NUL, NUL_CHARACTERS
+from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS
 from services.retrieval.ports import DOCUMENT_FIELDS, DocumentInfo
 from shared import json_body
 from shared.doc_ids import MAX_DOC_ID_CHARS, MAX_SOURCE_CHARS
-from shared.json_types import JSON_INTEGER, VISIBLE_TEXT_PATTERN, JsonBool, JsonNumber, is_blank, trimmed_text_pattern
+from shared.json_types import (
+    JSON_INTEGER,
+    NO_NUL_SCHEMA,
+    NUL,
+    NUL_CHARACTERS,
+    VISIBLE_TEXT_PATTERN,
+    JsonBool,
+    JsonNumber,
+    is_blank,
+    trimmed_text_pattern,
+    without_nul,
+)
 from shared.request_model import RequestModel
 
 MAX_QUERY_CHARS = 1000
 
-# What _without_nul (and user_metadata) check, said in the schema for clients and schema-driven tests.
-_NO_NUL = {"not": {"pattern": "\\x00"}}
 _METADATA_DESCRIPTION = (
     "The document's own fields, stored on each of its chunks for filters and results: names of letters, digits "
     "and _ that Cairn does not use itself; values text, numbers or booleans; dates as seconds since 1970 (UTC)."
@@ -33,7 +42,7 @@ METADATA_SCHEMA = {
     "propertyNames": {"pattern": KEY_PATTERN, "not": {"enum": sorted(RESERVED_KEYS)}},
     "additionalProperties": {
         "anyOf": [
-            {"type": "string", "maxLength": MAX_TEXT_CHARS, **_NO_NUL},
+            {"type": "string", "maxLength": MAX_TEXT_CHARS, **NO_NUL_SCHEMA},
             {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
             {"type": "number", "not": {"type": "integer"}},
             {"type": "boolean"},
@@ -47,7 +56,7 @@ def _checked_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else user_metadata(value)
 
 
-# What _without_line_break (and _without_nul) check: "no line break" rather than a pattern anchored with $, which
+# What _without_line_break (and without_nul) check: "no line break" rather than a pattern anchored with $, which
 # in Python also matches before a final line break.
 OneLine = Annotated[str, Field(json_schema_extra={"not": {"pattern": "\n|\\x00"}})]
 # A doc_id: on one line, without NUL, without the '.' and '..' segments _without_dot_segments refuses, and not
@@ -56,13 +65,6 @@ DocId = Annotated[
     str,
     Field(json_schema_extra={"not": {"pattern": "\n|\\x00|" + r"(?:^|[/\\])\.{1,2}(?:[/\\]|$)|[/\\]similar$"}}),
 ]
-
-
-def _without_nul(value: str | None) -> str | None:
-    """Every text field refuses U+0000 (see parsing.document.NUL), as an uploaded text file holding it is refused."""
-    if value is not None and NUL in value:
-        raise ValueError(f"must not contain {NUL_CHARACTERS}")
-    return value
 
 
 def _without_line_break(value: str | None) -> str | None:
@@ -128,14 +130,14 @@ def _metadata_form_field(text: str | None) -> dict[str, Any] | None:
 
 class DocumentIn(RequestModel):
     doc_id: DocId | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Stable id; default: source, else a content hash.")
-    title: str | None = Field(None, max_length=500, description="Default (also for a blank one): the first '# ' heading, else the file stem.", json_schema_extra=_NO_NUL)
-    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, json_schema_extra={"pattern": VISIBLE_TEXT_PATTERN, **_NO_NUL})
+    title: str | None = Field(None, max_length=500, description="Default (also for a blank one): the first '# ' heading, else the file stem.", json_schema_extra=NO_NUL_SCHEMA)
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, json_schema_extra={"pattern": VISIBLE_TEXT_PATTERN, **NO_NUL_SCHEMA})
     source: OneLine | None = Field(None, min_length=1, max_length=MAX_SOURCE_CHARS, description="Path or name; a .txt suffix means plain text, else markdown.")
-    url: str | None = Field(None, max_length=2000, json_schema_extra=_NO_NUL)
-    category: str | None = Field(None, max_length=200, json_schema_extra=_NO_NUL)
+    url: str | None = Field(None, max_length=2000, json_schema_extra=NO_NUL_SCHEMA)
+    category: str | None = Field(None, max_length=200, json_schema_extra=NO_NUL_SCHEMA)
     metadata: MetadataIn | None = Field(None, description=_METADATA_DESCRIPTION, examples=[{"team": "ops", "published": 1714521600}])
 
-    _no_nul = field_validator("doc_id", "title", "text", "source", "url", "category")(_without_nul)
+    _no_nul = field_validator("doc_id", "title", "text", "source", "url", "category")(without_nul)
     _valid_metadata = field_validator("metadata")(_checked_metadata)
     _valid_ids = field_validator("doc_id", "source")(_without_line_break)
     _addressable_id = field_validator("doc_id")(_without_dot_segments)
@@ -161,17 +163,17 @@ class UploadFields(RequestModel):
     """The form fields that may accompany a `file` part in a multipart POST /documents."""
 
     doc_id: DocId | None = Field(None, min_length=1, max_length=MAX_DOC_ID_CHARS, description="Default: the file name.")
-    title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.", json_schema_extra=_NO_NUL)
+    title: str | None = Field(None, min_length=1, max_length=500, description="Default: from the file, else its stem.", json_schema_extra=NO_NUL_SCHEMA)
     source: OneLine | None = Field(None, min_length=1, max_length=MAX_SOURCE_CHARS, description="Default: the file name.")
-    url: str | None = Field(None, max_length=2000, json_schema_extra=_NO_NUL)
-    category: str | None = Field(None, max_length=200, json_schema_extra=_NO_NUL)
+    url: str | None = Field(None, max_length=2000, json_schema_extra=NO_NUL_SCHEMA)
+    category: str | None = Field(None, max_length=200, json_schema_extra=NO_NUL_SCHEMA)
     metadata: Annotated[
         dict[str, Any] | None,
         BeforeValidator(_metadata_form_field),
         WithJsonSchema({"anyOf": [METADATA_SCHEMA, {"type": "null"}]}),
     ] = Field(None, description='A JSON object, such as {"team": "ops"}. ' + _METADATA_DESCRIPTION)
 
-    _no_nul = field_validator("doc_id", "title", "source", "url", "category")(_without_nul)
+    _no_nul = field_validator("doc_id", "title", "source", "url", "category")(without_nul)
     _valid_ids = field_validator("doc_id", "source")(_without_line_break)
     _addressable_id = field_validator("doc_id")(_without_dot_segments)
     _not_similar_route = field_validator("doc_id")(_not_naming_similar_documents)
@@ -233,7 +235,7 @@ def filters_query(sent: list[str] | None) -> dict[str, Any] | None:
 class SearchRequest(RequestModel):
     query: str = Field(
         description=f"What to look for, 1..{MAX_QUERY_CHARS} characters once trimmed, not only invisible ones.",
-        json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS)},
+        json_schema_extra={"pattern": trimmed_text_pattern(MAX_QUERY_CHARS), **NO_NUL_SCHEMA},
     )
     top_k: Annotated[int, Ge(1), Le(50), JSON_INTEGER] = 8
     threshold: Annotated[JsonNumber, Ge(-1.0), Le(1.0)] | None = Field(
@@ -259,6 +261,8 @@ class SearchRequest(RequestModel):
             raise ValueError("query must not be empty or only whitespace and invisible characters")
         if len(value) > MAX_QUERY_CHARS:
             raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters once trimmed")
+        if NUL in value:
+            raise ValueError(f"query must not contain {NUL_CHARACTERS}")
         return value
 
     _valid_filter = field_validator("filters")(checked_filter)

@@ -7,12 +7,6 @@ from typing import Literal
 Format = Literal["markdown", "text", "html", "pdf"]
 # The most text one document holds: what POST /documents takes as JSON, and what a PDF may unpack to.
 MAX_DOCUMENT_CHARS = 10_000_000
-# What no text Cairn stores holds, named as its refusals name it. U+0000 in text is a binary or corrupted file read
-# as text, or a stray escape; kept, it would not come back as sent: the chat service's citation pass takes it for a
-# marker of its own (and drops it), and analytics stores it as U+FFFD since PostgreSQL's text columns refuse it (a
-# doc_id holding it would be counted as cited under another id).
-NUL = "\x00"
-NUL_CHARACTERS = "NUL characters (U+0000)"
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from bs4.element import Comment, Declaration, Doctype, PageElement, ProcessingIn
 
 from services.retrieval.chunking import Heading, sections_under
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.parsing.document import NUL, NUL_CHARACTERS, ParsedDocument
+from services.retrieval.parsing.document import ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
-from shared.json_types import is_blank
+from shared.json_types import NUL, NUL_CHARACTERS, is_blank
 
 # Not the head itself: with its end tag left out (valid HTML5), html.parser keeps the whole page inside it.
 _DROP = {

@@ -10,10 +10,10 @@ from pypdf import PdfReader
 from pypdf.errors import DependencyError, PyPdfError
 
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS, NUL, ParsedDocument
+from services.retrieval.parsing.document import MAX_DOCUMENT_CHARS, ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.parsing.running_lines import without_running_lines
-from shared.json_types import is_blank
+from shared.json_types import NUL, is_blank
 
 log = logging.getLogger("cairn.retrieval.parsing")
 PAGE_SEPARATOR = "\n\n"
@@ -36,7 +36,7 @@ def _whole_characters(text: str) -> str:
 
 
 def _shown(text: str) -> str:
-    """`text` without U+0000, which no text Cairn stores holds (parsing.document.NUL): pypdf can give it for a glyph
+    """`text` without U+0000, which no text Cairn stores holds (shared.json_types.NUL): pypdf can give it for a glyph
     that the font maps to no character. It shows nothing, so the PDF is read without it, where a text file holding it
     is refused as binary."""
     return text.replace(NUL, "") if NUL in text else text

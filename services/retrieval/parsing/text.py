@@ -5,9 +5,9 @@ import codecs
 
 from services.retrieval.chunking import document_title, front_matter_end
 from services.retrieval.errors import UnprocessableDocument
-from services.retrieval.parsing.document import NUL, NUL_CHARACTERS, ParsedDocument
+from services.retrieval.parsing.document import ParsedDocument
 from services.retrieval.parsing.ligatures import written_out
-from shared.json_types import is_blank
+from shared.json_types import NUL, NUL_CHARACTERS, is_blank
 
 
 def decode(filename: str, data: bytes) -> str:

@@ -60,6 +60,7 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
         ({"query": "\u00a0\u3000\u2003"}, "query"),  # blank in any script: retrieval would refuse it too
         ({"query": "\u200b\ufeff \u2060\u00ad"}, "query"),  # shown as nothing: zero-width spaces, soft hyphen
         ({"query": "x" * 1001}, "query"),
+        ({"query": "what is\u0000 redis"}, "query"),  # analytics could not keep it as asked
         ({"query": 42}, "query"),
         ({"query": ["a"]}, "query"),
         ({}, "query"),

@@ -60,6 +60,7 @@ def test_every_route_needs_the_service_token(client: TestClient, method: str, pa
         {"query": "   "},
         {"query": "\u200b\ufeff \u2060\u00ad"},  # shown as nothing: nothing to search for
         {"query": "x" * 1001},
+        {"query": "redis\u0000"},  # no text Cairn stores holds U+0000
         {"query": 42},
         {"query": "x", "top_k": 0},
         {"query": "x", "top_k": 51},
