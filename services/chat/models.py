@@ -7,7 +7,7 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel, Field, WithJsonSchema, field_validator
 
 from shared.filters import checked_filter, filter_schema
-from shared.json_types import JSON_INTEGER, NO_NUL_SCHEMA, NUL, NUL_CHARACTERS, is_blank, trimmed_text_pattern
+from shared.json_types import JSON_INTEGER, NO_NUL_SCHEMA, is_blank, trimmed_text_pattern, without_nul
 from shared.request_model import RequestModel
 
 MAX_QUERY_CHARS = 1000
@@ -58,9 +58,7 @@ class ChatRequest(RequestModel):
             raise ValueError("query must not be empty or only whitespace and invisible characters")
         if len(value) > MAX_QUERY_CHARS:
             raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters")
-        if NUL in value:  # analytics would keep another question than the one asked (shared.json_types.NUL)
-            raise ValueError(f"query must not contain {NUL_CHARACTERS}")
-        return value
+        return without_nul(value)  # analytics would keep another question than the one asked
 
 
 class Support(BaseModel):

@@ -17,8 +17,6 @@ from shared.doc_ids import MAX_DOC_ID_CHARS, MAX_SOURCE_CHARS
 from shared.json_types import (
     JSON_INTEGER,
     NO_NUL_SCHEMA,
-    NUL,
-    NUL_CHARACTERS,
     VISIBLE_TEXT_PATTERN,
     JsonBool,
     JsonNumber,
@@ -261,9 +259,7 @@ class SearchRequest(RequestModel):
             raise ValueError("query must not be empty or only whitespace and invisible characters")
         if len(value) > MAX_QUERY_CHARS:
             raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters once trimmed")
-        if NUL in value:
-            raise ValueError(f"query must not contain {NUL_CHARACTERS}")
-        return value
+        return without_nul(value)
 
     _valid_filter = field_validator("filters")(checked_filter)
 
