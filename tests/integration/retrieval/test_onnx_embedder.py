@@ -85,10 +85,12 @@ async def test_int8_ranks_like_pytorch(onnx_embedder: OnnxEmbedder, embedder: Se
         ranked[name] = sorted(range(len(sentences)), key=lambda i: -scores[name][i])
     # The sentences come from docs/ and change with it; sentences a few hundredths apart may swap places
     # under int8, the best one included, so the rankings are compared with that much slack, and as a whole.
+    # Not by rank alone: three sentences within 0.03 of each other may come in any order (a paragraph added to
+    # docs/benchmarks.md once gave torch 0.541 / 0.53 / 0.517, and int8 put the third first).
     best_torch, best_onnx = ranked["torch"][0], ranked["onnx"][0]
     print(f"\nbest: torch {best_torch} ({scores['torch'][best_torch]:.4f}), onnx {best_onnx} "
           f"(torch scores it {scores['torch'][best_onnx]:.4f})")
-    assert best_onnx in ranked["torch"][:2] and scores["torch"][best_onnx] >= scores["torch"][best_torch] - 0.03, ranked
+    assert scores["torch"][best_onnx] >= scores["torch"][best_torch] - 0.03, ranked
     assert set(ranked["onnx"][:3]) <= set(ranked["torch"][:5]), ranked
     assert set(ranked["onnx"][:5]) <= set(ranked["torch"][:10]), ranked
     assert spearmanr(scores["torch"], scores["onnx"]).statistic >= 0.98
