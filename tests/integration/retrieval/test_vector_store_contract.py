@@ -228,8 +228,12 @@ async def test_hnsw_parameters_are_set_and_ef_search_follows_settings(tmp_path: 
 
     store = ChromaStore(collection=unique, path=tmp_path / "chroma", ef_search=77, ef_construction=150, max_neighbors=24)
     await store.upsert([chunk("a", 0, unit(1, 0))])
+    # Closed first, as a restarted service's store would be: a second embedded client writing the same files
+    # while the first still holds them can find SQLite locked ("database is locked").
+    store.close()
     reopened = ChromaStore(collection=unique, path=tmp_path / "chroma", ef_search=120)
     assert await reopened.get_document("a") is not None
+    reopened.close()
     client = chromadb.PersistentClient(path=str(tmp_path / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # Chroma's, about collections made without an embedding function
