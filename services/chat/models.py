@@ -16,8 +16,11 @@ MAX_QUERY_CHARS = 1000
 class PastTurn(RequestModel):
     """A question asked earlier in the conversation and the answer it got."""
 
-    question: str = Field(min_length=1, max_length=4 * MAX_QUERY_CHARS)
-    answer: str = Field(max_length=20_000)
+    question: str = Field(min_length=1, max_length=4 * MAX_QUERY_CHARS, json_schema_extra=NO_NUL_SCHEMA)
+    answer: str = Field(max_length=20_000, json_schema_extra=NO_NUL_SCHEMA)
+
+    # Refused here, where the caller is told which turn: the rewritten question would carry it into retrieval.
+    _no_nul = field_validator("question", "answer")(without_nul)
 
 
 class ChatRequest(RequestModel):

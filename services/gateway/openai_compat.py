@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from services.gateway.model_offer import CAIRN_MODEL
-from shared.json_types import VISIBLE_TEXT_PATTERN, JsonBool, JsonInt, is_blank
+from shared.json_types import NO_NUL_SCHEMA, VISIBLE_TEXT_PATTERN, JsonBool, JsonInt, is_blank, without_nul
 
 # What chat takes (services/chat/models.py): a longer question keeps its end, longer history turns their start.
 MAX_QUESTION_CHARS = 1000
@@ -42,13 +42,13 @@ class ContentPart(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     type: str
-    text: str | None = None
+    text: str | None = Field(None, json_schema_extra=NO_NUL_SCHEMA)  # checked by Message
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: str
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart] | None = Field(None, json_schema_extra=NO_NUL_SCHEMA)
 
     @field_validator("content", mode="wrap")
     @classmethod
@@ -60,6 +60,15 @@ class Message(BaseModel):
             raise ValueError(
                 'must be a string or a list of content parts, objects with a "type", as {"type": "text", "text": "..."}'
             ) from None
+
+    @field_validator("content")
+    @classmethod
+    def _without_nul(cls, content: str | list[ContentPart] | None) -> str | list[ContentPart] | None:
+        # Refused here, naming the message: chat would refuse it in the question or a past turn, naming its fields.
+        texts = [part.text for part in content] if isinstance(content, list) else [content]
+        for text in texts:
+            without_nul(text)
+        return content
 
     @property
     def text(self) -> str:

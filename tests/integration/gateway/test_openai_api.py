@@ -405,6 +405,21 @@ def test_content_of_the_wrong_shape_is_refused_naming_the_content_field(gateway,
         assert "messages.0.content: must be a string or a list of content parts" in refused.value.message, content
 
 
+def test_a_nul_character_in_any_turn_is_refused_naming_its_message(gateway, token):
+    client = _client(gateway, token)
+    conversations = (
+        ([{"role": "user", "content": "What is\u0000 Redis?"}], "messages.0.content"),
+        ([{"role": "user", "content": [{"type": "text", "text": "What is\u0000 Redis?"}]}], "messages.0.content"),
+        ([{"role": "user", "content": "What is Redis?"}, {"role": "assistant", "content": "A store\u0000 [1]."},
+          {"role": "user", "content": "Who runs it?"}], "messages.1.content"),
+    )
+    for messages, where in conversations:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="cairn", messages=messages)
+        assert (refused.value.code, refused.value.param) == ("invalid_request", where), messages
+        assert refused.value.message.endswith(f" {where}: must not contain NUL characters (U+0000)"), messages
+
+
 def garbled_chat(body: str, *, models_too: bool) -> FastAPI:
     """A chat that answers 200 with `body`: its answer, each event of its stream and, `models_too`, its model list."""
     app = FastAPI()

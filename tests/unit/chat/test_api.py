@@ -69,6 +69,11 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
         ({"query": "ok", "top_k": "five"}, "top_k"),
         ({"query": "ok", "top_k": 2.5}, "top_k"),
         ({"query": "ok", "filters": "category=guide"}, "filters"),
+        # A past turn would carry it into the rewritten question: refused naming the turn, not the search.
+        ({"query": "and then?", "history": [{"question": "what is\u0000 redis", "answer": "A store."}]},
+         "history.0.question"),
+        ({"query": "and then?", "history": [{"question": "what is redis", "answer": "A\u0000 store."}]},
+         "history.0.answer"),
     ],
 )
 async def test_bad_input_is_422_invalid_request(payload, where):

@@ -94,6 +94,23 @@ def test_text_parts_are_read_and_a_missing_question_is_refused():
             CompletionRequest(messages=[{"role": "system", "content": "q"}, {"role": "user", "content": blank}])
 
 
+@pytest.mark.parametrize(
+    "content", ["a\u0000b", [{"type": "text", "text": "a\u0000b"}], "ab", [{"type": "text", "text": "ab"}], None,
+                [{"type": "image_url", "text": None}]],
+)
+def test_the_schema_and_the_code_agree_on_nul_characters(content):
+    schema = CompletionRequest.model_json_schema()
+    message_schema = {**schema["$defs"]["Message"], "$defs": schema["$defs"]}
+    message = {"role": "user", "content": content}
+    try:
+        Message.model_validate(message)
+        accepted = True
+    except ValidationError as refused:
+        assert "must not contain NUL characters" in str(refused)
+        accepted = False
+    assert jsonschema.Draft202012Validator(message_schema).is_valid(message) == accepted
+
+
 def test_the_request_is_strict_where_its_schema_is():
     with pytest.raises(ValidationError):
         request(("user", "q"), stream="true")
