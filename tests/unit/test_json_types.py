@@ -5,18 +5,21 @@ import re
 import sys
 from typing import Annotated
 
+import jsonschema
 import pytest
 from annotated_types import Ge, Le
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from shared.json_types import (
     JSON_INTEGER,
+    NO_NUL_SCHEMA,
     NOT_BLANK_PATTERN,
     VISIBLE_TEXT_PATTERN,
     JsonBool,
     JsonNumber,
     is_blank,
     trimmed_text_pattern,
+    without_nul,
 )
 
 pytestmark = pytest.mark.unit
@@ -66,3 +69,19 @@ def test_blank_text_is_whitespace_and_the_invisible_characters_of_the_basic_plan
 )
 def test_the_trimmed_text_pattern_is_the_length_once_trimmed_with_something_visible(text: str) -> None:
     assert bool(re.search(trimmed_text_pattern(3), text)) == (1 <= len(text.strip()) <= 3 and not is_blank(text))
+
+
+class _OptionalText(BaseModel):
+    title: str | None = Field(None, json_schema_extra=NO_NUL_SCHEMA)
+    _no_nul = field_validator("title")(without_nul)
+
+
+@pytest.mark.parametrize("title", [None, "a title", "a\u0000title"])
+def test_the_schema_and_the_validator_agree_on_nul_in_an_optional_text(title: str | None) -> None:
+    schema = _OptionalText.model_json_schema()
+    try:
+        _OptionalText(title=title)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    assert jsonschema.Draft202012Validator(schema).is_valid({"title": title}) == accepted == (title != "a\u0000title")
