@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, model_validator
-from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.urls import AmqpUrl, unset_when_empty
+from shared.validation_errors import one_line
 
 PLACEHOLDER_SERVICE_TOKEN = "change-me-internal-service-token"
 
@@ -118,10 +118,4 @@ def print_settings_problems(exc: ValidationError, *, prefix: str) -> None:
     """One line on stderr per invalid setting, naming its variable but never a value: the input of a
     cross-field check is every setting, secrets included."""
     for error in exc.errors(include_url=False, include_context=False, include_input=False):
-        print(f"{prefix}{_settings_problem(error)}", file=sys.stderr)
-
-
-def _settings_problem(error: ErrorDetails) -> str:
-    variable = ".".join(str(part) for part in error["loc"])  # the environment variable; none for a cross-field check
-    message = error["msg"].removeprefix("Value error, ")  # as pydantic words our own checks
-    return f"{variable}: {message}" if variable else message
+        print(f"{prefix}{one_line(error)}", file=sys.stderr)  # where: the variable; none for a cross-field check

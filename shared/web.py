@@ -29,6 +29,7 @@ from shared.errors import RETRY_AFTER_S, ErrorBody, ServiceError, StartRefused, 
 from shared.json_body import StrictJsonRoute
 from shared.settings import CommonSettings
 from shared.tracing import finish_server_span, inject, server_span
+from shared.validation_errors import message_of, one_line
 
 log = logging.getLogger("cairn.http")
 
@@ -238,18 +239,9 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
         return JSONResponse({"error": "malformed_json", "message": message}, status_code=400)
     # An unknown field first: a misspelt required field is also missing, and the misspelling is the cause.
     errors = sorted(errors, key=lambda e: e.get("type") != "extra_forbidden")
-    detail = [{"loc": list(e.get("loc", ())), "msg": _message(e)} for e in errors]
-    first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
-    where = ".".join(str(p) for p in first["loc"] if p != "body")
-    message = f"{where}: {first['msg']}" if where else first["msg"]
+    detail = [{"loc": list(e.get("loc", ())), "msg": message_of(e)} for e in errors]
+    message = one_line(errors[0]) if errors else "invalid request"
     return JSONResponse({"error": "invalid_request", "message": message, "detail": detail}, status_code=422)
-
-
-def _message(error: dict[str, Any]) -> str:
-    if error.get("type") == "extra_forbidden":  # a field of a request model's body it does not declare
-        return "unknown field"
-    # pydantic words a validator's own message "Value error, ...": the message alone says it better.
-    return error.get("msg", "").removeprefix("Value error, ")
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

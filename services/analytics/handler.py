@@ -18,6 +18,7 @@ from shared.context import request_id_var
 from shared.errors import DependencyUnavailable
 from shared.events import OCCURRED_AT_RANGE, SCHEMA_VERSION, Event, occurred_at_in_range, parse_event
 from shared.tracing import continued_trace
+from shared.validation_errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -317,11 +318,7 @@ def _about(event: Event) -> Iterator[None]:
 
 def _describe(exc: ValidationError) -> str:
     """The first few errors as `loc: message`, e.g. `QuerySubmitted.data.query: Field required`."""
-    parts = []
-    for error in exc.errors()[:3]:
-        where = ".".join(map(str, error["loc"]))
-        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
-    return "; ".join(parts)
+    return "; ".join(one_line(error) for error in exc.errors()[:3])
 
 
 def _earlier_deliveries(message: InboundMessage) -> int:

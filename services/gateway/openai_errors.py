@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from services.gateway.routing import QuestionRoute
 from shared.errors import ServiceError
+from shared.validation_errors import location, one_line
 
 log = logging.getLogger("cairn.gateway")
 
@@ -75,11 +76,9 @@ def from_validation_error(exc: RequestValidationError) -> JSONResponse:
     if first.get("type") == "json_invalid":
         reason = (first.get("ctx") or {}).get("error")
         return openai_error(400, code="malformed_json", message=f"request body is not valid JSON: {reason}")
-    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-    message = first.get("msg", "invalid request").removeprefix("Value error, ")
-    return openai_error(
-        400, code="invalid_request", message=f"{where}: {message}" if where else message, param=where or None
-    )
+    where = location(first)
+    message = one_line(first) if first else "invalid request"
+    return openai_error(400, code="invalid_request", message=message, param=where or None)
 
 
 def from_service_error(exc: ServiceError) -> JSONResponse:

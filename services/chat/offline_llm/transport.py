@@ -21,6 +21,7 @@ from services.chat.offline_llm.app import CompletionRequest, complete, model_lis
 from services.chat.offline_llm.settings import OfflineSettings
 from shared.context import request_id_var
 from shared.tracing import finish_server_span, server_span
+from shared.validation_errors import one_line
 
 SERVICE = "offline-llm"
 COMPLETIONS = "/v1/chat/completions"
@@ -67,9 +68,7 @@ async def _encoded(events: AsyncIterator[str]) -> AsyncIterator[bytes]:
 
 
 def _first_problem(exc: ValidationError) -> str:
-    error = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in error["loc"])
-    return f"{where}: {error['msg']}" if where else error["msg"]
+    return one_line(exc.errors(include_url=False)[0])
 
 
 def _error(status: int, message: str, *, kind: str) -> httpx2.Response:
