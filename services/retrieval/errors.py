@@ -1,7 +1,7 @@
 """Retrieval's own error types; shared.web maps every ServiceError to a JSON response."""
 from __future__ import annotations
 
-from shared.errors import ServiceError, StartRefused
+from shared.errors import RETRY_AFTER_S, ServiceError, StartRefused
 
 
 class UnsupportedMediaType(ServiceError):
@@ -16,6 +16,21 @@ class UnprocessableDocument(ServiceError):
 
     status_code = 422
     code = "unprocessable_document"
+
+
+class WriteConflict(ServiceError):
+    """Another replica kept writing the same document over this ingest. A 503 with Retry-After rather than a
+    409: nothing is wrong with the request, and sent again once the other write has settled, it succeeds
+    (`cairn ingest` sends it again by itself). Not chroma_unavailable: Chroma answered every call."""
+
+    status_code = 503
+    code = "ingest_conflict"
+
+    def __init__(self, doc_id: str) -> None:
+        super().__init__(f"another ingest of {doc_id!r} kept writing over this one; send it again")
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": str(RETRY_AFTER_S)}
 
 
 class PayloadTooLarge(ServiceError):

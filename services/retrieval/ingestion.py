@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from services.retrieval import parsing
 from services.retrieval.chunking import CHUNKER_VERSION, Chunk, chunk_text, document_title
 from services.retrieval.document_metadata import document_fields
-from services.retrieval.errors import UnprocessableDocument
+from services.retrieval.errors import UnprocessableDocument, WriteConflict
 from services.retrieval.parsing.ligatures import written_out
 from services.retrieval.ports import (
     CHUNK_COUNT_KEY,
@@ -32,7 +32,6 @@ from services.retrieval.ports import (
     is_complete,
 )
 from shared.doc_ids import within_doc_id_limit
-from shared.errors import DependencyUnavailable
 
 if TYPE_CHECKING:
     from services.retrieval.contextual import Contextualizer
@@ -214,7 +213,7 @@ async def ingest_document(
     before they are written, so searches miss the document only for the time of one store write. (Not
     upsert-then-trim: Chroma's upsert merges metadata, so a field the new version lacks would survive.)
     Ingests of one document in this process run one at a time (DocumentLocks); on a store other replicas
-    share, the document is read back until one version of it stands whole (_settle), else DependencyUnavailable.
+    share, the document is read back until one version of it stands whole (_settle), else WriteConflict.
     """
     if not document.text.strip():
         raise ValueError("document text is empty")
@@ -356,7 +355,7 @@ async def _settle(store: VectorStore, doc_id: str, chunks: list[StoredChunk]) ->
             break
         await asyncio.sleep(random.uniform(0, _SETTLE_PAUSE_S * (rewrites + 1)))  # two replicas at it: one goes first
         await _write(store, doc_id, chunks, replace=True)
-    raise DependencyUnavailable("chroma")
+    raise WriteConflict(doc_id)
 
 
 def _one_version(found: Mapping[str, Mapping[str, Any]]) -> bool:

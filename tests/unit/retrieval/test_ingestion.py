@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
+from services.retrieval import ingestion
 from services.retrieval.chunking import CHUNKER_VERSION
+from services.retrieval.errors import WriteConflict
 from services.retrieval.ingestion import NewDocument, content_hash, from_parsed, from_text, ingest_document
 from shared.doc_ids import MAX_DOC_ID_CHARS
+from shared.errors import RETRY_AFTER_S
 from services.retrieval.parsing import parse
 from tests.unit.retrieval.fakes import FakeEmbedder, FakeStore
 from tests.unit.retrieval.files import GUIDE_HTML, make_pdf
@@ -114,6 +118,25 @@ async def test_a_version_written_over_another_replicas_at_once_keeps_none_of_its
     await ingest(NewDocument(text=GUIDE.replace("make up", "cairn up"), doc_id="g"), embedder, this)
     assert {(c.metadata.get("category"), c.metadata.get("team")) for c in this.chunks.values()} == {(None, None)}
     assert {c.metadata["content_hash"] for c in this.chunks.values()} == {content_hash(GUIDE.replace("make up", "cairn up"))}
+
+
+class ContestedStore(FakeStore):
+    """A shared index where another replica writes its own version of every document over each write of this
+    one: what this replica reads back is always a mix of the two."""
+
+    async def get_chunks(self, **kwargs) -> list:
+        chunks = await super().get_chunks(**kwargs)
+        return [replace(c, metadata={**c.metadata, "category": "theirs"}) if c.metadata["chunk_index"] == 0 else c for c in chunks]
+
+
+async def test_an_ingest_another_replica_keeps_writing_over_is_a_503_to_send_again(embedder, monkeypatch) -> None:
+    monkeypatch.setattr(ingestion, "_SETTLE_PAUSE_S", 0.0)
+    store = ContestedStore(shared_with=FakeStore())
+    with pytest.raises(WriteConflict) as conflict:
+        await ingest(NewDocument(text=GUIDE, doc_id="g"), embedder, store)
+    error = conflict.value
+    assert (error.status_code, error.code, error.headers()) == (503, "ingest_conflict", {"Retry-After": str(RETRY_AFTER_S)})
+    assert error.message == "another ingest of 'g' kept writing over this one; send it again"
 
 
 async def test_a_document_the_store_holds_only_in_part_is_written_again(embedder, store) -> None:
