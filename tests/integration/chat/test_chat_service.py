@@ -428,6 +428,13 @@ def test_a_follow_up_is_rewritten_by_the_model_and_owned_by_its_user(retrieval_u
             headers={**HEADERS, "X-User-Id": "someone-else"}, timeout=30,
         )
         assert stranger.status_code == 404 and stranger.json()["error"] == "conversation_not_found"
+        # A stream says it before its first event, as plain JSON (docs/api.md).
+        streamed = httpx.post(
+            f"{chat_url}/chat/stream", json={"query": "and then?", "conversation_id": unique},
+            headers={**HEADERS, "X-User-Id": "someone-else"}, timeout=30,
+        )
+        assert streamed.status_code == 404 and streamed.headers["content-type"].startswith("application/json")
+        assert streamed.json()["error"] == "conversation_not_found"
 
 
 def test_redis_down_fails_follow_ups_with_503_but_not_new_questions(retrieval_url, model, unique):
@@ -441,6 +448,11 @@ def test_redis_down_fails_follow_ups_with_503_but_not_new_questions(retrieval_ur
         assert ask(chat_url).status_code == 200
         follow_up = ask(chat_url, "and then?", conversation_id=unique)
         assert follow_up.status_code == 503 and follow_up.json()["error"] == "conversation_store_unavailable"
+        streamed = httpx.post(
+            f"{chat_url}/chat/stream", json={"query": "and then?", "conversation_id": unique}, headers=HEADERS, timeout=30
+        )
+        assert streamed.status_code == 503 and streamed.headers["content-type"].startswith("application/json")
+        assert streamed.json()["error"] == "conversation_store_unavailable"
 
 
 def test_retrieval_going_down_gives_503_within_the_timeout_and_recovers(tmp_path, embedder, model, unique):

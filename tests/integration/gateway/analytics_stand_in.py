@@ -53,6 +53,7 @@ class StandInState:
     unavailable: bool = False  # answer every report with 503 `unavailable_as` (error, message)
     unavailable_as: tuple[str, str] = ("database_unavailable", "database is unavailable")
     empty: bool = False  # answer as if no request happened in any range
+    delay_s: float = 0.0  # wait this long before answering a report
 
 
 def _range(request: Request) -> dict:
@@ -108,6 +109,7 @@ def analytics_stand_in(state: StandInState) -> FastAPI:
     async def remember(request: Request, call_next):
         if request.url.path.startswith("/analytics/"):
             state.seen.append((request.url.path, request.url.query, dict(request.headers)))
+            await asyncio.sleep(state.delay_s)
             if state.unavailable:
                 error, message = state.unavailable_as
                 return JSONResponse({"error": error, "message": message}, status_code=503, headers={"Retry-After": "7"})

@@ -42,6 +42,7 @@ def client(redis_url, amqp_url, unique, analytics_url, stand_in):
     stand_in.seen.clear()
     stand_in.unavailable = False
     stand_in.unavailable_as = StandInState.unavailable_as
+    stand_in.delay_s = 0.0
     with TestClient(create_app(gateway_settings(redis_url, amqp_url, unique, analytics_url))) as client:
         yield client
 
@@ -115,3 +116,16 @@ def test_analytics_down_is_a_503_naming_analytics(redis_url, amqp_url, unique, r
         response = client.get(f"/api/analytics/{report}", params=RANGE, headers=_auth(client, "ana"))
     assert response.status_code == 503
     assert response.json() == {"error": "analytics_unavailable", "message": "analytics is unavailable"}
+
+
+@pytest.mark.parametrize("report", ["summary", "export.csv"])
+def test_analytics_silent_past_the_upstream_timeout_is_a_504_naming_analytics(redis_url, amqp_url, unique, analytics_url, stand_in, report):
+    settings = gateway_settings(redis_url, amqp_url, unique, analytics_url).model_copy(update={"upstream_timeout_s": 0.2})
+    stand_in.delay_s = 1.0
+    try:
+        with TestClient(create_app(settings)) as client:
+            response = client.get(f"/api/analytics/{report}", params=RANGE, headers=_auth(client, "ana"))
+    finally:
+        stand_in.delay_s = 0.0
+    assert response.status_code == 504
+    assert response.json() == {"error": "analytics_timeout", "message": "analytics did not answer in time"}

@@ -342,7 +342,8 @@ def test_a_service_refusing_the_gateways_service_token_is_503_not_the_users_401(
             auth = {"Authorization": f"Bearer {_login(client)['token']}"}
             response = client.post(path, json={"query": "q"}, headers=auth)
             me = client.get("/auth/me", headers=auth)
-    assert response.status_code == 503 and response.json()["error"] == "chat_unavailable"
+    assert response.status_code == 503
+    assert response.json() == {"error": "chat_unavailable", "message": "chat refused the gateway's service token"}
     assert "www-authenticate" not in response.headers
     assert me.status_code == 200  # the user's session is fine: the web page must not sign the user out
 

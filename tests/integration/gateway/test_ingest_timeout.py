@@ -96,6 +96,13 @@ def test_an_ingest_the_gateway_gives_up_on_may_still_complete(admin_client):
     assert "may still" in body["message"] and "GET /api/documents/{doc_id}" in body["message"]
 
 
+def test_a_delete_held_longer_than_the_ingest_timeout_is_504(admin_client):
+    with admin_client(upstream_timeout_s=INGEST_S * 10, ingest_upstream_timeout_s=INGEST_S / 4) as client:
+        token = client.post("/auth/login", json={"username": "ada", "password": PASSWORD}).json()["token"]
+        response = client.delete("/api/documents/big.md", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 504 and response.json()["error"] == "retrieval_timeout", response.text
+
+
 async def _seed_admin(redis_url: str, prefix: str) -> None:
     redis = connect(redis_url, timeout_s=2)
     await add_user(users=RedisUserStore(redis, prefix=prefix, timeout_s=2), username="ada", password=PASSWORD,

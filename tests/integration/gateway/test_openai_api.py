@@ -137,6 +137,24 @@ def test_a_v1_path_no_route_matches_is_answered_in_openais_shape(gateway, token)
     assert httpx.get(f"{gateway}/api/nothing-here", headers=headers).json()["error"] == "not_found"
 
 
+def test_a_method_a_v1_route_does_not_take_is_405_in_openais_shape(gateway, token):
+    response = httpx.delete(f"{gateway}/v1/chat/completions", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.json()["error"] | {"message": None} == {
+        "message": None, "type": "invalid_request_error", "code": "method_not_allowed", "param": None}
+
+
+def test_a_question_over_the_rate_limit_is_a_rate_limit_error_with_its_retry_after(gateway, token):
+    client = _client(gateway, token)
+    for _ in range(3):  # CHAT_REQUESTS_PER_MINUTE of this gateway
+        _ask(client)
+    with pytest.raises(openai.RateLimitError) as limited:
+        _ask(client)
+    error = limited.value
+    assert (error.status_code, error.type, error.code) == (429, "rate_limit_error", "rate_limited")
+    assert int(error.response.headers["retry-after"]) > 0
+
+
 def test_a_body_naming_a_key_twice_is_malformed_json_in_the_shape_of_its_route(gateway, token):
     json_type = {"Content-Type": "application/json"}
     login = httpx.post(f"{gateway}/auth/login", content=b'{"username": "bob", "password": "x", "username": "ann"}',

@@ -190,7 +190,8 @@ async def test_4xx_is_not_retried_and_does_not_count_against_the_breaker():
     async with running(replica), retrieval_client(replica.url, breaker=breaker) as client:
         with pytest.raises(BadRequest) as info:
             await _search(client)
-    assert "bad filter" in info.value.message
+    assert (info.value.status_code, info.value.code) == (400, "invalid_search")  # docs/api.md: chat's 400
+    assert info.value.message == "retrieval rejected the search: bad filter"
     assert len(replica.calls) == 1 and breaker.state == CLOSED
 
 
