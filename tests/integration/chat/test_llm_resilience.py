@@ -499,7 +499,7 @@ async def test_the_breaker_opens_after_failures_in_a_row_and_lets_a_trial_throug
             [item async for item in streamed(generator)]
         assert len(script.calls) == 4  # failed at once, the endpoint left alone
         assert paused.value.status_code == 503 and paused.value.headers() == {"Retry-After": "1"}
-        assert "paused while it recovers" in paused.value.message
+        assert paused.value.message == "the model endpoint is failing; calls are paused while it recovers"
         await asyncio.sleep(0.55)
         script.reset(mode="answer")
         assert (await generate(generator)).text == ANSWER  # the trial, which closes the breaker

@@ -74,6 +74,10 @@ async def test_chat_returns_the_contract_shape_with_the_offline_generator():
          "history.0.question"),
         ({"query": "and then?", "history": [{"question": "what is redis", "answer": "A\u0000 store."}]},
          "history.0.answer"),
+        ({"query": "ok", "conversation_id": "has space"}, "conversation_id"),
+        ({"query": "ok", "history": [{"question": "q", "answer": "a"}] * 51}, "history"),
+        ({"query": "ok", "history": [{"question": "q" * 4001, "answer": "a"}]}, "history.0.question"),
+        ({"query": "ok", "history": [{"question": "q", "answer": "a" * 20_001}]}, "history.0.answer"),
     ],
 )
 async def test_bad_input_is_422_invalid_request(payload, where):
@@ -82,6 +86,14 @@ async def test_bad_input_is_422_invalid_request(payload, where):
     assert response.status_code == 422
     body = response.json()
     assert body["error"] == "invalid_request" and body["message"].startswith(where)
+
+
+async def test_the_detail_lists_every_wrong_field_and_the_message_names_the_first():
+    async with chat_client() as client:
+        response = await client.post("/chat", json={"query": "", "top_k": 0}, headers=HEADERS)
+    body = response.json()
+    assert response.status_code == 422 and body["message"].startswith("query: ")
+    assert [entry["loc"] for entry in body["detail"]] == [["body", "query"], ["body", "top_k"]]
 
 
 async def test_a_query_of_exactly_1000_characters_after_trimming_is_accepted():

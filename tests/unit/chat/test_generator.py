@@ -145,6 +145,18 @@ async def test_other_client_errors_fail_at_once(status):
     assert caught.value.status_code == 502 and caught.value.body()["error"] == "llm_unavailable"
 
 
+@pytest.mark.parametrize(
+    "status,message",
+    [(401, "the model endpoint refused the API key (401): check LLM_API_KEY"),
+     (403, "the model endpoint denied access (403): check that LLM_API_KEY may use the model")],
+)
+async def test_a_refused_key_or_access_says_which_setting_to_check(status, message):
+    generator, _, _ = generator_answering(httpx2.Response(status, json={"error": {"message": "no"}}))
+    with pytest.raises(LLMUnavailable) as caught:
+        await generate(generator)
+    assert (caught.value.status_code, caught.value.message) == (502, message)
+
+
 async def test_a_404_names_the_model_asked_for_as_chat_models_may_have_chosen_it():
     # It named LLM_MODEL alone, though the caller's model_id (CHAT_MODELS) may be the one the endpoint lacks.
     generator, _, _ = generator_answering(httpx2.Response(404, json={"error": {"message": "model not found"}}))

@@ -128,6 +128,27 @@ def test_a_path_of_its_own_has_its_own_limit(client):
     _assert_413(client.post("/upload", content=b"x" * 1001))
 
 
+def test_a_limit_of_zero_refuses_every_request_with_a_body():
+    """docs/configuration.md: MAX_BODY_BYTES=0 refuses every request that has a body, and only those."""
+    app = create_service_app(
+        service="test", title="test", middleware=[Middleware(BodyLimitMiddleware, default=BodyLimit(0, "MAX_BODY_BYTES"))]
+    )
+
+    @app.post("/raw")
+    async def raw(request: Request) -> dict:
+        return {"bytes": len(await request.body())}
+
+    @app.get("/page")
+    async def page() -> dict:
+        return {"ok": True}
+
+    with TestClient(app) as zero:
+        for response in (zero.post("/raw", content=b"x"), zero.post("/raw", content=_chunks(1))):
+            assert response.status_code == 413 and "limit of 0 bytes (MAX_BODY_BYTES)" in response.json()["message"]
+        assert zero.post("/raw").json() == {"bytes": 0}
+        assert zero.get("/page").json() == {"ok": True}
+
+
 def test_limits_must_not_be_negative():
     with pytest.raises(ValueError):
         BodyLimitMiddleware(FastAPI(), default=BodyLimit(-1, "MAX_BODY_BYTES"))
