@@ -1,7 +1,7 @@
 """A pydantic validation error said in one line, as every Cairn error message says it: `where: what`.
 
 `history.0.question: must not contain NUL characters (U+0000)`, `QuerySubmitted.data.query: Field required`,
-`RATE_LIMIT_PER_MINUTE: Input should be a valid integer`.
+`CHAT_REQUESTS_PER_MINUTE: Input should be a valid integer`.
 """
 from __future__ import annotations
 
