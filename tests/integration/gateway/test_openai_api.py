@@ -9,10 +9,11 @@ import openai
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import REGISTRY
 
 from services.gateway.main import create_app
 from tests.integration.gateway.chat_stand_in import chat_like_app, gateway_settings, login
-from tests.support import free_port, serve_in_thread
+from tests.support import free_port, serve_in_thread, wait_until
 
 pytestmark = pytest.mark.integration
 QUESTION = [{"role": "user", "content": "How do I add a user?"}]
@@ -535,6 +536,14 @@ def test_a_client_leaving_before_the_first_word_stops_chat_at_once(redis_url, un
         with serve_in_thread(create_app(settings)) as gateway, httpx.Client(base_url=gateway) as http:
             headers = login(http)
             body = {"messages": [{"role": "user", "content": "How do I add a user?"}], "stream": True}
+            left_before = _client_closed_count()
             with pytest.raises(httpx.ReadTimeout):  # no status yet: the gateway waits for the first word
                 http.post("/v1/chat/completions", headers=headers, json=body, timeout=1)
             assert chat_stopped.wait(10), "chat still at work after its client left"
+            # docs/api.md: the request line (and the request metrics) say 499, nginx's "client closed request".
+            wait_until(lambda: _client_closed_count() == left_before + 1, timeout=10, what="a request counted as 499")
+
+
+def _client_closed_count() -> float:
+    labels = {"service": "gateway", "method": "POST", "route": "/v1/chat/completions", "status": "499"}
+    return REGISTRY.get_sample_value("cairn_http_requests_total", labels) or 0.0
