@@ -227,8 +227,10 @@ def _subject_before_the_verb(words: list[str], bases: list[str]) -> str | None:
     if auxiliary is None or any(base in FUNCTION_WORDS for base in bases[1:auxiliary]):
         return None
     verb = max((i for i, base in enumerate(bases) if base not in FUNCTION_WORDS), default=-1)
-    if verb > auxiliary + 2 and _is_name_after_a_verb(words[verb - 1], words[verb]):
-        verb -= 1  # "What does the gateway need Redis for?": the name is the verb's object, not the verb
+    if verb > auxiliary + 2 and (
+        _is_name_after_a_verb(words[verb - 1], words[verb]) or _is_plural_after_do(bases[auxiliary], bases[verb])
+    ):
+        verb -= 1  # "What does the gateway need Redis (or sessions) for?": the verb's object, not the verb
         if bases[verb] in FUNCTION_WORDS:
             return None
     if verb <= auxiliary + 1 or any(base in FUNCTION_WORDS for base in bases[auxiliary + 2 : verb]):
@@ -245,6 +247,12 @@ def _is_name_after_a_verb(before: str, word: str) -> bool:
     """`word` is written as a name (Redis, RabbitMQ) after a word in lower case: a name is no verb. In a
     question written in title case every word has a capital, and nothing is told from them."""
     return word[:1].isupper() and before.islower()
+
+
+def _is_plural_after_do(auxiliary: str, word: str) -> bool:
+    """`word`, where the verb would stand after "do"/"does"/"did", is a plural noun: after "do" a verb takes
+    its base form, and base forms in -s end in -ss, -us or -is ("process", "focus")."""
+    return auxiliary in {"do", "does", "did"} and word.endswith("s") and not word.endswith(("ss", "us", "is"))
 
 
 def _substitute_reference(text: str, *, subject: str, action: str | None) -> str | None:

@@ -36,6 +36,8 @@ def turn(standalone: str) -> list[Exchange]:
         ("What does the gateway do?", "Does it need Redis?", "Does the gateway need Redis?"),
         # Was "How do I configure the gateway need?".
         ("What does the gateway need Redis for?", "How do I configure it?", "How do I configure the gateway?"),
+        # Was "Can the gateway need be changed?".
+        ("What does the gateway need sessions for?", "Can it be changed?", "Can the gateway be changed?"),
         ("What’s the upload size limit?", "Can I raise it?", "Can I raise the upload size limit?"),
         ("How do I log in to the console?", "What is its URL?", "What is the URL of the console?"),
         # Was "Can I change it? (port does the gateway listen)".
@@ -118,6 +120,10 @@ def test_a_previous_question_without_words_leaves_the_follow_up_alone():
         # A name after the verb is its object: not "the gateway need".
         ("What does the gateway need Redis for?", "the gateway", None),
         ("What does Cairn use RabbitMQ for?", "Cairn", None),
+        # So is a plural after do-support: "the gateway", not "the gateway need".
+        ("What does the gateway need sessions for?", "the gateway", None),
+        ("What do replicas store chunks in?", "replicas", None),
+        ("What does the gateway process?", "the gateway", None),  # a base form in -ss is a verb
         ("What Does The Gateway Need?", "The Gateway", None),
         ("What does the gateway do with Redis?", None, None),
         # The verb may have an object here: no subject rather than "the gateway use".
