@@ -251,8 +251,8 @@ def _is_name_after_a_verb(before: str, word: str) -> bool:
 
 def _is_plural_after_do(auxiliary: str, word: str) -> bool:
     """`word`, where the verb would stand after "do"/"does"/"did", is a plural noun: after "do" a verb takes
-    its base form, and base forms in -s end in -ss, -us or -is ("process", "focus")."""
-    return auxiliary in {"do", "does", "did"} and word.endswith("s") and not word.endswith(("ss", "us", "is"))
+    its base form, and _singular leaves base forms in -s as they are ("process", "focus")."""
+    return auxiliary in {"do", "does", "did"} and _singular(word) != word
 
 
 def _substitute_reference(text: str, *, subject: str, action: str | None) -> str | None:
