@@ -1,6 +1,7 @@
 """/v1 through the official openai client, over real HTTP, in front of a chat stand-in that can fail,
 refuse a question, or cut a stream short or leave it silent, with the real Redis counting questions."""
 import asyncio
+import hashlib
 import json
 import threading
 
@@ -10,6 +11,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import REGISTRY
+from redis import Redis
 
 from services.gateway.main import create_app
 from tests.integration.gateway.chat_stand_in import chat_like_app, gateway_settings, login
@@ -127,6 +129,17 @@ def test_the_openai_client_reads_the_message_and_code_of_every_error(gateway, to
     assert (two_choices.value.code, two_choices.value.param) == ("invalid_request", "n")
     assert two_choices.value.message.endswith("n: Cairn answers with one choice; n must be 1 or left out")
 
+
+
+def test_a_session_left_with_no_role_cairn_knows_is_a_permission_error(gateway, token, redis_url, unique):
+    # Every role may use /v1, so only a session whose stored roles were all edited away by hand reaches the 403.
+    raw = Redis.from_url(redis_url, decode_responses=True)
+    raw.hset(f"{unique}:session:{hashlib.sha256(token.encode()).hexdigest()}", "roles", "owner")
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        _ask(_client(gateway, token))
+    error = refused.value
+    assert (error.status_code, error.type, error.code) == (403, "permission_error", "forbidden")
+    assert error.message.endswith("this needs the user role")
 
 def test_a_v1_path_no_route_matches_is_answered_in_openais_shape(gateway, token):
     headers = {"Authorization": f"Bearer {token}"}
