@@ -436,5 +436,7 @@ SERVER_OPTIONS: dict[str, Any] = {
 def serve(app_path: str, settings: CommonSettings, *, keep_alive_s: int = SERVER_KEEP_ALIVE_S) -> None:
     import uvicorn
 
+    from shared import server
+
     options = SERVER_OPTIONS | {"timeout_keep_alive": keep_alive_s}
-    uvicorn.run(app_path, factory=True, host=settings.host, port=settings.port, **options)
+    server.run(uvicorn.Config(app_path, factory=True, host=settings.host, port=settings.port, **options))

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from shared import web
+from shared import server, web
 from shared.web import SERVER_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,7 +30,7 @@ def test_a_service_keeps_idle_connections_longer_than_whoever_calls_it(monkeypat
     import runpy
 
     served = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(options))
+    monkeypatch.setattr(server, "run", lambda config: served.update(timeout_keep_alive=config.timeout_keep_alive))
     monkeypatch.setenv("CAIRN_ENV", "local")
     runpy.run_module(f"services.{service}", run_name="__main__")
     assert served["timeout_keep_alive"] > web.CLIENT_KEEP_ALIVE_S
