@@ -10,7 +10,7 @@ from redis import Redis
 from services.gateway.main import create_app
 from shared.events import FeedbackReceived
 from tests.integration.gateway.chat_stand_in import chat_stand_in, gateway_settings, login
-from tests.support import free_port, read_events, serve_in_thread
+from tests.support import free_port, read_events, serve_in_thread, wait_until
 
 pytestmark = pytest.mark.integration
 QUESTION = {"query": "q"}
@@ -103,7 +103,6 @@ def test_a_used_request_id_cannot_be_sent_with_another_question(settings, unique
         assert retried.status_code == 409 and retried.json()["error"] == "request_id_taken"
 
 
-
 def test_a_rating_after_the_feedback_window_is_404_and_frees_the_request_id(settings, redis_url, unique):
     settings = settings.model_copy(update={"feedback_window_s": 1})
     request_id = f"{unique}-window"
@@ -112,19 +111,14 @@ def test_a_rating_after_the_feedback_window_is_404_and_frees_the_request_id(sett
         asked = {**ann, "X-Request-ID": request_id}
         assert client.post("/api/chat", json=QUESTION, headers=asked).status_code == 200
         assert _rate(client, ann, request_id, 1).status_code == 202
-        _wait_until_expired(Redis.from_url(redis_url), f"{unique}:asked:{request_id}")
+        redis, asked_key = Redis.from_url(redis_url), f"{unique}:asked:{request_id}"
+        assert redis.exists(asked_key), f"no {asked_key}"
+        wait_until(lambda: not redis.exists(asked_key), timeout=5, interval=0.05, what=f"{asked_key} to expire")
 
         late = _rate(client, ann, request_id, 1)
         assert late.status_code == 404 and late.json()["error"] == "not_found"
         assert client.post("/api/chat", json=QUESTION, headers=asked).status_code == 200  # the id is free again
 
-
-def _wait_until_expired(redis: Redis, key: str, timeout_s: float = 5.0) -> None:
-    assert redis.exists(key), f"no {key}"
-    deadline = time.monotonic() + timeout_s
-    while redis.exists(key):
-        assert time.monotonic() < deadline, f"{key} outlived its TTL"
-        time.sleep(0.05)
 
 INVALID = [
     {"request_id": "r", "rating": 0},

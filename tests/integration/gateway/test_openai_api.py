@@ -130,7 +130,6 @@ def test_the_openai_client_reads_the_message_and_code_of_every_error(gateway, to
     assert two_choices.value.message.endswith("n: Cairn answers with one choice; n must be 1 or left out")
 
 
-
 def test_a_session_left_with_no_role_cairn_knows_is_a_permission_error(gateway, token, redis_url, unique):
     # Every role may use /v1, so only a session whose stored roles were all edited away by hand reaches the 403.
     raw = Redis.from_url(redis_url, decode_responses=True)
@@ -140,6 +139,7 @@ def test_a_session_left_with_no_role_cairn_knows_is_a_permission_error(gateway, 
     error = refused.value
     assert (error.status_code, error.type, error.code) == (403, "permission_error", "forbidden")
     assert error.message.endswith("this needs the user role")
+
 
 def test_a_v1_path_no_route_matches_is_answered_in_openais_shape(gateway, token):
     headers = {"Authorization": f"Bearer {token}"}
