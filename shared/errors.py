@@ -16,6 +16,9 @@ class StartRefused(Exception):
     variables to change) is printed as one line, `<service>: cannot start: <message>`, without a traceback."""
 
 
+_CAUSE_CHARS = 300  # enough for an address and a reason; a cause may quote a whole upstream answer
+
+
 class ServiceError(Exception):
     status_code = 500
     code = "internal_error"
@@ -33,6 +36,16 @@ class ServiceError(Exception):
 
     def headers(self) -> dict[str, str] | None:
         return None
+
+    def log_fields(self) -> dict[str, str]:
+        """The fields of the warning a failed request logs: its code and message, and what raised it when
+        something did (a timeout, a refused connection...), which the response leaves out. Of the cause, its
+        first line only: a database error goes on with the statement and its parameters, users' words among them."""
+        fields = {"error": self.code, "detail": self.message}
+        if (cause := self.__cause__) is not None:
+            said = str(cause).partition("\n")[0].strip()
+            fields["cause"] = f"{type(cause).__name__}: {said}"[:_CAUSE_CHARS] if said else type(cause).__name__
+        return fields
 
     def event_data(self) -> dict:
         """The data of a stream's `error` event: the body a plain answer would have had, with its status and its

@@ -270,7 +270,7 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 
 def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
     if exc.status_code >= 500:
-        log.warning("request failed", extra={"error": exc.code, "detail": exc.message})
+        log.warning("request failed", extra=exc.log_fields())
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
 

@@ -81,7 +81,7 @@ async def _events(pipeline: ChatPipeline, turn: Turn) -> AsyncIterator[StreamEve
     except ServiceError as exc:
         pipeline.report_failure(turn, exc.code, exc)
         if exc.status_code >= 500:  # as the plain endpoint logs it: the stream's request line says 200
-            log.warning("request failed", extra={"error": exc.code, "detail": exc.message, "stage": turn.stage})
+            log.warning("request failed", extra={**exc.log_fields(), "stage": turn.stage})
         metrics.count_stream_failure(exc.code)
         yield StreamEvent("error", exc.event_data())
     except (asyncio.CancelledError, GeneratorExit) as exc:  # the client went away: generation is cancelled

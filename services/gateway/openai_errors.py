@@ -83,7 +83,7 @@ def from_validation_error(exc: RequestValidationError) -> JSONResponse:
 
 def from_service_error(exc: ServiceError) -> JSONResponse:
     if exc.status_code >= 500:
-        log.warning("request failed", extra={"error": exc.code, "detail": exc.message})
+        log.warning("request failed", extra=exc.log_fields())
     return openai_error(exc.status_code, code=exc.code, message=exc.message, headers=exc.headers())
 
 
