@@ -24,6 +24,7 @@ from playwright.sync_api import Browser, Page, Route, expect
 
 from services.gateway.main import create_app
 from services.gateway.settings import Settings
+from shared.errors import RETRY_AFTER_S
 from tests.e2e.conftest import DRAWN_TEXT, PASSWORD
 from tests.integration.gateway.analytics_stand_in import (
     EXPORT_CSV,
@@ -193,7 +194,7 @@ def gateway_settings(redis_url: str, amqp_url: str, analytics_url: str, **overri
 @pytest.fixture
 def figures(stand_in) -> StandInState:
     stand_in.seen.clear()
-    stand_in.empty = False
+    stand_in.empty = stand_in.unavailable = False
     return stand_in
 
 
@@ -635,7 +636,7 @@ def test_too_many_failed_logins_say_how_long_to_wait_as_the_chat_page_does(brows
 
 def test_a_session_store_outage_when_the_page_opens_keeps_the_session(browser, amqp_url):
     """Redis hangs while an analyst reloads the page: /auth/me answers 503, which says nothing about the
-    session. The page keeps it, says what is down, and Refresh shows the figures once Redis is back."""
+    session. The page keeps it, says what is down, and shows the figures by itself once Redis is back."""
     redis = OwnRedis()
     redis.start()
     try:
@@ -651,17 +652,41 @@ def test_a_session_store_outage_when_the_page_opens_keeps_the_session(browser, a
                 page.reload()
                 dashboard = page.get_by_test_id("dashboard")
                 expect(dashboard).to_have_attribute("data-state", "error", timeout=LOAD_TIMEOUT_MS)
-                expect(page.get_by_test_id("status")).to_contain_text("session store (Redis) is unavailable")
+                expect(page.get_by_test_id("status")).to_have_text(
+                    "The figures are unavailable right now (the session store (Redis) is unavailable). "
+                    f"Trying again in {RETRY_AFTER_S} seconds.")
                 assert page.evaluate("sessionStorage.getItem('cairn.token')") == token
 
                 redis.thaw()
-                page.get_by_test_id("refresh").click()
                 wait_for_figures(page)
                 assert kpi(page, "queries") == "42"
                 expect(page.get_by_test_id("whoami")).to_have_text("ana")
                 assert problems == [], problems
     finally:
         redis.stop()
+
+
+def test_figures_refused_for_a_while_load_again_by_themselves_when_the_gateway_said(gateway, browser, figures):
+    """A page left open through an outage comes back by itself: after a 503, it asks again once the
+    Retry-After has passed (the stand-in's is 7 seconds), not sooner, and says so meanwhile."""
+    def summaries_asked() -> int:
+        return len([path for path, _, _ in figures.seen if path == "/analytics/summary"])
+
+    figures.unavailable = True
+    page, problems = open_page(browser, f"{gateway}/dashboard")
+    log_in(page, "ana", STAND_IN_PASSWORD)
+    expect(page.get_by_test_id("dashboard")).to_have_attribute("data-state", "error", timeout=LOAD_TIMEOUT_MS)
+    expect(page.get_by_test_id("status")).to_have_text(
+        "The figures are unavailable right now (analytics is unavailable: database is unavailable). "
+        "Trying again in 7 seconds.")
+    page.wait_for_timeout(5_000)
+    assert summaries_asked() == 1
+
+    figures.unavailable = False
+    wait_for_figures(page)
+    assert summaries_asked() == 2 and kpi(page, "queries") == "42"
+    expect(page.get_by_test_id("status")).to_have_text("")
+    assert problems == [], problems
 
 
 def test_the_chart_buttons_send_no_figures_to_an_outside_service(gateway, browser, figures):

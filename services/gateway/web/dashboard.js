@@ -11,6 +11,9 @@ import { renderFeedback, renderModels, renderNeverCited, renderTiles } from "./d
 const TOKEN_KEY = "cairn.token"; // the chat page's keys: one log-in serves both pages
 const USER_KEY = "cairn.username";
 const ANALYST_ROLES = ["analyst", "admin"];
+// Figures refused for a while (503) load again by themselves: after the Retry-After, or this many seconds.
+const RELOAD_AFTER_S = 10;
+const RELOAD_AFTER_AT_MOST_S = 300;
 
 const $ = (id) => document.getElementById(id);
 const view = {
@@ -43,9 +46,10 @@ const view = {
 
 // shown: the {filters, range} of the figures on the page, the range resolved when they were loaded.
 // refused: the filters name a range refused since the last load started, whose message stays on the status line.
+// reload: the timer of the load that follows figures refused for a while.
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY), filters: range.readFilters(location.search), load: null, shown: null,
-  refused: false,
+  refused: false, reload: null,
 };
 
 /** The [from, to) of the figures on the page: a preset range ends when they were loaded, so the export and a
@@ -80,6 +84,7 @@ function show(which, username = "") {
 
 function showLogin(message = "", kind = "notice") {
   state.load?.abort();
+  clearTimeout(state.reload);
   state.token = null;
   sessionStorage.removeItem(TOKEN_KEY);
   sessionStorage.removeItem(USER_KEY);
@@ -176,6 +181,7 @@ function clearFigures() {
 }
 
 async function load() {
+  clearTimeout(state.reload);
   let resolved;
   try {
     resolved = range.resolveRange(state.filters);
@@ -214,9 +220,19 @@ async function load() {
     if (error.status === 401) return showLogin("Your session has ended. Please log in again.", "error");
     if (error.status === 403) return show("forbidden", view.whoami.textContent);
     clearFigures();
-    if (!state.refused) say(view.status, describe(error), "error");
     view.dashboard.dataset.state = "error";
+    if (error.status === 503) return reloadLater(error);
+    if (!state.refused) say(view.status, describe(error), "error");
   }
+}
+
+/** Figures refused for a while (the session store or analytics down): say so, and load them again when the
+ * gateway said to (its Retry-After), so that a page left open comes back by itself. */
+function reloadLater(error) {
+  const seconds = Math.min(error.retryAfter || RELOAD_AFTER_S, RELOAD_AFTER_AT_MOST_S);
+  const when = `Trying again in ${seconds} second${seconds === 1 ? "" : "s"}.`;
+  if (!state.refused) say(view.status, `The figures are unavailable right now (${error.message}). ${when}`, "error");
+  state.reload = setTimeout(load, seconds * 1000);
 }
 
 view.exportButton.addEventListener("click", async () => {
