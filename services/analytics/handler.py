@@ -158,23 +158,25 @@ async def settle_batch(
 
     async def renew_returned() -> list[EventRecord]:
         nonlocal valid
-        kept, failed = [], []
+        kept, error = [], None
         for place, message, event in valid:
-            if renewals is None or _earlier_deliveries(message) == 0:
+            # After a failure the rest wait for the next retry too: each send may take its whole timeout.
+            if renewals is None or _earlier_deliveries(message) == 0 or error is not None:
                 kept.append((place, message, event))
                 continue
             try:
                 await renewals.send(message)
-            except Exception as exc:  # not confirmed (its channel not restored yet, say): tried at the next retry
-                failed.append(exc)
+            except Exception as exc:  # not confirmed (the broker unreachable, say): tried at the next retry
+                error = exc
                 kept.append((place, message, event))
                 continue
             with suppress(Exception):  # its channel closed: the broker has it back, beside the copy
                 await message.ack()
             outcomes[place] = Outcome.RETRY
-        if failed:
+        if error is not None:
+            unrenewed = sum(1 for _, message, _ in kept if _earlier_deliveries(message) > 0)
             log.warning("renewing held messages failed, holding them as they are",
-                        extra={"messages": len(failed), "error": repr(failed[0])})
+                        extra={"messages": unrenewed, "error": repr(error)})
         valid = kept
         return [to_record(event) for _, _, event in valid]
 

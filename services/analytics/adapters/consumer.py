@@ -10,7 +10,13 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import aio_pika
-from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+from aio_pika.abc import (
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+)
 from aio_pika.exceptions import ChannelInvalidStateError
 
 from services.analytics import metrics
@@ -46,7 +52,7 @@ class DeadLetterPublisher:
             "x-cairn-dead-consumer": self._consumer,
             "x-cairn-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds"),
         })
-        await self._exchange.publish(copy, routing_key=routing_key, timeout=self._timeout_s)
+        await _publish_once_open(self._exchange, copy, routing_key=routing_key, timeout_s=self._timeout_s)
         metrics.dead_lettered(reason)
 
 
@@ -62,7 +68,19 @@ class QueueRenewals:
 
     async def send(self, message: AbstractIncomingMessage) -> None:
         copy = _copy(message, {"x-cairn-routing-key": _routing_key(message)})
-        await self._exchange.publish(copy, routing_key=self._queue, timeout=self._timeout_s)
+        await _publish_once_open(self._exchange, copy, routing_key=self._queue, timeout_s=self._timeout_s)
+
+
+async def _publish_once_open(
+    exchange: AbstractExchange, message: aio_pika.Message, *, routing_key: str, timeout_s: float
+) -> None:
+    """Publish, within `timeout_s`, once the exchange's channel is open. After a reconnection the robust
+    connection reopens its channels one by one, and the one we consume on may deliver before this one is
+    back: publishing then fails at once, and a held message would wait a whole retry to be renewed."""
+    async with asyncio.timeout(timeout_s):
+        if isinstance(exchange.channel, AbstractRobustChannel):
+            await exchange.channel.ready()
+        await exchange.publish(message, routing_key=routing_key)
 
 
 def _routing_key(message: AbstractIncomingMessage) -> str:

@@ -8,11 +8,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlparse
 
+import aio_pika
 import pytest
 from aio_pika.exceptions import ChannelInvalidStateError
 from aio_pika.robust_queue import RobustQueue
 
-from services.analytics.adapters.consumer import EventConsumer
+from services.analytics.adapters.consumer import EventConsumer, QueueRenewals
 from services.analytics.handler import Outcome
 from shared.topology import DELIVERY_LIMIT
 from tests.integration.analytics.event_stream import (
@@ -105,6 +106,36 @@ async def test_events_held_through_more_broker_drops_than_the_delivery_limit_are
         await consumer.close()
         await proxy.stop()
     await stored_once_the_database_is_back(amqp_url, names, store, events)
+
+
+async def test_a_renewal_sent_while_its_channel_is_being_reopened_waits_for_it(amqp_url: str, names: dict) -> None:
+    """After a reconnection the channel analytics consumes on may deliver before the renewals' channel is open
+    again. A renewal sent then waits for it: failing at once, it left the message held until the next retry,
+    and on a slow machine each further drop came first, spending a delivery each time until the broker
+    dead-lettered the held events."""
+    target = urlparse(amqp_url)
+    proxy = TcpProxy(target_host=target.hostname or "127.0.0.1", target_port=target.port or 5672)
+    await proxy.start()
+    via_proxy = target._replace(netloc=f"{target.netloc.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}")
+    event = submitted(request_id="renewed")
+    await publish_raw(amqp_url, **names, messages=[as_message(event)])
+    async with await aio_pika.connect(amqp_url) as direct:
+        held = await (await (await direct.channel()).get_queue(names["queue"])).get(timeout=5)
+        connection = await aio_pika.connect_robust(via_proxy._replace(query="reconnect_interval=0.2").geturl())
+        try:
+            confirming = await connection.channel(publisher_confirms=True, on_return_raises=True)
+            renewals = QueueRenewals(confirming.default_exchange, queue=names["queue"])
+            await proxy.stop()
+            await eventually(lambda: confirming.is_closed, what="the drop to close the channel")
+            await proxy.start()
+            await renewals.send(held)  # the channel reopens 0.2 s from now
+            await held.ack()
+        finally:
+            await connection.close()
+            await proxy.stop()
+        copy = await (await (await direct.channel()).get_queue(names["queue"])).get(timeout=5)
+        await copy.ack()
+    assert copy.body == held.body and copy.headers["x-cairn-routing-key"] == held.routing_key
 
 
 async def test_a_broker_drop_between_subscribing_and_consuming_is_retried_not_the_end_of_consuming(

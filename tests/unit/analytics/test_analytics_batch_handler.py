@@ -145,13 +145,16 @@ async def test_a_held_batch_is_requeued_on_shutdown_and_its_invalid_messages_sti
 
 
 class FakeRenewals:
-    """Records the messages sent back as fresh copies; set `broken` to act as a publish the broker did not confirm."""
+    """Records the messages sent back as fresh copies, and those it was asked to send; set `broken` to act as a
+    publish the broker did not confirm."""
 
     def __init__(self) -> None:
         self.sent: list[bytes] = []
+        self.tried: list[bytes] = []
         self.broken: Exception | None = None
 
     async def send(self, message) -> None:
+        self.tried.append(message.body)
         if self.broken is not None:
             raise self.broken
         self.sent.append(message.body)
@@ -202,6 +205,25 @@ async def test_a_renewal_the_broker_did_not_confirm_leaves_the_message_held_and_
     renewals.broken = None
     assert await asyncio.wait_for(settling, 2) == [Outcome.RETRY]
     assert message.settled == [("ack", None)] and renewals.sent == [message.body]
+
+
+async def test_after_a_renewal_failed_the_rest_of_the_batch_waits_for_the_next_retry() -> None:
+    """A send may wait its whole timeout for the broker: a round of renewals ends at the first failure, so
+    that a large held batch does not wait that long once per message at each retry."""
+    store, renewals = FakeEventStore(), FakeRenewals()
+    store.down = True
+    renewals.broken = RuntimeError("not confirmed")
+    bodies = [body_of(submitted(request_id=f"r{i}")) for i in range(3)]
+    messages = on_one_channel(store, *bodies, earlier_deliveries=1)
+    settling = asyncio.create_task(
+        settle_all(messages, store, renewals=renewals, retry_delay_s=0.01, max_retry_delay_s=0.02)
+    )
+    while store.add_calls < 3:
+        await asyncio.sleep(0.005)
+    assert len(renewals.tried) >= 2 and set(renewals.tried) == {bodies[0]}, renewals.tried
+    renewals.broken = None
+    assert await asyncio.wait_for(settling, 2) == [Outcome.RETRY] * 3
+    assert renewals.sent == bodies
 
 
 def submitted_id(body: bytes) -> str:
