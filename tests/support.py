@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
+import os
+import random
 import socket
 import tempfile
 import threading
@@ -32,10 +35,34 @@ def own_outbox() -> Path:
     return Path(tempfile.mkdtemp(dir=_outboxes().name)) / "outbox.sqlite3"
 
 
+# Ports for the tests' servers come from below the kernel's ephemeral range (32768 and up on Linux), which is
+# where a bind to port 0 lands. A port found free there was handed out again, to a test in the other worker,
+# before the service meant for it bound it: services load their model first, for half a minute on a busy
+# machine. The second service then failed to bind, and its test took the first one's answers for its own.
+# Each pytest-xdist worker takes ports from a block of its own, one after the other; a random start within
+# the block keeps two test runs at once on one machine apart as well.
+_FIRST_PORT, _PORTS_PER_WORKER, _BLOCKS = 20_000, 1_000, 12  # the last block ends at 31,999
+
+
+@functools.cache
+def _port_numbers() -> Iterator[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # "gw1" in the second worker
+    block = _FIRST_PORT + int(worker.removeprefix("gw") or 0) % _BLOCKS * _PORTS_PER_WORKER
+    start = random.randrange(_PORTS_PER_WORKER)
+    return (block + (start + n) % _PORTS_PER_WORKER for n in itertools.count())
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, not handed out before in this test process."""
+    numbers = _port_numbers()
+    for port in itertools.islice(numbers, _PORTS_PER_WORKER):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use (RabbitMQ's distribution port 25672, say)
+                continue
+        return port
+    raise RuntimeError(f"no free port in this worker's block of {_PORTS_PER_WORKER}")
 
 
 def app_routes(app) -> list:
