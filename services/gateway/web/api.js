@@ -17,10 +17,14 @@ export function retryAfterSeconds(value) {
   return Number.isNaN(date) ? null : Math.max(0, Math.ceil((date - Date.now()) / 1000));
 }
 
+/** "1 second", "5 seconds". */
+export function inSeconds(seconds) {
+  return `${seconds} second${seconds === 1 ? "" : "s"}`;
+}
+
 /** When to try again: in the seconds a 429's or 503's Retry-After gave, else "in a moment". */
 export function tryAgain(error) {
-  const seconds = error.retryAfter;
-  return seconds ? `Try again in ${seconds} second${seconds === 1 ? "" : "s"}.` : "Try again in a moment.";
+  return error.retryAfter ? `Try again in ${inSeconds(error.retryAfter)}.` : "Try again in a moment.";
 }
 
 async function errorFrom(response) {

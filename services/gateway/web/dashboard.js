@@ -63,12 +63,14 @@ function say(node, message, kind = "notice") {
   node.classList.toggle("error", kind === "error");
 }
 
+const unavailable = (error) => `The figures are unavailable right now (${error.message}).`;
+
 function describe(error) {
   if (!(error instanceof api.ApiError)) return error.message || "Something went wrong.";
   if (error.status === 0) return "Cairn could not be reached. Check your connection and try again.";
   // Too many failed logins, or too many exports streaming at once: both say when to try again.
   if (error.status === 429) return `Too many requests. ${api.tryAgain(error)}`;
-  if (error.status === 503) return `The figures are unavailable right now (${error.message}). ${api.tryAgain(error)}`;
+  if (error.status === 503) return `${unavailable(error)} ${api.tryAgain(error)}`;
   if (error.status === 504) return "The analytics service took too long to answer. Try again in a moment.";
   if (error.status >= 500) return "Something went wrong on Cairn's side. Try again in a moment.";
   return error.message || `Something went wrong (${error.status}).`;
@@ -230,8 +232,7 @@ async function load() {
  * gateway said to (its Retry-After), so that a page left open comes back by itself. */
 function reloadLater(error) {
   const seconds = Math.min(error.retryAfter || RELOAD_AFTER_S, RELOAD_AFTER_AT_MOST_S);
-  const when = `Trying again in ${seconds} second${seconds === 1 ? "" : "s"}.`;
-  if (!state.refused) say(view.status, `The figures are unavailable right now (${error.message}). ${when}`, "error");
+  if (!state.refused) say(view.status, `${unavailable(error)} Trying again in ${api.inSeconds(seconds)}.`, "error");
   state.reload = setTimeout(load, seconds * 1000);
 }
 
