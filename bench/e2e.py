@@ -35,6 +35,7 @@ import aiohttp
 
 from bench.common import Figure, format_table, load_average, scifact_dir
 from bench.load import Call, LoadResult, median_of, ratio, run_load
+from shared.server import freeze_what_is_loaded
 
 SYSTEMS = ("cairn", "floor", "haystack")
 SYSTEM_NAMES = {"cairn": "Cairn", "floor": "floor", "haystack": "Haystack"}
@@ -296,10 +297,9 @@ async def _run(dataset_dir: Path, options: Options, log: Log, context: dict[str,
             await cairn_started
             systems = Systems(cairn_url=cairn.url, headers=await cairn.login(), floor=floor, haystack=haystack,
                               threads=max(options.levels))
-            # As every Cairn service does once started (shared/server.py): what the floor and the Haystack
-            # pipeline loaded is kept out of the garbage collector's full walks, so neither pays for them.
-            gc.collect()
-            gc.freeze()
+            # As every Cairn service does once started: what the floor and the Haystack pipeline loaded is
+            # kept out of the garbage collector's full walks, so neither pays for them.
+            freeze_what_is_loaded()
             results = await _measure_all(systems, queries, options, log)
             context["rss_mb"] = {name: round(mb, 1) for name, mb in cairn.rss_mb().items()}
             context["index"] = {"path": str(index), **info}
